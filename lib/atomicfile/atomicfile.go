@@ -1,0 +1,88 @@
+// Package atomicfile writes files so that a crash leaves either the old
+// content or the new one, never a mix: a temporary file in the same
+// directory, fsync, rename over the target, fsync of the directory.
+//
+// It works on plain local paths; callers resolve host paths through
+// lib/hostroot first. Imported by any lib/ package that persists state.
+package atomicfile
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// WriteFile atomically replaces path with data, created with perm. The
+// directory must exist. perm is applied explicitly, so the umask cannot widen
+// or narrow it: files holding secrets stay 0600.
+func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err = tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// Rename moves oldpath to newpath and makes the move durable by syncing both
+// directories. Workers claim request files with it.
+func Rename(oldpath, newpath string) error {
+	if err := os.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	if err := SyncDir(filepath.Dir(newpath)); err != nil {
+		return err
+	}
+	if filepath.Dir(oldpath) != filepath.Dir(newpath) {
+		return SyncDir(filepath.Dir(oldpath))
+	}
+	return nil
+}
+
+// Remove deletes path (absent is fine) and syncs its directory, so a removal
+// that reset or clean-up relies on survives a power loss.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs a directory so that entries created, renamed or removed in
+// it are on disk.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

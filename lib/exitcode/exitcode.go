@@ -1,0 +1,60 @@
+// Package exitcode names the process exit codes every kubeslot binary uses.
+//
+// Units rely on these numbers: Deferred must appear in both
+// SuccessExitStatus= and RestartPreventExitStatus= of every stage unit, and a
+// test in units/ pins that to the constant here. Imported by cmd/ and by lib/
+// packages that map their errors to an exit code.
+package exitcode
+
+import (
+	"errors"
+	"fmt"
+)
+
+const (
+	// OK: the stage did its work, or found nothing to do.
+	OK = 0
+	// Failure: the stage tried and failed; systemd may retry it.
+	Failure = 1
+	// Usage: bad flags or arguments; retrying cannot help.
+	Usage = 2
+	// Deferred is EX_UNAVAILABLE from sysexits.h: the stage cannot run yet
+	// (another stage owns the host, or the host is not ready). It is not a
+	// failure; the stage is triggered again when its input is still there.
+	Deferred = 69
+)
+
+// Error carries an exit code through ordinary error returns so that main can
+// end the process with the right status without deciding it itself.
+type Error struct {
+	Code int
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Defer wraps err as a deferral (exit 69).
+func Defer(err error) error { return &Error{Code: Deferred, Err: err} }
+
+// UsageError wraps err as a usage error (exit 2).
+func UsageError(err error) error { return &Error{Code: Usage, Err: err} }
+
+// Of returns the exit code for err: OK for nil, the wrapped code for an
+// *Error anywhere in the chain, Failure otherwise.
+func Of(err error) int {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Failure
+}

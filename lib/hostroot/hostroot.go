@@ -1,0 +1,201 @@
+// Package hostroot is the one place that turns a host path kubeslot touches
+// into a path on this machine's filesystem.
+//
+// Every path resolves under a root prefix ("/" on a real host, a temporary
+// directory in tests and sandboxes). Symlinks are followed as if the prefix
+// were "/": an absolute link target starts again at the prefix, and any
+// ".." that would climb above the prefix is refused with an error, so nothing
+// resolved here can name a file outside it.
+//
+// Host paths (what systemd and unit files see) and local paths (what this
+// process opens) are kept apart: HostPath gives the former, the resolving
+// methods give the latter. Imported by every lib/ package and cmd/ binary
+// that touches the host.
+package hostroot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// EnvPrefix names the environment variable that sets the root prefix when no
+// flag does.
+const EnvPrefix = "KUBESLOT_ROOT_PREFIX"
+
+// Host paths of the places kubeslot uses, as seen from the host's "/".
+const (
+	DefaultBase = "/opt/kubeslot"       // kubeslot's own tree
+	UnitDir     = "/etc/systemd/system" // unit files and drop-ins
+	NspawnDir   = "/etc/systemd/nspawn" // .nspawn settings per slot
+	MachinesDir = "/var/lib/machines"   // one rootfs per slot
+	RunDir      = "/run/kubeslot"       // volatile: the installation lock
+	LockName    = "install.lock"        // in RunDir
+	SysctlDir   = "/etc/sysctl.d"       // host preparation
+	ModulesDir  = "/etc/modules-load.d" // host preparation
+)
+
+// Names inside the base (see DESIGN.md, "Host layout").
+const (
+	LayoutFile    = "layout-version"
+	OwnershipFile = "ownership.json"
+	AppliedDir    = "applied"
+	RequestsDir   = "requests"
+	StatusDir     = "status"
+	StateDir      = "state"
+	CacheDir      = "cache"
+	IdentityDir   = "identity"
+	ReleasesDir   = "releases"
+	CurrentLink   = "current"
+	LastGoodLink  = "last-good"
+)
+
+// maxLinks bounds symlink expansion, like the kernel's ELOOP limit.
+const maxLinks = 40
+
+// ErrEscape is returned (wrapped) when a path or a symlink on it would lead
+// outside the root prefix.
+var ErrEscape = errors.New("leads outside the root prefix")
+
+// Root resolves host paths under one prefix. The zero value is not usable;
+// build one with New.
+type Root struct {
+	prefix string // absolute, symlink-free, cleaned
+	base   string // host path of kubeslot's own tree
+}
+
+// New returns a Root for prefix (an existing directory; "" means "/") with
+// kubeslot's tree at base (a host path; "" means DefaultBase).
+func New(prefix, base string) (*Root, error) {
+	if prefix == "" {
+		prefix = "/"
+	}
+	if !filepath.IsAbs(prefix) {
+		return nil, fmt.Errorf("root prefix %q: must be an absolute path", prefix)
+	}
+	real, err := filepath.EvalSymlinks(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("root prefix %q: %w", prefix, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("root prefix %q: %w", prefix, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("root prefix %q: not a directory", prefix)
+	}
+	if base == "" {
+		base = DefaultBase
+	}
+	if !path.IsAbs(base) || path.Clean(base) == "/" {
+		return nil, fmt.Errorf("host root %q: must be an absolute path below /", base)
+	}
+	return &Root{prefix: filepath.Clean(real), base: path.Clean(base)}, nil
+}
+
+// Prefix is the local directory that stands for the host's "/".
+func (r *Root) Prefix() string { return r.prefix }
+
+// Base is the host path of kubeslot's own tree (e.g. /opt/kubeslot).
+func (r *Root) Base() string { return r.base }
+
+// HostPath joins elems onto kubeslot's base as the host sees it, for unit
+// files and systemd calls. It does not touch the filesystem.
+func (r *Root) HostPath(elem ...string) string {
+	return path.Join(append([]string{r.base}, elem...)...)
+}
+
+// Resolve maps a host path to a local path under the prefix, following
+// symlinks as if the prefix were "/". Components that do not exist yet are
+// taken as written. A path or link that climbs above the prefix is refused.
+func (r *Root) Resolve(hostPath string) (string, error) {
+	if !path.IsAbs(hostPath) {
+		return "", fmt.Errorf("resolve %q: not an absolute host path", hostPath)
+	}
+	var (
+		done  []string // resolved components, no symlinks among them
+		todo  = split(hostPath)
+		links int
+	)
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) == 0 {
+				return "", fmt.Errorf("resolve %q: %w", hostPath, ErrEscape)
+			}
+			done = done[:len(done)-1]
+			continue
+		}
+		local := filepath.Join(r.prefix, filepath.Join(done...), c)
+		fi, err := os.Lstat(local)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// Nothing below a missing component can be a link yet.
+			done = append(done, c)
+			continue
+		case err != nil:
+			return "", fmt.Errorf("resolve %q: %w", hostPath, err)
+		case fi.Mode()&os.ModeSymlink == 0:
+			done = append(done, c)
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("resolve %q: too many levels of symbolic links", hostPath)
+		}
+		target, err := os.Readlink(local)
+		if err != nil {
+			return "", fmt.Errorf("resolve %q: %w", hostPath, err)
+		}
+		if path.IsAbs(target) {
+			done = nil // an absolute link starts again at the prefix
+		}
+		// A ".." inside the target is checked by the loop like any other, so
+		// a link cannot climb out either.
+		todo = append(split(target), todo...)
+	}
+	return filepath.Join(r.prefix, filepath.Join(done...)), nil
+}
+
+// Path resolves a path inside kubeslot's base.
+func (r *Root) Path(elem ...string) (string, error) { return r.Resolve(r.HostPath(elem...)) }
+
+// Unit resolves a unit file (or drop-in directory) in the unit directory.
+func (r *Root) Unit(name string) (string, error) { return r.named(UnitDir, name) }
+
+// Nspawn resolves an nspawn settings file.
+func (r *Root) Nspawn(name string) (string, error) { return r.named(NspawnDir, name) }
+
+// Machine resolves a path inside a slot's node rootfs.
+func (r *Root) Machine(slot string, elem ...string) (string, error) {
+	if err := checkName(slot); err != nil {
+		return "", fmt.Errorf("slot %q: %w", slot, err)
+	}
+	return r.Resolve(path.Join(append([]string{MachinesDir, slot}, elem...)...))
+}
+
+// Lock resolves the installation lock file.
+func (r *Root) Lock() (string, error) { return r.named(RunDir, LockName) }
+
+func (r *Root) named(dir, name string) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", fmt.Errorf("%s name %q: %w", dir, name, err)
+	}
+	return r.Resolve(path.Join(dir, name))
+}
+
+// checkName accepts a single path component.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return errors.New("must be a single, non-empty path component")
+	}
+	return nil
+}
+
+func split(p string) []string { return strings.Split(p, "/") }

@@ -1,0 +1,207 @@
+package hostroot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func newRoot(t *testing.T) (*Root, string) {
+	t.Helper()
+	prefix := t.TempDir()
+	r, err := New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, r.Prefix()
+}
+
+func TestNamedPathsResolveUnderPrefix(t *testing.T) {
+	r, p := newRoot(t)
+	cases := []struct {
+		name string
+		got  func() (string, error)
+		want string
+	}{
+		{"base file", func() (string, error) { return r.Path(OwnershipFile) }, "/opt/kubeslot/ownership.json"},
+		{"unit", func() (string, error) { return r.Unit("kubeslot-watcher.service") }, "/etc/systemd/system/kubeslot-watcher.service"},
+		{"nspawn", func() (string, error) { return r.Nspawn("a.nspawn") }, "/etc/systemd/nspawn/a.nspawn"},
+		{"machine", func() (string, error) { return r.Machine("b", "etc", "hostname") }, "/var/lib/machines/b/etc/hostname"},
+		{"lock", r.Lock, "/run/kubeslot/install.lock"},
+	}
+	for _, c := range cases {
+		got, err := c.got()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if want := filepath.Join(p, c.want); got != want {
+			t.Errorf("%s: got %s, want %s", c.name, got, want)
+		}
+	}
+	if got := r.HostPath("current", "kubeslot-watcher"); got != "/opt/kubeslot/current/kubeslot-watcher" {
+		t.Errorf("HostPath: %s", got)
+	}
+}
+
+func TestCustomBase(t *testing.T) {
+	r, err := New(t.TempDir(), "/srv/ks/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Path("requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(r.Prefix(), "srv/ks/requests"); got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+	for _, bad := range []string{"relative", "/", ""} {
+		if bad == "" {
+			continue // "" means the default
+		}
+		if _, err := New(t.TempDir(), bad); err == nil {
+			t.Errorf("base %q accepted", bad)
+		}
+	}
+}
+
+func TestNewRejectsBadPrefix(t *testing.T) {
+	if _, err := New("relative/dir", ""); err == nil {
+		t.Error("relative prefix accepted")
+	}
+	if _, err := New(filepath.Join(t.TempDir(), "missing"), ""); err == nil {
+		t.Error("missing prefix accepted")
+	}
+	f := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(f, ""); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("file prefix: %v", err)
+	}
+}
+
+func TestSymlinksFollowedInsidePrefix(t *testing.T) {
+	r, p := newRoot(t)
+	mustMkdir(t, filepath.Join(p, "data/kubeslot"))
+	mustMkdir(t, filepath.Join(p, "opt"))
+	// absolute target: taken relative to the prefix, as on the host
+	mustSymlink(t, "/data/kubeslot", filepath.Join(p, "opt/kubeslot"))
+	got, err := r.Path("state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(p, "data/kubeslot/state"); got != want {
+		t.Errorf("absolute link: got %s, want %s", got, want)
+	}
+	// relative target that stays inside
+	mustMkdir(t, filepath.Join(p, "var/lib/real-machines"))
+	mustSymlink(t, "real-machines", filepath.Join(p, "var/lib/machines"))
+	got, err = r.Machine("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(p, "var/lib/real-machines/a"); got != want {
+		t.Errorf("relative link: got %s, want %s", got, want)
+	}
+}
+
+func TestSymlinkEscapingPrefixRefused(t *testing.T) {
+	r, p := newRoot(t)
+	mustMkdir(t, filepath.Join(p, "etc/systemd"))
+	// ../../.. from /etc/systemd/system climbs above the prefix
+	mustSymlink(t, "../../../outside", filepath.Join(p, "etc/systemd/system"))
+	_, err := r.Unit("evil.service")
+	if !errors.Is(err, ErrEscape) {
+		t.Fatalf("escaping link: got %v, want ErrEscape", err)
+	}
+	if !strings.Contains(err.Error(), "/etc/systemd/system/evil.service") {
+		t.Errorf("error does not name the path: %v", err)
+	}
+	// a link in the last component escaping too
+	mustMkdir(t, filepath.Join(p, "opt/kubeslot"))
+	mustSymlink(t, "../../../../etc/passwd", filepath.Join(p, "opt/kubeslot/ownership.json"))
+	if _, err := r.Path(OwnershipFile); !errors.Is(err, ErrEscape) {
+		t.Fatalf("escaping final link: got %v", err)
+	}
+	// a plain .. in the host path itself
+	if _, err := r.Resolve("/../../etc"); !errors.Is(err, ErrEscape) {
+		t.Fatalf("dotdot path: got %v", err)
+	}
+}
+
+func TestSymlinkLoopRefused(t *testing.T) {
+	r, p := newRoot(t)
+	mustMkdir(t, filepath.Join(p, "opt"))
+	mustSymlink(t, "kubeslot", filepath.Join(p, "opt/kubeslot"))
+	if _, err := r.Path("x"); err == nil || !strings.Contains(err.Error(), "too many levels") {
+		t.Fatalf("loop: got %v", err)
+	}
+}
+
+func TestBadNamesRefused(t *testing.T) {
+	r, _ := newRoot(t)
+	for _, n := range []string{"", ".", "..", "a/b"} {
+		if _, err := r.Machine(n); err == nil {
+			t.Errorf("slot %q accepted", n)
+		}
+		if _, err := r.Unit(n); err == nil {
+			t.Errorf("unit %q accepted", n)
+		}
+	}
+	if _, err := r.Resolve("relative"); err == nil {
+		t.Error("relative host path accepted")
+	}
+}
+
+func TestEnsureLayout(t *testing.T) {
+	r, p := newRoot(t)
+	if _, found, err := r.ReadLayoutVersion(); err != nil || found {
+		t.Fatalf("fresh root: found=%v err=%v", found, err)
+	}
+	for i := 0; i < 2; i++ { // idempotent
+		if err := r.EnsureLayout(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, found, err := r.ReadLayoutVersion()
+	if err != nil || !found || v != LayoutVersion {
+		t.Fatalf("layout version: %d %v %v", v, found, err)
+	}
+	fi, err := os.Stat(filepath.Join(p, "opt/kubeslot", RequestsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("requests mode %v", fi.Mode().Perm())
+	}
+	marker := filepath.Join(p, "opt/kubeslot", LayoutFile)
+	if err := os.WriteFile(marker, []byte("7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureLayout(); err == nil || !strings.Contains(err.Error(), "layout version 7") {
+		t.Fatalf("newer layout: %v", err)
+	}
+	if err := os.WriteFile(marker, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.ReadLayoutVersion(); err == nil || !strings.Contains(err.Error(), marker) {
+		t.Fatalf("damaged marker: %v", err)
+	}
+}
+
+func mustMkdir(t *testing.T, p string) {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
