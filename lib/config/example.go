@@ -1,0 +1,92 @@
+package config
+
+// Example returns a complete, commented configuration that Parse accepts.
+// The values are placeholders (documentation addresses, a well-known fake
+// token, made-up digests): the operator replaces them. `kubeslot config
+// example` prints it.
+func Example() []byte { return []byte(example) }
+
+const example = `# kubeslot bootstrap configuration (TOML).
+# Unknown keys are errors, so a typo is caught rather than ignored.
+
+[machine]
+# Name of the node's systemd-nspawn machine on this host: a DNS-1123 label
+# (lowercase letters, digits, '-'; at most 63 characters).
+name = "worker-1"
+# Kubernetes node name; defaults to name. May be dotted (an FQDN).
+# node_name = "worker-1.example.internal"
+
+[cluster]
+# The API server to join: an https URL.
+server = "https://203.0.113.10:6443"
+# The cluster CA, exactly one of: a path on this host ...
+ca_file = "/etc/kubeslot/cluster-ca.crt"
+# ... or the PEM itself:
+# ca_pem = """
+# -----BEGIN CERTIFICATE-----
+# ...
+# -----END CERTIFICATE-----
+# """
+# How to join, exactly one of: a bootstrap token ("kubeadm token create";
+# kept out of logs and error messages) ...
+bootstrap_token = "abcdef.0123456789abcdef"
+# ... or a kubeconfig with join credentials:
+# kubeconfig = "/etc/kubeslot/bootstrap.kubeconfig"
+
+[kubernetes]
+# Kubelet version: MAJOR.MINOR.PATCH ("v1.37.2" is accepted too).
+version = "1.37.2"
+# Cluster DNS service addresses and domain handed to the kubelet.
+cluster_dns = ["10.96.0.10"]
+cluster_domain = "cluster.local"
+# Taints the node registers with: "key=value:Effect" or "key:Effect", the
+# effect one of NoSchedule, PreferNoSchedule, NoExecute.
+taints = ["dedicated=batch:NoSchedule"]
+
+# Labels the node registers with (quote keys that contain '.' or '/').
+[kubernetes.labels]
+"node-role.kubernetes.io/worker" = ""
+"topology.kubernetes.io/zone" = "zone-a"
+
+[rootfs]
+# The node root filesystem image: an http(s) URL or an absolute path, and
+# its sha256 (64 hex digits; these are placeholders).
+source = "https://images.example.com/kubeslot/node-rootfs-1.37.2.tar.zst"
+sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+# Binaries installed into the node rootfs, each a url (http(s) or an absolute
+# path) and its sha256. The kubelet is required; containerd, runc and the
+# CNI plugins may be left out when the rootfs already has them.
+[artifacts.kubelet]
+url = "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet"
+sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+
+[artifacts.containerd]
+url = "https://artifacts.example.com/containerd/containerd-linux-amd64.tar.gz"
+sha256 = "2222222222222222222222222222222222222222222222222222222222222222"
+
+# [artifacts.runc]
+# url = "/srv/kubeslot/runc.amd64"
+# sha256 = "3333333333333333333333333333333333333333333333333333333333333333"
+
+[artifacts.cni_plugins]
+url = "https://artifacts.example.com/cni/cni-plugins-linux-amd64.tgz"
+sha256 = "4444444444444444444444444444444444444444444444444444444444444444"
+
+[isolation]
+# How the node runs: "nspawn" (a systemd-nspawn machine) is the only mode.
+mode = "nspawn"
+# The two A/B slots: an upgrade installs into the idle one.
+slots = ["a", "b"]
+
+[timeouts]
+# Bounds on the stages' waits: a number with a unit, at most 24h.
+download = "10m"   # fetching the rootfs and artifacts
+node_ready = "5m"  # the node turning Ready after it starts
+lock = "30s"       # waiting for the installation lock
+stop = "90s"       # stopping the node machine
+
+[host]
+# Whether bootstrap may apt-get install missing host packages.
+install_packages = false
+`
