@@ -1,0 +1,135 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+)
+
+// activeName is the file in the applied directory that names the active
+// slot. Writing it is the commit point of a bootstrap or repave: a slot is
+// named there only after its node passed verification (DESIGN.md).
+const activeName = "active"
+
+// Applied is the configuration a slot was provisioned with. It holds the
+// join secret, so it is written 0600.
+type Applied struct {
+	Slot         string         `json:"slot"`
+	Mode         string         `json:"mode"` // isolation mode the slot was applied with
+	Fingerprint  string         `json:"fingerprint"`
+	AgentVersion string         `json:"agentVersion"`
+	AppliedAt    time.Time      `json:"appliedAt"`
+	Config       *config.Config `json:"config"`
+}
+
+// Store reads and writes the applied state of one host root.
+type Store struct{ root *hostroot.Root }
+
+// NewStore returns a Store over root.
+func NewStore(root *hostroot.Root) *Store { return &Store{root: root} }
+
+func (s *Store) appliedPath(slot string) (string, error) {
+	if slot == "" || slot == activeName || strings.ContainsAny(slot, "/.") {
+		return "", fmt.Errorf("slot name %q is not valid", slot)
+	}
+	return s.root.Path(hostroot.AppliedDir, slot+".json")
+}
+
+// SaveApplied persists a's configuration for its slot.
+func (s *Store) SaveApplied(a *Applied) error {
+	p, err := s.appliedPath(a.Slot)
+	if err != nil {
+		return err
+	}
+	if a.Config == nil {
+		return fmt.Errorf("applied configuration for slot %q has no config", a.Slot)
+	}
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode applied configuration for slot %q: %w", a.Slot, err)
+	}
+	return WriteChecksummed(p, append(b, '\n'), 0o600)
+}
+
+// LoadApplied reads and verifies the applied configuration of slot. It
+// wraps ErrNotFound when the slot has none.
+func (s *Store) LoadApplied(slot string) (*Applied, error) {
+	p, err := s.appliedPath(slot)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ReadChecksummed(p)
+	if err != nil {
+		return nil, err
+	}
+	var a Applied
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, &CorruptError{Path: p, Reason: "not valid JSON: " + err.Error()}
+	}
+	if a.Slot != slot {
+		return nil, &CorruptError{Path: p, Reason: fmt.Sprintf("names slot %q, expected %q", a.Slot, slot)}
+	}
+	if a.Config == nil {
+		return nil, &CorruptError{Path: p, Reason: "has no config"}
+	}
+	return &a, nil
+}
+
+// RemoveApplied deletes a slot's applied configuration; absent is fine.
+func (s *Store) RemoveApplied(slot string) error {
+	p, err := s.appliedPath(slot)
+	if err != nil {
+		return err
+	}
+	return RemoveChecksummed(p)
+}
+
+// SetActive records slot as the active one. Call it only after the slot's
+// applied configuration is saved and its node passed verification.
+func (s *Store) SetActive(slot string) error {
+	if _, err := s.LoadApplied(slot); err != nil {
+		return fmt.Errorf("refusing to activate slot %q: %w", slot, err)
+	}
+	p, err := s.root.Path(hostroot.AppliedDir, activeName)
+	if err != nil {
+		return err
+	}
+	return WriteChecksummed(p, []byte(slot+"\n"), 0o600)
+}
+
+// Active returns the active slot; found is false when no slot was ever
+// committed.
+func (s *Store) Active() (slot string, found bool, err error) {
+	p, err := s.root.Path(hostroot.AppliedDir, activeName)
+	if err != nil {
+		return "", false, err
+	}
+	b, err := ReadChecksummed(p)
+	if errors.Is(err, ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return strings.TrimSpace(string(b)), true, nil
+}
+
+// ActiveApplied returns the active slot's verified applied configuration,
+// or (nil, nil) when nothing was committed yet.
+func (s *Store) ActiveApplied() (*Applied, error) {
+	slot, found, err := s.Active()
+	if err != nil || !found {
+		return nil, err
+	}
+	a, err := s.LoadApplied(slot)
+	if errors.Is(err, ErrNotFound) {
+		p, _ := s.appliedPath(slot)
+		return nil, &CorruptError{Path: p, Reason: "the active slot " + slot + " has no applied configuration"}
+	}
+	return a, err
+}

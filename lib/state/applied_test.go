@@ -1,0 +1,109 @@
+package state
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+)
+
+func newStore(t *testing.T) (*Store, *hostroot.Root, *config.Config) {
+	t.Helper()
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("example.toml", config.Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewStore(root), root, cfg
+}
+
+func TestAppliedRoundTripAndActive(t *testing.T) {
+	s, root, cfg := newStore(t)
+	if a, err := s.ActiveApplied(); a != nil || err != nil {
+		t.Fatalf("fresh host: %v %v", a, err)
+	}
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	want := &Applied{Slot: "b", Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: "v1", AppliedAt: at, Config: cfg}
+	if err := s.SaveApplied(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetActive("b"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ActiveApplied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Slot != "b" || got.Fingerprint != want.Fingerprint || !got.AppliedAt.Equal(at) || got.Config.Fingerprint() != cfg.Fingerprint() {
+		t.Errorf("round trip: %+v", got)
+	}
+	// The file holds the join secret: 0600.
+	p, _ := root.Path(hostroot.AppliedDir, "b.json")
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode: %v %v", fi.Mode(), err)
+	}
+	if got.Config.Cluster.BootstrapToken.Reveal() != cfg.Cluster.BootstrapToken.Reveal() {
+		t.Error("the join secret did not survive the round trip")
+	}
+}
+
+func TestSetActiveRefusesSlotWithoutApplied(t *testing.T) {
+	s, _, _ := newStore(t)
+	if err := s.SetActive("a"); err == nil || !strings.Contains(err.Error(), `refusing to activate slot "a"`) {
+		t.Fatalf("got %v", err)
+	}
+	if _, found, _ := s.Active(); found {
+		t.Fatal("active pointer written for an unapplied slot")
+	}
+}
+
+func TestLoadAppliedDamage(t *testing.T) {
+	s, root, cfg := newStore(t)
+	if err := s.SaveApplied(&Applied{Slot: "a", Mode: "nspawn", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := root.Path(hostroot.AppliedDir, "a.json")
+	if err := os.Truncate(p, 20); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.LoadApplied("a")
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Path != p {
+		t.Fatalf("truncated applied config: %v", err)
+	}
+	if _, err := s.LoadApplied("b"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("absent slot: %v", err)
+	}
+	for _, bad := range []string{"", "active", "../x", "a.b"} {
+		if _, err := s.LoadApplied(bad); err == nil {
+			t.Errorf("slot %q accepted", bad)
+		}
+	}
+}
+
+func TestActivePointingAtRemovedSlot(t *testing.T) {
+	s, _, cfg := newStore(t)
+	if err := s.SaveApplied(&Applied{Slot: "a", Mode: "nspawn", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetActive("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveApplied("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ActiveApplied(); err == nil || !strings.Contains(err.Error(), "active slot a has no applied configuration") {
+		t.Fatalf("got %v", err)
+	}
+}
