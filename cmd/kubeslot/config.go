@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/kubeslot/kubeslot/lib/cli"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+)
+
+type configCmd struct {
+	Example configExampleCmd `cmd:"" help:"Print a commented example configuration."`
+	Check   configCheckCmd   `cmd:"" help:"Validate a configuration file; errors name the key, line and value."`
+}
+
+type configExampleCmd struct{}
+
+func (configExampleCmd) Run(e *env) error {
+	_, err := e.io.Stdout.Write(config.Example())
+	return err
+}
+
+type configCheckCmd struct {
+	File string `arg:"" help:"Configuration file, or - for standard input."`
+}
+
+func (c configCheckCmd) Run(e *env) error {
+	var (
+		cfg *config.Config
+		err error
+	)
+	if c.File == "-" {
+		data, rerr := io.ReadAll(e.io.Stdin)
+		if rerr != nil {
+			return fmt.Errorf("read standard input: %w", rerr)
+		}
+		cfg, err = config.Parse("<stdin>", data)
+	} else {
+		cfg, err = config.Load(c.File)
+	}
+	if err != nil {
+		// The errors are for the person who ran the command: print them
+		// plainly, one per line, instead of as a log record.
+		fmt.Fprintln(e.io.Stderr, err)
+		return cli.ErrReported
+	}
+	fmt.Fprintf(e.io.Stdout, "%s: ok\n  %s\n  fingerprint %s\n", c.File, cfg.Summary(), cfg.Fingerprint())
+	return nil
+}

@@ -1,0 +1,42 @@
+// Command kubeslot is the CLI for people: it prints and checks
+// configurations and shows what a host's installation looks like. It changes
+// nothing on the host; the stage binaries do that.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/kubeslot/kubeslot/lib/cli"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+)
+
+const name = "kubeslot"
+
+type flags struct {
+	cli.Globals
+	Config configCmd `cmd:"" help:"Print or check a bootstrap configuration."`
+	Status statusCmd `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
+}
+
+// env is what every command's Run receives from kong.
+type env struct {
+	globals *cli.Globals
+	io      cli.IO
+}
+
+func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
+
+func run(args []string, stdio cli.IO) int {
+	var f flags
+	ctx, code, done := cli.Parse(name, "kubeslot manages Kubernetes worker nodes in A/B nspawn slots.", &f, args, stdio)
+	if done {
+		return code
+	}
+	log, err := f.Logger(stdio.Stderr, name)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
+		return exitcode.Usage
+	}
+	return cli.Exit(log, ctx.Run(&env{globals: &f.Globals, io: stdio}))
+}

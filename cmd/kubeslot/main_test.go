@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+func TestCommonFlags(t *testing.T) { clitest.CommonFlags(t, name, run) }
+
+func TestConfigExampleChecks(t *testing.T) {
+	code, example, _ := clitest.Call(run, "", "config", "example")
+	if code != exitcode.OK || !strings.Contains(example, "[machine]") {
+		t.Fatalf("config example: exit %d, output %q", code, example)
+	}
+	f := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(f, []byte(example), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := clitest.Call(run, "", "config", "check", f)
+	if code != exitcode.OK || !strings.Contains(out, "ok") || !strings.Contains(out, "fingerprint") {
+		t.Fatalf("check example: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// the same through standard input
+	if code, out, _ := clitest.Call(run, example, "config", "check", "-"); code != exitcode.OK || !strings.Contains(out, "ok") {
+		t.Fatalf("check -: exit %d, %q", code, out)
+	}
+}
+
+func TestConfigCheckBrokenFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "broken.toml")
+	broken := strings.Replace(string(config.Example()), `name = "worker-1"`, "name = \"worker-1\"\nflavour = \"x\"", 1)
+	broken = strings.Replace(broken, `version = "1.37.2"`, `version = "latest"`, 1)
+	if err := os.WriteFile(f, []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := clitest.Call(run, "", "config", "check", f)
+	if code != exitcode.Failure {
+		t.Fatalf("exit %d, want %d; stdout %q", code, exitcode.Failure, out)
+	}
+	for _, want := range []string{f + ":", "machine.flavour", "kubernetes.version", `"latest"`} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr does not contain %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "0123456789abcdef") {
+		t.Errorf("stderr leaks the bootstrap token:\n%s", errs)
+	}
+}
+
+func TestStatusEmptyRoot(t *testing.T) {
+	prefix := t.TempDir()
+	code, out, errs := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	if code != exitcode.OK || !strings.Contains(out, "No kubeslot installation") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, _ = clitest.Call(run, "", "--root-prefix", prefix, "status", "-o", "json")
+	var st status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != exitcode.OK || st.Installed {
+		t.Fatalf("json: exit %d, %v, %q", code, err, out)
+	}
+}
+
+// installed lays down what a completed bootstrap leaves: record, applied
+// configuration for slot a, the active pointer, and a pending request.
+func installed(t *testing.T) (prefix string, root *hostroot.Root) {
+	t.Helper()
+	prefix = t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("example.toml", config.Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ownership.New(cfg.Machine.Name, cfg.Fingerprint(), "v0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Checkpoint = ownership.CheckpointComplete
+	if err := ownership.Save(root, rec); err != nil {
+		t.Fatal(err)
+	}
+	store := state.NewStore(root)
+	a := &state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: "v0.1.0", AppliedAt: time.Now(), Config: cfg}
+	if err := store.SaveApplied(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetActive("a"); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := root.Path(hostroot.RequestsDir, "repave.json")
+	if err := os.WriteFile(req, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return prefix, root
+}
+
+func TestStatusInstalled(t *testing.T) {
+	prefix, _ := installed(t)
+	code, out, errs := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"worker-1", "complete", "Active slot:", "a (nspawn mode", "repave.json"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = clitest.Call(run, "", "--root-prefix", prefix, "status", "-o", "json")
+	var st status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != exitcode.OK {
+		t.Fatalf("json: exit %d, %v", code, err)
+	}
+	if !st.Installed || st.ActiveSlot != "a" || st.Ownership.Checkpoint != "complete" || len(st.Requests) != 1 {
+		t.Errorf("json status: %+v", st)
+	}
+	if strings.Contains(out, "0123456789abcdef") {
+		t.Errorf("status leaks the bootstrap token:\n%s", out)
+	}
+}
+
+func TestStatusDamagedApplied(t *testing.T) {
+	prefix, root := installed(t)
+	p, _ := root.Path(hostroot.AppliedDir, "a.json")
+	if err := os.Truncate(p, 10); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	if code != exitcode.Failure {
+		t.Fatalf("exit %d, want %d", code, exitcode.Failure)
+	}
+	if !strings.Contains(out, "PROBLEM: "+p) || !strings.Contains(out, "checksum mismatch") {
+		t.Errorf("status does not report the damaged file:\n%s", out)
+	}
+	if !strings.Contains(out, "worker-1") {
+		t.Errorf("status should still show the ownership record:\n%s", out)
+	}
+}

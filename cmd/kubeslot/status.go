@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/cli"
+
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+type statusCmd struct {
+	Output string `short:"o" help:"Output format: text or json." enum:"text,json" default:"text"`
+}
+
+// status is what `kubeslot status -o json` prints; scripts rely on its
+// field names. It never holds a secret: the applied configuration appears
+// only as its summary and fingerprint.
+type status struct {
+	Installed     bool            `json:"installed"`
+	HostRoot      string          `json:"hostRoot"`
+	LayoutVersion int             `json:"layoutVersion,omitempty"`
+	Ownership     *ownershipView  `json:"ownership,omitempty"`
+	ActiveSlot    string          `json:"activeSlot,omitempty"`
+	Applied       *appliedSummary `json:"applied,omitempty"`
+	Requests      []string        `json:"requests"`
+	Problems      []string        `json:"problems"`
+}
+
+type ownershipView struct {
+	InstallID    string    `json:"installID"`
+	Machine      string    `json:"machine"`
+	Checkpoint   string    `json:"checkpoint"`
+	Fingerprint  string    `json:"fingerprint"`
+	AgentVersion string    `json:"agentVersion"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+	HostChanges  int       `json:"hostChanges"`
+}
+
+type appliedSummary struct {
+	Slot         string    `json:"slot"`
+	Mode         string    `json:"mode"`
+	Summary      string    `json:"summary"`
+	Fingerprint  string    `json:"fingerprint"`
+	AgentVersion string    `json:"agentVersion"`
+	AppliedAt    time.Time `json:"appliedAt"`
+}
+
+func (c statusCmd) Run(e *env) error {
+	root, err := e.globals.Root()
+	if err != nil {
+		return err
+	}
+	st := collect(root)
+	if c.Output == "json" {
+		enc := json.NewEncoder(e.io.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			return err
+		}
+	} else {
+		printStatus(e.io.Stdout, st)
+	}
+	if len(st.Problems) > 0 {
+		return cli.ErrReported
+	}
+	return nil
+}
+
+// collect reads everything status shows. A damaged file is a problem to
+// show, not a reason to show nothing.
+func collect(root *hostroot.Root) *status {
+	st := &status{HostRoot: root.Base(), Requests: []string{}, Problems: []string{}}
+	problem := func(err error) { st.Problems = append(st.Problems, err.Error()) }
+
+	if v, found, err := root.ReadLayoutVersion(); err != nil {
+		problem(err)
+	} else if found {
+		st.LayoutVersion = v
+	}
+	rec, err := ownership.Load(root)
+	switch {
+	case err != nil:
+		problem(err)
+	case rec != nil:
+		st.Installed = true
+		st.Ownership = &ownershipView{
+			InstallID: rec.InstallID, Machine: rec.Machine, Checkpoint: string(rec.Checkpoint),
+			Fingerprint: rec.Fingerprint, AgentVersion: rec.AgentVersion, UpdatedAt: rec.UpdatedAt,
+			HostChanges: len(rec.Journal),
+		}
+	}
+	store := state.NewStore(root)
+	if a, err := store.ActiveApplied(); err != nil {
+		problem(err)
+	} else if a != nil {
+		st.ActiveSlot = a.Slot
+		st.Applied = &appliedSummary{
+			Slot: a.Slot, Mode: a.Mode, Summary: a.Config.Summary(), Fingerprint: a.Fingerprint,
+			AgentVersion: a.AgentVersion, AppliedAt: a.AppliedAt,
+		}
+	}
+	if dir, err := root.Path(hostroot.RequestsDir); err != nil {
+		problem(err)
+	} else if ents, err := os.ReadDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		problem(err)
+	} else {
+		for _, ent := range ents {
+			if !strings.HasPrefix(ent.Name(), ".") { // skip atomicfile temporaries
+				st.Requests = append(st.Requests, ent.Name())
+			}
+		}
+		sort.Strings(st.Requests)
+	}
+	return st
+}
+
+func printStatus(w io.Writer, st *status) {
+	if !st.Installed && st.ActiveSlot == "" && len(st.Problems) == 0 {
+		fmt.Fprintf(w, "No kubeslot installation on this host (%s has no ownership record).\n", st.HostRoot)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("Host root:", st.HostRoot)
+	if o := st.Ownership; o != nil {
+		row("Machine:", o.Machine)
+		row("Install ID:", o.InstallID)
+		row("Checkpoint:", o.Checkpoint)
+		row("Agent version:", o.AgentVersion)
+		row("Host changes:", fmt.Sprintf("%d recorded (undone by reset)", o.HostChanges))
+		row("Updated:", o.UpdatedAt.Format(time.RFC3339))
+	} else {
+		row("Ownership:", "none")
+	}
+	if a := st.Applied; a != nil {
+		row("Active slot:", fmt.Sprintf("%s (%s mode, applied %s)", a.Slot, a.Mode, a.AppliedAt.Format(time.RFC3339)))
+		row("Applied:", a.Summary)
+		row("Fingerprint:", a.Fingerprint)
+	} else {
+		row("Active slot:", "none committed yet")
+	}
+	if len(st.Requests) == 0 {
+		row("Pending requests:", "none")
+	} else {
+		row("Pending requests:", strings.Join(st.Requests, ", "))
+	}
+	tw.Flush()
+	for _, p := range st.Problems {
+		fmt.Fprintf(w, "PROBLEM: %s\n", p)
+	}
+}

@@ -1,0 +1,131 @@
+// Package cli holds what every kubeslot binary shares on its command line:
+// the common flags (--version, --log-format, --log-level, --root-prefix,
+// --host-root), flag parsing with kong, and the mapping of a returned error to
+// an exit code. Imported by cmd/ main packages only.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/logging"
+)
+
+// Globals are embedded in every binary's flag struct.
+type Globals struct {
+	Version    kong.VersionFlag `help:"Print the version and exit."`
+	LogFormat  string           `help:"Log format on stderr: text or json (under systemd, logs go to the journal with structured fields)." enum:"text,json" default:"text"`
+	LogLevel   string           `help:"Lowest level logged: debug, info, warn or error." enum:"debug,info,warn,error" default:"info"`
+	RootPrefix string           `help:"Directory that stands for the host's / (tests and sandboxes)." env:"KUBESLOT_ROOT_PREFIX" default:"/" placeholder:"DIR"`
+	HostRoot   string           `help:"kubeslot's own directory on the host." env:"KUBESLOT_HOST_ROOT" default:"/opt/kubeslot" placeholder:"DIR"`
+}
+
+// Root builds the host-root resolver from the flags.
+func (g *Globals) Root() (*hostroot.Root, error) {
+	return hostroot.New(g.RootPrefix, g.HostRoot)
+}
+
+// Logger builds the process logger for stage.
+func (g *Globals) Logger(stderr io.Writer, stage string) (*slog.Logger, error) {
+	return logging.New(stderr, logging.Options{
+		Format:  g.LogFormat,
+		Level:   g.LogLevel,
+		Journal: logging.UnderJournal(),
+		Stage:   stage,
+	})
+}
+
+// IO is where a binary reads and writes; tests substitute buffers.
+type IO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// StdIO is the process's own standard streams.
+func StdIO() IO { return IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr} }
+
+// Parse parses args into flags (a pointer to a struct embedding Globals).
+// It returns the kong context, or an exit code when the process should end
+// now: 0 after --help or --version, exitcode.Usage for bad arguments.
+func Parse(name, description string, flags any, args []string, stdio IO) (*kong.Context, int, bool) {
+	code, exited := 0, false
+	parser, err := kong.New(flags,
+		kong.Name(name),
+		kong.Description(description),
+		kong.UsageOnError(),
+		kong.Vars{"version": name + " " + buildinfo.Version},
+		kong.Writers(stdio.Stdout, stdio.Stderr),
+		kong.Exit(func(c int) { code, exited = c, true; panic(exitSignal{}) }),
+	)
+	if err != nil {
+		// A broken flag struct is a programming error, caught by tests.
+		panic(err)
+	}
+	var ctx *kong.Context
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(exitSignal); !ok {
+					panic(r)
+				}
+			}
+		}()
+		ctx, err = parser.Parse(args)
+	}()
+	if exited {
+		return nil, code, true
+	}
+	if err != nil {
+		var pe *kong.ParseError
+		if errors.As(err, &pe) {
+			_ = pe.Context.PrintUsage(true)
+		}
+		fmt.Fprintf(stdio.Stderr, "%s: error: %v\n", name, err)
+		return nil, exitcode.Usage, true
+	}
+	return ctx, 0, false
+}
+
+// exitSignal unwinds kong's --help/--version handling without os.Exit, so
+// Parse stays testable.
+type exitSignal struct{}
+
+// Exit reports err (if any) and returns the exit code for it. A deferral is
+// logged at info level: it is not a failure.
+func Exit(log *slog.Logger, err error) int {
+	code := exitcode.Of(err)
+	switch {
+	case err == nil, errors.Is(err, ErrReported):
+	case code == exitcode.Deferred:
+		log.Info("deferred", "reason", err.Error())
+	default:
+		log.Error("failed", "err", err.Error())
+	}
+	return code
+}
+
+// ErrReported means the command already told the person what went wrong
+// (on stdout or stderr, in its own words); Exit only sets the exit code.
+var ErrReported = errors.New("already reported")
+
+// ErrNotImplemented is returned by stages whose logic has not been built
+// yet, so that nothing reports success it did not earn.
+var ErrNotImplemented = errors.New("not implemented yet")
+
+// RunStub is the whole body of a stage that has no logic yet: it parses
+// the flags (so --help and --version work), then says so and exits 2, never 0.
+func RunStub(name, description string, flags any, args []string, stdio IO) int {
+	if _, code, done := Parse(name, description, flags, args, stdio); done {
+		return code
+	}
+	fmt.Fprintf(stdio.Stderr, "%s: %v: this stage arrives with a later release; nothing was changed\n", name, ErrNotImplemented)
+	return exitcode.Usage
+}

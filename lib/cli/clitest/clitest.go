@@ -1,0 +1,51 @@
+// Package clitest checks the behaviour every kubeslot binary shares on its
+// command line. Imported by tests of cmd/ packages only.
+package clitest
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/cli"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+)
+
+// Run is a binary's testable entry point.
+type Run func(args []string, stdio cli.IO) int
+
+// Call runs a binary's entry point with buffers and returns its exit code,
+// stdout and stderr.
+func Call(run Run, stdin string, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, cli.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+// CommonFlags checks --help and --version (exit 0, output naming the
+// binary) and that a bad --log-format is a usage error (exit 2).
+func CommonFlags(t *testing.T, name string, run Run) {
+	t.Helper()
+	for _, arg := range []string{"--help", "--version"} {
+		code, out, errs := Call(run, "", arg)
+		if code != exitcode.OK {
+			t.Errorf("%s %s: exit %d, stderr %q", name, arg, code, errs)
+		}
+		if !strings.Contains(out, name) {
+			t.Errorf("%s %s: output %q does not name the binary", name, arg, out)
+		}
+	}
+	if code, _, _ := Call(run, "", "--log-format", "xml"); code != exitcode.Usage {
+		t.Errorf("%s --log-format xml: exit %d, want %d", name, code, exitcode.Usage)
+	}
+}
+
+// NotImplemented checks that a stage without logic refuses to look
+// successful: exit 2 and a message saying so.
+func NotImplemented(t *testing.T, name string, run Run) {
+	t.Helper()
+	code, _, errs := Call(run, "")
+	if code != exitcode.Usage || !strings.Contains(errs, "not implemented yet") {
+		t.Errorf("%s: exit %d, stderr %q; want exit %d and \"not implemented yet\"", name, code, errs, exitcode.Usage)
+	}
+}
