@@ -15,6 +15,7 @@ var kubeslotBins = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	binsDir = dir
 	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 	cmd.Dir = moduleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -30,6 +31,16 @@ type buildError struct {
 }
 
 func (e *buildError) Error() string { return "go build ./cmd/...: " + e.err.Error() + "\n" + e.out }
+
+// binsDir is where kubeslotBins built, once it ran.
+var binsDir string
+
+// removeBins deletes the built binaries, if any were built (TestMain).
+func removeBins() {
+	if binsDir != "" {
+		os.RemoveAll(binsDir)
+	}
+}
 
 // needBins returns the directory of freshly built kubeslot binaries.
 func needBins(t *testing.T) string {
