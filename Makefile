@@ -52,7 +52,7 @@ test-unit:
 # Whole-system tests on the rig: isolated systemd hosts, a real control plane,
 # real nspawn node machines.
 test-integration:
-	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) $(GO) test -race -count=1 -timeout 40m $$($(GO) list ./... | grep /integration)
+	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) $(GO) test -race -count=1 -p 1 -timeout 40m $$($(GO) list ./... | grep /integration)
 
 demo:
 	@echo "make demo: the whole life cycle arrives with the bootstrap, repaver, upgrader and resetter stages (issues 5-10)." >&2

@@ -15,8 +15,9 @@ const name = "kubeslot"
 
 type flags struct {
 	cli.Globals
-	Config configCmd `cmd:"" help:"Print or check a bootstrap configuration."`
-	Status statusCmd `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
+	Config   configCmd   `cmd:"" help:"Print or check a bootstrap configuration."`
+	Status   statusCmd   `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
+	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
 }
 
 // env is what every command's Run receives from kong.
