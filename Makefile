@@ -15,13 +15,19 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build deps kube-bins node-rootfs test test-unit test-integration fmt-check vet demo clean
+.PHONY: all build generate deps kube-bins node-rootfs test test-unit test-integration fmt-check vet demo clean
 
 all: build
 
 build:
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+# Regenerate lib/api/v1alpha1's deep copies and CRDs with the pinned
+# controller-gen (fetched through the Go module proxy). A test fails when the
+# committed files are stale.
+generate:
+	$(GO) generate ./lib/api/...
 
 # Everything the tests and the demo need on this machine, cached across runs:
 # Debian packages, the Kubernetes and etcd binaries (built from source through

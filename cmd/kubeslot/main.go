@@ -17,6 +17,7 @@ type flags struct {
 	cli.Globals
 	Config   configCmd   `cmd:"" help:"Print or check a bootstrap configuration."`
 	Status   statusCmd   `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
+	Cluster  clusterCmd  `cmd:"" help:"Install kubeslot's cluster API (CRDs, agent RBAC, admission policies) into a cluster, or remove it."`
 	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
 }
 

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubeslot/kubeslot/lib/clusterinstall"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+)
+
+type clusterCmd struct {
+	Install   clusterInstallCmd   `cmd:"" help:"Install or update kubeslot's CRDs, agent RBAC and admission policies (server-side apply; safe to repeat)."`
+	Uninstall clusterUninstallCmd `cmd:"" help:"Remove what 'cluster install' installed."`
+}
+
+// clusterFlags are the connection flags of the cluster commands.
+type clusterFlags struct {
+	Kubeconfig string        `help:"Kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)." placeholder:"FILE" type:"path"`
+	Context    string        `help:"Kubeconfig context to use (default: its current context)." placeholder:"NAME"`
+	Timeout    time.Duration `help:"Give up after this long." default:"3m"`
+}
+
+// restConfig loads the client configuration the way kubectl does: an
+// explicit --kubeconfig, else the files listed in $KUBECONFIG, else
+// ~/.kube/config.
+func (f *clusterFlags) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: f.Context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, exitcode.UsageError(fmt.Errorf("kubeconfig: %w", err))
+	}
+	cfg.UserAgent = name
+	return cfg, nil
+}
+
+func (f *clusterFlags) context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), f.Timeout)
+}
+
+type clusterInstallCmd struct {
+	clusterFlags
+}
+
+func (c *clusterInstallCmd) Run(e *env) error {
+	cfg, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	log, err := e.globals.Logger(e.io.Stderr, name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	rep, err := clusterinstall.Install(ctx, cfg, log)
+	// Print what was done even when a later step failed: the person needs
+	// to know what is in the cluster now.
+	if perr := rep.Print(e.io.Stdout); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Changed() {
+		fmt.Fprintln(e.io.Stdout, "Nothing changed: the cluster API was already installed.")
+	}
+	return nil
+}
+
+type clusterUninstallCmd struct {
+	clusterFlags
+	DeleteObjects bool `help:"Also delete every Machine and MachineOperation (deleting the CRDs deletes them); without it, uninstall refuses while any exist."`
+}
+
+func (c *clusterUninstallCmd) Run(e *env) error {
+	cfg, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	log, err := e.globals.Logger(e.io.Stderr, name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	rep, err := clusterinstall.Uninstall(ctx, cfg, log, clusterinstall.UninstallOptions{DeleteObjects: c.DeleteObjects})
+	if perr := rep.Print(e.io.Stdout); perr != nil && err == nil {
+		err = perr
+	}
+	return err
+}

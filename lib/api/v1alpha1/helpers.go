@@ -1,0 +1,164 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// The agent identity is the node's own: the kubelet client certificate the
+// host keeps in its root. The access-control manifests rely on exactly this
+// form, so it lives here and not in each caller.
+const (
+	// NodeUserPrefix starts the user name of a node identity.
+	NodeUserPrefix = "system:node:"
+	// NodesGroup is the group every node identity belongs to.
+	NodesGroup = "system:nodes"
+)
+
+// AgentUsername is the user name the agent of the node nodeName
+// authenticates as.
+func AgentUsername(nodeName string) string { return NodeUserPrefix + nodeName }
+
+// AsLabelSelector converts s to the apimachinery form.
+func (s *MachineSelector) AsLabelSelector() *metav1.LabelSelector {
+	if s == nil {
+		return nil
+	}
+	out := &metav1.LabelSelector{}
+	if len(s.MatchLabels) > 0 {
+		out.MatchLabels = make(map[string]string, len(s.MatchLabels))
+		for k, v := range s.MatchLabels {
+			out.MatchLabels[k] = v
+		}
+	}
+	for _, r := range s.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: r.Key, Operator: metav1.LabelSelectorOperator(r.Operator), Values: slices.Clone(r.Values),
+		})
+	}
+	return out
+}
+
+// Selector returns s as a labels.Selector. An empty or nil selector selects
+// nothing here (the schema refuses it anyway): an operation must never reach
+// every Machine by accident.
+func (s *MachineSelector) Selector() (labels.Selector, error) {
+	if s == nil || (len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0) {
+		return labels.Nothing(), nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s.AsLabelSelector())
+	if err != nil {
+		return nil, fmt.Errorf("machineSelector: %w", err)
+	}
+	return sel, nil
+}
+
+// Targets reports whether op is meant for m: its machineRef names m, or its
+// machineSelector matches m's labels. A selector that does not parse
+// targets nothing, and the error says why.
+func (op *MachineOperation) Targets(m *Machine) (bool, error) {
+	switch {
+	case op.Spec.MachineRef != nil:
+		return op.Spec.MachineRef.Name == m.Name, nil
+	case op.Spec.MachineSelector != nil:
+		sel, err := op.Spec.MachineSelector.Selector()
+		if err != nil {
+			return false, fmt.Errorf("MachineOperation %s: %w", op.Name, err)
+		}
+		return sel.Matches(labels.Set(m.Labels)), nil
+	}
+	return false, nil
+}
+
+// Target returns the entry of status.machines for the Machine name on node
+// nodeName, or nil.
+func (s *MachineOperationStatus) Target(name, nodeName string) *MachineOperationTarget {
+	for i := range s.Machines {
+		if s.Machines[i].Name == name && s.Machines[i].NodeName == nodeName {
+			return &s.Machines[i]
+		}
+	}
+	return nil
+}
+
+// SetMachineResult records one Machine's progress in op's status (the entry
+// with e's name and node name is replaced or added) and recomputes the
+// summary fields from all entries. It is what an agent calls before it
+// writes the status: the access-control policy lets it change only its own
+// entries and the summary.
+func SetMachineResult(op *MachineOperation, e MachineOperationTarget) {
+	e.Message = truncate(e.Message, 4096) // the schema's limit
+	if cur := op.Status.Target(e.Name, e.NodeName); cur != nil {
+		*cur = e
+	} else {
+		op.Status.Machines = append(op.Status.Machines, e)
+		slices.SortFunc(op.Status.Machines, func(a, b MachineOperationTarget) int {
+			if c := strings.Compare(a.Name, b.Name); c != 0 {
+				return c
+			}
+			return strings.Compare(a.NodeName, b.NodeName)
+		})
+	}
+	summarize(op, e)
+}
+
+// summarize derives the summary from the entries; last is the entry just
+// written, whose message and generation the summary shows.
+func summarize(op *MachineOperation, last MachineOperationTarget) {
+	s := &op.Status
+	counts := map[OperationPhase]int{}
+	var start, end *metav1.Time
+	for i := range s.Machines {
+		m := &s.Machines[i]
+		counts[m.Phase]++
+		if m.StartTime != nil && (start == nil || m.StartTime.Before(start)) {
+			start = m.StartTime.DeepCopy()
+		}
+		if m.CompletionTime != nil && (end == nil || end.Before(m.CompletionTime)) {
+			end = m.CompletionTime.DeepCopy()
+		}
+	}
+	n := len(s.Machines)
+	switch {
+	case counts[OperationFailed] > 0:
+		s.Phase = OperationFailed
+	case n > 0 && counts[OperationSucceeded] == n:
+		s.Phase = OperationSucceeded
+	case counts[OperationInProgress] > 0 || counts[OperationSucceeded] > 0:
+		s.Phase = OperationInProgress
+	default:
+		s.Phase = OperationPending
+	}
+	s.StartTime = start
+	if s.Phase.Finished() {
+		s.CompletionTime = end
+	} else {
+		s.CompletionTime = nil
+	}
+	if n == 1 {
+		s.Message = truncate(last.Message, 4096)
+	} else {
+		s.Message = fmt.Sprintf("%d machines: %d succeeded, %d failed, %d in progress, %d pending; last %s: %s",
+			n, counts[OperationSucceeded], counts[OperationFailed], counts[OperationInProgress], counts[OperationPending],
+			last.Name, last.Message)
+		s.Message = truncate(s.Message, 4096)
+	}
+	s.ObservedMachineGeneration = last.ObservedMachineGeneration
+}
+
+// truncate shortens s to at most n bytes without splitting a character.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,97 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestTargets(t *testing.T) {
+	m := &Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{"pool": "gpu", "zone": "a"}}}
+	sel := func(s MachineSelector) *MachineOperation {
+		return &MachineOperation{Spec: MachineOperationSpec{MachineSelector: &s}}
+	}
+	cases := []struct {
+		name string
+		op   *MachineOperation
+		want bool
+	}{
+		{"ref to it", &MachineOperation{Spec: MachineOperationSpec{MachineRef: &MachineReference{Name: "m1"}}}, true},
+		{"ref to another", &MachineOperation{Spec: MachineOperationSpec{MachineRef: &MachineReference{Name: "m2"}}}, false},
+		{"no target", &MachineOperation{}, false},
+		{"matching labels", sel(MachineSelector{MatchLabels: map[string]string{"pool": "gpu"}}), true},
+		{"other labels", sel(MachineSelector{MatchLabels: map[string]string{"pool": "cpu"}}), false},
+		{"empty selector selects nothing", sel(MachineSelector{}), false},
+		{"In", sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "zone", Operator: SelectorIn, Values: []string{"a", "b"}}}}), true},
+		{"NotIn", sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "zone", Operator: SelectorNotIn, Values: []string{"a"}}}}), false},
+		{"NotIn absent key", sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "rack", Operator: SelectorNotIn, Values: []string{"a"}}}}), true},
+		{"Exists", sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "pool", Operator: SelectorExists}}}), true},
+		{"DoesNotExist", sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "pool", Operator: SelectorDoesNotExist}}}), false},
+		{"labels and expressions", sel(MachineSelector{MatchLabels: map[string]string{"pool": "gpu"},
+			MatchExpressions: []SelectorRequirement{{Key: "zone", Operator: SelectorIn, Values: []string{"b"}}}}), false},
+	}
+	for _, tc := range cases {
+		got, err := tc.op.Targets(m)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Targets = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	bad := sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "zone", Operator: "Near", Values: []string{"a"}}}})
+	if got, err := bad.Targets(m); err == nil || got {
+		t.Errorf("a selector with an unknown operator: %v, %v; want no target and an error", got, err)
+	}
+}
+
+func TestSetMachineResult(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(time.Minute))
+	op := &MachineOperation{ObjectMeta: metav1.ObjectMeta{Name: "op"}}
+
+	SetMachineResult(op, MachineOperationTarget{Name: "b", NodeName: "nb", Phase: OperationPending, ObservedMachineGeneration: 3})
+	if op.Status.Phase != OperationPending || op.Status.StartTime != nil || op.Status.ObservedMachineGeneration != 3 {
+		t.Errorf("one pending entry: %+v", op.Status)
+	}
+	SetMachineResult(op, MachineOperationTarget{Name: "b", NodeName: "nb", Phase: OperationInProgress, Message: "draining", StartTime: &t1})
+	if len(op.Status.Machines) != 1 || op.Status.Phase != OperationInProgress || op.Status.Message != "draining" || !op.Status.StartTime.Equal(&t1) {
+		t.Errorf("replacing the entry: %+v", op.Status)
+	}
+	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded, StartTime: &t0, CompletionTime: &t1, Message: "done"})
+	if got := op.Status.Machines; len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
+		t.Errorf("entries not kept in name order: %+v", got)
+	}
+	if op.Status.Phase != OperationInProgress || !op.Status.StartTime.Equal(&t0) || op.Status.CompletionTime != nil ||
+		!strings.Contains(op.Status.Message, "2 machines: 1 succeeded, 0 failed, 1 in progress") {
+		t.Errorf("one done, one running: %+v", op.Status)
+	}
+	// the same machine name under another node is a separate entry
+	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "other", Phase: OperationFailed, Message: "boom", CompletionTime: &t1})
+	if len(op.Status.Machines) != 3 || op.Status.Phase != OperationFailed || !op.Status.CompletionTime.Equal(&t1) {
+		t.Errorf("a failed entry: %+v", op.Status)
+	}
+	if e := op.Status.Target("a", "na"); e == nil || e.Phase != OperationSucceeded {
+		t.Errorf("Target(a, na) = %+v", e)
+	}
+
+	single := &MachineOperation{}
+	SetMachineResult(single, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded, Message: "restarted", CompletionTime: &t1})
+	if single.Status.Phase != OperationSucceeded || single.Status.Message != "restarted" || !single.Status.CompletionTime.Equal(&t1) {
+		t.Errorf("single target succeeded: %+v", single.Status)
+	}
+	long := &MachineOperation{}
+	for _, n := range []string{"a", "b"} {
+		SetMachineResult(long, MachineOperationTarget{Name: n, NodeName: n, Phase: OperationPending, Message: strings.Repeat("é", 3000)})
+	}
+	if len(long.Status.Message) > 4096 || !utf8Valid(long.Status.Message) {
+		t.Errorf("summary message of %d bytes (valid UTF-8: %v), want at most 4096", len(long.Status.Message), utf8Valid(long.Status.Message))
+	}
+}
+
+func TestAgentUsername(t *testing.T) {
+	if got := AgentUsername("n1.example.com"); got != "system:node:n1.example.com" {
+		t.Errorf("AgentUsername = %q", got)
+	}
+}
+func utf8Valid(s string) bool { return utf8.ValidString(s) }

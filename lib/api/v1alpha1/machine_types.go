@@ -1,0 +1,302 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Machine is one host that kubeslot runs as a Kubernetes worker: what its
+// node should be (spec, written by a cluster admin) and what it is (status,
+// written by the host's agent). There is one Machine per host, named after
+// the host's machine name. An agent may create only the Machine of its own
+// node and update only that Machine's status; see the package comment.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=kubeslot
+// +kubebuilder:subresource:status
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`,description="Kubernetes node name"
+// +kubebuilder:printcolumn:name="Slot",type=string,JSONPath=`.status.activeSlot`,description="Slot whose node is committed"
+// +kubebuilder:printcolumn:name="Kubernetes",type=string,JSONPath=`.status.applied.kubernetesVersion`,description="Kubernetes version the active slot runs"
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentVersion`,description="kubeslot agent version"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.node.kubernetesVersion`,priority=1,description="Kubernetes version the spec asks for"
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`,priority=1
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be the host's machine name: a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+type Machine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state of the host's node.
+	// +required
+	Spec MachineSpec `json:"spec"`
+	// Status is what the host's agent last reported.
+	// +optional
+	Status MachineStatus `json:"status,omitempty"`
+}
+
+// MachineList is a list of Machines.
+//
+// +kubebuilder:object:root=true
+type MachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Machine `json:"items"`
+}
+
+// MachineSpec is the desired state of a host's node.
+type MachineSpec struct {
+	// NodeName is the name of the Kubernetes Node the host runs. The host's
+	// agent authenticates as "system:node:<nodeName>", which is how the
+	// cluster tells it owns this Machine; it cannot change after creation
+	// (a different node is a different Machine).
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="must be a DNS-1123 subdomain: dot-separated labels of lowercase letters, digits and '-', at most 253 characters"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable: a different node is a different Machine; delete this Machine and create a new one"
+	NodeName string `json:"nodeName"`
+
+	// Node is the desired configuration of the node. When it differs from
+	// what the active slot runs, the agent repaves the host onto the other
+	// slot, when UpdatePolicy allows.
+	//
+	// +required
+	Node NodeConfig `json:"node"`
+
+	// Paused stops the agent from acting on spec changes and operations;
+	// it keeps reporting status. Use it to hold a host during maintenance.
+	//
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// UpdatePolicy says when a changed Node configuration is applied.
+	//
+	// +optional
+	// +kubebuilder:default=OnNodeDelete
+	UpdatePolicy UpdatePolicy `json:"updatePolicy,omitempty"`
+}
+
+// UpdatePolicy says when an agent repaves its host onto a changed node
+// configuration.
+//
+// +kubebuilder:validation:Enum=OnNodeDelete;Immediate
+type UpdatePolicy string
+
+const (
+	// UpdateOnNodeDelete repaves only after an operator cordoned and
+	// drained the node and deleted its Node object, so workloads move on
+	// the operator's schedule. Until then the Machine has the condition
+	// RepavePending.
+	UpdateOnNodeDelete UpdatePolicy = "OnNodeDelete"
+	// UpdateImmediate repaves as soon as the spec changes.
+	UpdateImmediate UpdatePolicy = "Immediate"
+)
+
+// NodeConfig is the configuration of a host's node: the cluster-side
+// counterpart of the [kubernetes], [rootfs] and [artifacts] sections of the
+// bootstrap configuration.
+type NodeConfig struct {
+	// KubernetesVersion is the kubelet's release, MAJOR.MINOR.PATCH without
+	// a leading "v", e.g. "1.37.2".
+	//
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|[1-9][0-9]*)[.](0|[1-9][0-9]*)[.](0|[1-9][0-9]*)$')",message="must be a Kubernetes release MAJOR.MINOR.PATCH without a leading v, e.g. 1.37.2"
+	KubernetesVersion string `json:"kubernetesVersion"`
+
+	// RootFS is the node root filesystem image installed into a slot.
+	//
+	// +required
+	RootFS RootFS `json:"rootfs"`
+
+	// Artifacts override binaries installed on top of the root filesystem.
+	// An absent entry means: what the host's bootstrap configuration says,
+	// or what the root filesystem already has.
+	//
+	// +optional
+	Artifacts *Artifacts `json:"artifacts,omitempty"`
+
+	// Labels are the node's labels, registered by the kubelet. Keys are
+	// [prefix/]name; note that the NodeRestriction admission plugin lets a
+	// kubelet set only some labels under kubernetes.io and k8s.io.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="keys must be [prefix/]name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+	Labels map[string]LabelValue `json:"labels,omitempty"`
+
+	// Taints are the node's taints, registered by the kubelet.
+	//
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Taints []Taint `json:"taints,omitempty"`
+}
+
+// LabelValue is the value of a node label. (A type of its own so that the
+// schema can bound its length, which its CEL rule needs.)
+//
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",message="must be empty or at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+type LabelValue string
+
+// RootFS is a root filesystem image to download and verify.
+type RootFS struct {
+	// Source is where to download the image from.
+	// +required
+	Source URL `json:"source"`
+	// SHA256 is the image's sha256 digest; a download that does not match
+	// is refused.
+	// +required
+	SHA256 SHA256 `json:"sha256"`
+}
+
+// Artifact is one binary or archive to download and verify.
+type Artifact struct {
+	// URL is where to download the artifact from.
+	// +required
+	URL URL `json:"url"`
+	// SHA256 is the artifact's sha256 digest; a download that does not
+	// match is refused.
+	// +required
+	SHA256 SHA256 `json:"sha256"`
+}
+
+// Artifacts are the binaries a Machine may override.
+type Artifacts struct {
+	// Kubelet is the kubelet binary.
+	// +optional
+	Kubelet *Artifact `json:"kubelet,omitempty"`
+	// Containerd is the containerd release archive.
+	// +optional
+	Containerd *Artifact `json:"containerd,omitempty"`
+	// Runc is the runc binary.
+	// +optional
+	Runc *Artifact `json:"runc,omitempty"`
+	// CNIPlugins is the CNI plugins release archive.
+	// +optional
+	CNIPlugins *Artifact `json:"cniPlugins,omitempty"`
+}
+
+// MachineStatus is what a host's agent last reported.
+type MachineStatus struct {
+	// ObservedGeneration is the metadata.generation of the spec the agent
+	// last acted on. While it is below metadata.generation, the agent has
+	// not seen the latest spec yet.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is a one-word summary of the host; Conditions say why.
+	// +optional
+	Phase MachinePhase `json:"phase,omitempty"`
+
+	// ActiveSlot is the slot whose node passed verification and was
+	// committed, e.g. "a" or "b".
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	ActiveSlot string `json:"activeSlot,omitempty"`
+
+	// Applied summarises the configuration the active slot runs.
+	// +optional
+	Applied *AppliedConfig `json:"applied,omitempty"`
+
+	// AgentVersion is the release of the kubeslot agent running on the host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	AgentVersion string `json:"agentVersion,omitempty"`
+
+	// Conditions are the detailed state of the host, one per type (see the
+	// Condition* constants), with reasons and messages a person can act on.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AppliedConfig summarises a configuration a slot was provisioned with. It
+// never holds a secret.
+type AppliedConfig struct {
+	// KubernetesVersion is the kubelet release the slot runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// RootFSSHA256 is the digest of the root filesystem image in the slot.
+	// +optional
+	RootFSSHA256 SHA256 `json:"rootfsSHA256,omitempty"`
+	// Summary is a one-line description, as `kubeslot status` prints it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Summary string `json:"summary,omitempty"`
+	// Fingerprint is the sha256 of the configuration's canonical form: equal
+	// for configurations that install the same thing.
+	// +optional
+	Fingerprint SHA256 `json:"fingerprint,omitempty"`
+	// AppliedAt is when the slot was committed.
+	// +optional
+	AppliedAt *metav1.Time `json:"appliedAt,omitempty"`
+}
+
+// MachinePhase is a one-word summary of a host.
+//
+// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Repaving;Upgrading;Resetting;Degraded
+type MachinePhase string
+
+const (
+	// MachinePending: no agent has reported yet.
+	MachinePending MachinePhase = "Pending"
+	// MachineBootstrapping: the agent is installing the first slot.
+	MachineBootstrapping MachinePhase = "Bootstrapping"
+	// MachineReady: the active slot's node is Ready and matches the spec
+	// (or waits for the update policy to allow a repave).
+	MachineReady MachinePhase = "Ready"
+	// MachineRepaving: the host is moving onto the other slot.
+	MachineRepaving MachinePhase = "Repaving"
+	// MachineUpgrading: the agent is replacing itself.
+	MachineUpgrading MachinePhase = "Upgrading"
+	// MachineResetting: the agent is removing everything it installed.
+	MachineResetting MachinePhase = "Resetting"
+	// MachineDegraded: something needs a person; the Degraded condition
+	// says what.
+	MachineDegraded MachinePhase = "Degraded"
+)
+
+// Condition types of a Machine.
+const (
+	// ConditionAgentBootstrapped is True once the first slot was committed.
+	ConditionAgentBootstrapped = "AgentBootstrapped"
+	// ConditionReady is True while the active slot's node is Ready.
+	ConditionReady = "Ready"
+	// ConditionRepavePending is True while the spec differs from the
+	// active slot and the repave waits (for the Node to be deleted under
+	// OnNodeDelete, for Paused to be cleared, or for the lock).
+	ConditionRepavePending = "RepavePending"
+	// ConditionRepaved reports the outcome of the last repave.
+	ConditionRepaved = "Repaved"
+	// ConditionAgentUpgraded reports the outcome of the last agent upgrade.
+	ConditionAgentUpgraded = "AgentUpgraded"
+	// ConditionDegraded is True while the host needs a person.
+	ConditionDegraded = "Degraded"
+)
+
+// Condition reasons. Each says what happened in a way that points at what to
+// do; the message carries the details.
+const (
+	ReasonBootstrapped      = "Bootstrapped"
+	ReasonBootstrapFailed   = "BootstrapFailed"
+	ReasonNodeReady         = "NodeReady"
+	ReasonNodeNotReady      = "NodeNotReady"
+	ReasonWaitingForNodeDel = "WaitingForNodeDeletion" // cordon, drain and delete the Node to proceed
+	ReasonPaused            = "Paused"                 // clear spec.paused to proceed
+	ReasonUpToDate          = "UpToDate"
+	ReasonRepaved           = "Repaved"
+	ReasonRepaveFailed      = "RepaveFailed" // rolled back to the old slot; see the message
+	ReasonUpgraded          = "Upgraded"
+	ReasonUpgradeFailed     = "UpgradeFailed" // rolled back to the last good release
+	ReasonDownloadFailed    = "DownloadFailed"
+	ReasonChecksumMismatch  = "ChecksumMismatch" // the spec's sha256 does not match what the URL serves
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonHealthy           = "Healthy"
+)

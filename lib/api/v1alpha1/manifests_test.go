@@ -1,0 +1,99 @@
+package v1alpha1
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestAccessControlManifests(t *testing.T) {
+	objs, err := AccessControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, o := range objs {
+		order = append(order, o.GetKind()+"/"+o.GetName())
+	}
+	want := []string{
+		"ValidatingAdmissionPolicy/kubeslot-agent-writes", "ValidatingAdmissionPolicyBinding/kubeslot-agent-writes",
+		"ValidatingAdmissionPolicy/kubeslot-agent-operation-targets", "ValidatingAdmissionPolicyBinding/kubeslot-agent-operation-targets",
+		"ClusterRole/kubeslot:agent", "ClusterRoleBinding/kubeslot:agent",
+	}
+	if !slices.Equal(order, want) {
+		t.Fatalf("access control, in apply order:\n got %q\nwant %q (policies before the grant they limit)", order, want)
+	}
+	byName := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		byName[o.GetKind()+"/"+o.GetName()] = o
+	}
+
+	// The grant: read both kinds, create Machines, write status; never change or delete the objects themselves.
+	rules, _, _ := unstructured.NestedSlice(byName["ClusterRole/kubeslot:agent"].Object, "rules")
+	granted := map[string][]string{}
+	for _, r := range rules {
+		m := r.(map[string]any)
+		groups, _ := m["apiGroups"].([]any)
+		if len(groups) != 1 || groups[0] != GroupName {
+			t.Errorf("rule outside %s: %v", GroupName, m)
+		}
+		for _, res := range m["resources"].([]any) {
+			for _, v := range m["verbs"].([]any) {
+				granted[res.(string)] = append(granted[res.(string)], v.(string))
+			}
+		}
+	}
+	wantGrants := map[string][]string{
+		"machines":                 {"get", "list", "watch", "create"},
+		"machines/status":          {"get", "update", "patch"},
+		"machineoperations":        {"get", "list", "watch"},
+		"machineoperations/status": {"get", "update", "patch"},
+	}
+	for res, verbs := range wantGrants {
+		if !slices.Equal(granted[res], verbs) {
+			t.Errorf("agents may %v %s, want exactly %v", granted[res], res, verbs)
+		}
+	}
+	if len(granted) != len(wantGrants) {
+		t.Errorf("agents are granted %v", granted)
+	}
+	subjects, _, _ := unstructured.NestedSlice(byName["ClusterRoleBinding/kubeslot:agent"].Object, "subjects")
+	if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != NodesGroup {
+		t.Errorf("the agent role is bound to %v, want only group %s", subjects, NodesGroup)
+	}
+
+	for _, name := range []string{"kubeslot-agent-writes", "kubeslot-agent-operation-targets"} {
+		p := byName["ValidatingAdmissionPolicy/"+name]
+		if fp, _, _ := unstructured.NestedString(p.Object, "spec", "failurePolicy"); fp != "Fail" {
+			t.Errorf("%s: failurePolicy %q, want Fail", name, fp)
+		}
+		b := byName["ValidatingAdmissionPolicyBinding/"+name]
+		actions, _, _ := unstructured.NestedStringSlice(b.Object, "spec", "validationActions")
+		policy, _, _ := unstructured.NestedString(b.Object, "spec", "policyName")
+		if !slices.Equal(actions, []string{"Deny"}) || policy != name {
+			t.Errorf("binding %s: policy %q, actions %v; want %s, [Deny]", name, policy, actions, name)
+		}
+		conds, _, _ := unstructured.NestedSlice(p.Object, "spec", "matchConditions")
+		if len(conds) != 1 || !strings.Contains(conds[0].(map[string]any)["expression"].(string), NodeUserPrefix) {
+			t.Errorf("%s: matchConditions %v do not scope it to node identities", name, conds)
+		}
+	}
+	kind, _, _ := unstructured.NestedString(byName["ValidatingAdmissionPolicy/kubeslot-agent-operation-targets"].Object, "spec", "paramKind", "kind")
+	if kind != "Machine" {
+		t.Errorf("operation-targets policy paramKind %q, want Machine", kind)
+	}
+}
+
+func TestDecodeManifests(t *testing.T) {
+	objs, err := DecodeManifests("x.yaml", []byte("---\n# only a comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n"))
+	if err != nil || len(objs) != 1 || objs[0].GetName() != "a" {
+		t.Errorf("DecodeManifests = %v, %v; want one ConfigMap a", objs, err)
+	}
+	for _, bad := range []string{"apiVersion: v1\nkind: ConfigMap\n", "kind: [\n", "apiVersion: v1\nmetadata:\n  name: a\n"} {
+		if _, err := DecodeManifests("bad.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "bad.yaml: document 1") {
+			t.Errorf("DecodeManifests(%q) = %v, want an error naming bad.yaml, document 1", bad, err)
+		}
+	}
+}

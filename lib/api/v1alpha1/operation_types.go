@@ -1,0 +1,258 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MachineOperation asks one Machine (spec.machineRef) or every Machine a
+// label selector matches (spec.machineSelector) to do something once:
+// restart the node, repave, upgrade or reset the agent. Its spec cannot
+// change after creation. The agent of each targeted Machine reports its
+// progress in status.machines and keeps the summary fields up to date.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=kubeslot,shortName=mop
+// +kubebuilder:subresource:status
+// +kubebuilder:selectablefield:JSONPath=`.spec.machineRef.name`
+// +kubebuilder:selectablefield:JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.spec.machineRef.name`,description="Target Machine (empty when a selector picks the targets)"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+type MachineOperation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec says what to do, and where. It is immutable.
+	// +required
+	Spec MachineOperationSpec `json:"spec"`
+	// Status is the progress reported by the targeted Machines' agents.
+	// +optional
+	Status MachineOperationStatus `json:"status,omitempty"`
+}
+
+// MachineOperationList is a list of MachineOperations.
+//
+// +kubebuilder:object:root=true
+type MachineOperationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MachineOperation `json:"items"`
+}
+
+// MachineOperationSpec says what to do, and where.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.machineRef) != has(self.machineSelector)",message="spec.machineRef and spec.machineSelector: set exactly one of them to name the target"
+// +kubebuilder:validation:XValidation:rule="self.type != 'AgentUpgrade' || (has(self.parameters) && has(self.parameters.bundleURL) && has(self.parameters.bundleSHA256))",message="spec.parameters.bundleURL and spec.parameters.bundleSHA256 are required when spec.type is AgentUpgrade"
+// +kubebuilder:validation:XValidation:rule="self.type == 'AgentUpgrade' || !has(self.parameters)",message="spec.parameters is only for spec.type AgentUpgrade"
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable once created: delete this MachineOperation and create a new one"
+type MachineOperationSpec struct {
+	// MachineRef names the one Machine to act on. Exactly one of
+	// MachineRef and MachineSelector is set.
+	// +optional
+	MachineRef *MachineReference `json:"machineRef,omitempty"`
+
+	// MachineSelector picks the Machines to act on by their labels. It must
+	// name at least one label: an empty selector, which would pick every
+	// Machine, is refused.
+	// +optional
+	MachineSelector *MachineSelector `json:"machineSelector,omitempty"`
+
+	// Type is what to do.
+	// +required
+	Type OperationType `json:"type"`
+
+	// Parameters of the operation; only AgentUpgrade has (and requires)
+	// them.
+	// +optional
+	Parameters *OperationParameters `json:"parameters,omitempty"`
+
+	// TTLSecondsAfterFinished asks for the operation to be deleted this
+	// many seconds after it succeeded or failed. Unset: kept until deleted.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// MachineReference names a Machine.
+type MachineReference struct {
+	// Name is the Machine's metadata.name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+}
+
+// MachineSelector selects Machines by label, with the meaning of a
+// Kubernetes label selector: all of MatchLabels and all of
+// MatchExpressions must hold.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.machineSelector must name at least one label in matchLabels or matchExpressions; an empty selector would pick every Machine"
+type MachineSelector struct {
+	// MatchLabels are labels the Machine must carry with exactly these
+	// values.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	// MatchExpressions are further requirements on the Machine's labels.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	MatchExpressions []SelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// SelectorRequirement is one requirement on a label.
+//
+// +kubebuilder:validation:XValidation:rule="(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",message="values must be non-empty for the operators In and NotIn, and empty for Exists and DoesNotExist"
+type SelectorRequirement struct {
+	// Key is the label key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	Key string `json:"key"`
+	// Operator relates the label's value to Values.
+	// +required
+	Operator SelectorOperator `json:"operator"`
+	// Values for In and NotIn.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	Values []string `json:"values,omitempty"`
+}
+
+// SelectorOperator is the operator of a SelectorRequirement.
+//
+// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist
+type SelectorOperator string
+
+const (
+	SelectorIn           SelectorOperator = "In"
+	SelectorNotIn        SelectorOperator = "NotIn"
+	SelectorExists       SelectorOperator = "Exists"
+	SelectorDoesNotExist SelectorOperator = "DoesNotExist"
+)
+
+// OperationType is what a MachineOperation does.
+//
+// +kubebuilder:validation:Enum=NodeRestart;Repave;AgentUpgrade;AgentReset
+type OperationType string
+
+const (
+	// OperationNodeRestart restarts the node in its current slot.
+	OperationNodeRestart OperationType = "NodeRestart"
+	// OperationRepave reinstalls the node onto the other slot from the
+	// current spec, even if nothing changed.
+	OperationRepave OperationType = "Repave"
+	// OperationAgentUpgrade replaces the agent with the bundle named in
+	// the parameters.
+	OperationAgentUpgrade OperationType = "AgentUpgrade"
+	// OperationAgentReset removes everything kubeslot installed on the host.
+	OperationAgentReset OperationType = "AgentReset"
+)
+
+// OperationParameters are the parameters of an operation.
+type OperationParameters struct {
+	// BundleURL is where to download the agent release bundle from
+	// (AgentUpgrade).
+	// +optional
+	BundleURL URL `json:"bundleURL,omitempty"`
+	// BundleSHA256 is the bundle's sha256 digest; a download that does not
+	// match is refused (AgentUpgrade).
+	// +optional
+	BundleSHA256 SHA256 `json:"bundleSHA256,omitempty"`
+}
+
+// MachineOperationStatus is the progress of an operation. Each targeted
+// Machine's agent writes its own entry in Machines, then updates the summary
+// fields from all entries (see SetMachineResult).
+type MachineOperationStatus struct {
+	// Phase summarises the entries in Machines: Pending until an agent
+	// picked the operation up, Failed as soon as one target failed,
+	// InProgress while one is not finished, Succeeded when all are.
+	// +optional
+	Phase OperationPhase `json:"phase,omitempty"`
+	// Message says what is happening or what went wrong, for a person.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+	// StartTime is when the first agent started the operation.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the operation finished (phase Succeeded or
+	// Failed).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ObservedMachineGeneration is the metadata.generation of the target
+	// Machine when its agent acted on the operation (single-target
+	// operations; see Machines for each target).
+	// +optional
+	ObservedMachineGeneration int64 `json:"observedMachineGeneration,omitempty"`
+	// Conditions are the detailed state of the operation, one per type.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Machines holds one entry per targeted Machine that picked the
+	// operation up, each written only by that Machine's agent. An entry is
+	// trustworthy when its machine exists with that nodeName: an agent may
+	// write entries under its own node name only, and only for Machines
+	// that are its own and that the operation targets (or that do not
+	// exist).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +listMapKey=nodeName
+	// +kubebuilder:validation:MaxItems=1000
+	Machines []MachineOperationTarget `json:"machines,omitempty"`
+}
+
+// MachineOperationTarget is one Machine's progress on an operation.
+type MachineOperationTarget struct {
+	// Name is the Machine's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// NodeName is the node of the agent that wrote this entry: the
+	// Machine's spec.nodeName.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+	// Phase of the operation on this Machine.
+	// +required
+	Phase OperationPhase `json:"phase"`
+	// Message says what is happening or what went wrong on this Machine.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+	// StartTime is when this Machine's agent started the operation.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when it finished on this Machine.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ObservedMachineGeneration is the Machine's metadata.generation when
+	// its agent acted on the operation.
+	// +optional
+	ObservedMachineGeneration int64 `json:"observedMachineGeneration,omitempty"`
+}
+
+// OperationPhase is the progress of an operation.
+//
+// +kubebuilder:validation:Enum=Pending;InProgress;Succeeded;Failed
+type OperationPhase string
+
+const (
+	OperationPending    OperationPhase = "Pending"
+	OperationInProgress OperationPhase = "InProgress"
+	OperationSucceeded  OperationPhase = "Succeeded"
+	OperationFailed     OperationPhase = "Failed"
+)
+
+// Finished reports whether p is Succeeded or Failed.
+func (p OperationPhase) Finished() bool { return p == OperationSucceeded || p == OperationFailed }

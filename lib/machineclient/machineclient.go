@@ -1,0 +1,301 @@
+// Package machineclient is the agent's typed view of the cluster API: get
+// and watch its own Machine, list and watch the MachineOperations that
+// target it, create its Machine, and publish status with optimistic
+// concurrency and bounded retries on conflict. It is a thin layer over a
+// client-go REST client for lib/api/v1alpha1 (no controller-runtime).
+// Imported by the watcher, the bootstrap stage, the CLI and tests.
+package machineclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+)
+
+// Client reads and writes Machines and MachineOperations.
+type Client struct {
+	rest rest.Interface
+	// Retry bounds the conflict retries of the status helpers.
+	Retry RetryPolicy
+}
+
+// RetryPolicy bounds how often, and how patiently, a status write that lost
+// a race (409 Conflict) is tried again with a fresh read.
+type RetryPolicy struct {
+	// Attempts is the most writes made in total (default 8).
+	Attempts int
+	// Backoff is the pause after the first conflict; it doubles up to
+	// 2 s (default 50 ms).
+	Backoff time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Attempts <= 0 {
+		p.Attempts = 8
+	}
+	if p.Backoff <= 0 {
+		p.Backoff = 50 * time.Millisecond
+	}
+	return p
+}
+
+// Scheme knows the kubeslot types (and metav1's options and status).
+var Scheme = runtime.NewScheme()
+
+func init() {
+	if err := v1alpha1.AddToScheme(Scheme); err != nil {
+		panic(err) // a registration bug, caught by every test
+	}
+	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
+}
+
+var parameterCodec = runtime.NewParameterCodec(Scheme)
+
+// New returns a Client for the cluster cfg points at. cfg is copied.
+func New(cfg *rest.Config) (*Client, error) {
+	c := rest.CopyConfig(cfg)
+	gv := v1alpha1.SchemeGroupVersion
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("kubeslot API client: %w", err)
+	}
+	return &Client{rest: rc}, nil
+}
+
+// NewForREST wraps an existing REST client (tests use a fake one).
+func NewForREST(rc rest.Interface) *Client { return &Client{rest: rc} }
+
+// GetMachine reads the Machine name.
+func (c *Client) GetMachine(ctx context.Context, name string) (*v1alpha1.Machine, error) {
+	m := &v1alpha1.Machine{}
+	err := c.rest.Get().Resource(v1alpha1.MachinesResource).Name(name).Do(ctx).Into(m)
+	if err != nil {
+		return nil, fmt.Errorf("get Machine %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// MachineForNode finds the Machine whose spec.nodeName is nodeName (a field
+// selector the CRD declares selectable). It returns a NotFound error when
+// there is none, and an error naming them when there are several (only a
+// cluster admin can make that happen).
+func (c *Client) MachineForNode(ctx context.Context, nodeName string) (*v1alpha1.Machine, error) {
+	l := &v1alpha1.MachineList{}
+	opts := &metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()}
+	err := c.rest.Get().Resource(v1alpha1.MachinesResource).VersionedParams(opts, parameterCodec).Do(ctx).Into(l)
+	if err != nil {
+		return nil, fmt.Errorf("find the Machine of node %s: %w", nodeName, err)
+	}
+	switch len(l.Items) {
+	case 0:
+		return nil, fmt.Errorf("find the Machine of node %s: %w", nodeName,
+			apierrors.NewNotFound(v1alpha1.Resource(v1alpha1.MachinesResource), "spec.nodeName="+nodeName))
+	case 1:
+		return &l.Items[0], nil
+	}
+	names := make([]string, len(l.Items))
+	for i := range l.Items {
+		names[i] = l.Items[i].Name
+	}
+	return nil, fmt.Errorf("find the Machine of node %s: several Machines name it (%s); a cluster admin must delete all but one",
+		nodeName, strings.Join(names, ", "))
+}
+
+// CreateMachine creates m. An agent may create only the Machine whose
+// spec.nodeName is its own node.
+func (c *Client) CreateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.rest.Post().Resource(v1alpha1.MachinesResource).Body(m).Do(ctx).Into(out)
+	if err != nil {
+		return nil, fmt.Errorf("create Machine %s: %w", m.Name, err)
+	}
+	return out, nil
+}
+
+// WatchMachine watches the one Machine name (field selector metadata.name),
+// from resourceVersion on ("" for the current state first). The caller
+// stops the watch; it also ends with ctx.
+func (c *Client) WatchMachine(ctx context.Context, name, resourceVersion string) (watch.Interface, error) {
+	opts := &metav1.ListOptions{
+		FieldSelector:       fields.OneTermEqualSelector("metadata.name", name).String(),
+		ResourceVersion:     resourceVersion,
+		Watch:               true,
+		AllowWatchBookmarks: true,
+	}
+	w, err := c.rest.Get().Resource(v1alpha1.MachinesResource).VersionedParams(opts, parameterCodec).Watch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch Machine %s: %w", name, err)
+	}
+	return w, nil
+}
+
+// ListOperations lists every MachineOperation, with the list's
+// resourceVersion to watch from.
+func (c *Client) ListOperations(ctx context.Context) (*v1alpha1.MachineOperationList, error) {
+	l := &v1alpha1.MachineOperationList{}
+	err := c.rest.Get().Resource(v1alpha1.MachineOperationsResource).Do(ctx).Into(l)
+	if err != nil {
+		return nil, fmt.Errorf("list MachineOperations: %w", err)
+	}
+	return l, nil
+}
+
+// OperationsFor lists the operations that target m (by machineRef or by a
+// selector matching its labels), and the resourceVersion of the list. The
+// server cannot filter selectors, so this filters here.
+func (c *Client) OperationsFor(ctx context.Context, m *v1alpha1.Machine) ([]v1alpha1.MachineOperation, string, error) {
+	l, err := c.ListOperations(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []v1alpha1.MachineOperation
+	for i := range l.Items {
+		if ok, _ := l.Items[i].Targets(m); ok {
+			out = append(out, l.Items[i])
+		}
+	}
+	return out, l.ResourceVersion, nil
+}
+
+// WatchOperationsFor watches the operations from resourceVersion on and
+// passes on the events of those that target m (as m is now: a relabelled
+// Machine needs a new watch). Bookmarks and errors pass through. Deleted
+// operations pass too, so the caller can forget them.
+func (c *Client) WatchOperationsFor(ctx context.Context, m *v1alpha1.Machine, resourceVersion string) (watch.Interface, error) {
+	opts := &metav1.ListOptions{ResourceVersion: resourceVersion, Watch: true, AllowWatchBookmarks: true}
+	w, err := c.rest.Get().Resource(v1alpha1.MachineOperationsResource).VersionedParams(opts, parameterCodec).Watch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch MachineOperations: %w", err)
+	}
+	machine := m.DeepCopy()
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		op, ok := ev.Object.(*v1alpha1.MachineOperation)
+		if !ok || ev.Type == watch.Deleted {
+			return ev, true
+		}
+		t, _ := op.Targets(machine)
+		return ev, t
+	}), nil
+}
+
+// UpdateMachineStatus reads the Machine name, lets mutate change its status,
+// and writes the status back, guarded by the resourceVersion it read; on a
+// conflict it reads again and calls mutate again (so mutate must start from
+// what it is given), within c.Retry. If mutate returns an error nothing is
+// written and that error is returned; if it returns ErrNoChange nothing is
+// written either, and the Machine as read is returned.
+func (c *Client) UpdateMachineStatus(ctx context.Context, name string, mutate func(*v1alpha1.Machine) error) (*v1alpha1.Machine, error) {
+	out := &v1alpha1.Machine{}
+	err := c.retryOnConflict(ctx, func() error {
+		m, err := c.GetMachine(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := mutate(m); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				*out = *m
+			}
+			return err
+		}
+		return c.patchStatus(ctx, v1alpha1.MachinesResource, name, m.ResourceVersion, m.Status, out)
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoChange) {
+			return out, nil
+		}
+		return nil, fmt.Errorf("update status of Machine %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// UpdateOperationStatus does for a MachineOperation what UpdateMachineStatus
+// does for a Machine. An agent uses it with v1alpha1.SetMachineResult.
+func (c *Client) UpdateOperationStatus(ctx context.Context, name string, mutate func(*v1alpha1.MachineOperation) error) (*v1alpha1.MachineOperation, error) {
+	out := &v1alpha1.MachineOperation{}
+	err := c.retryOnConflict(ctx, func() error {
+		op, err := c.GetOperation(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := mutate(op); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				*out = *op
+			}
+			return err
+		}
+		return c.patchStatus(ctx, v1alpha1.MachineOperationsResource, name, op.ResourceVersion, op.Status, out)
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoChange) {
+			return out, nil
+		}
+		return nil, fmt.Errorf("update status of MachineOperation %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// ErrNoChange, returned by a mutate function, means there is nothing to
+// write.
+var ErrNoChange = errors.New("no change")
+
+// patchStatus replaces the status subresource with a JSON patch that also
+// sets metadata.resourceVersion: the apiserver applies it only to that
+// version of the object and answers 409 Conflict otherwise, so a status
+// computed from a stale read never lands.
+func (c *Client) patchStatus(ctx context.Context, resource, name, resourceVersion string, status any, into runtime.Object) error {
+	if resourceVersion == "" {
+		return fmt.Errorf("%s %s: no resourceVersion to guard the write", resource, name)
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "replace", "path": "/metadata/resourceVersion", "value": resourceVersion},
+		{"op": "add", "path": "/status", "value": status},
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s: encode status: %w", resource, name, err)
+	}
+	return c.rest.Patch(types.JSONPatchType).Resource(resource).Name(name).SubResource("status").
+		Body(patch).Do(ctx).Into(into)
+}
+
+// retryOnConflict runs write until it does not fail with a conflict, at most
+// c.Retry.Attempts times, pausing with doubling backoff between attempts.
+func (c *Client) retryOnConflict(ctx context.Context, write func() error) error {
+	p := c.Retry.withDefaults()
+	backoff := p.Backoff
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = write()
+		if err == nil || !apierrors.IsConflict(err) {
+			return err
+		}
+		if attempt >= p.Attempts {
+			return fmt.Errorf("gave up after %d conflicting writes: %w", attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %d conflicting writes: %v)", ctx.Err(), attempt, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
