@@ -118,7 +118,7 @@ func TestParseValid(t *testing.T) {
 				return c.RootFS.Source == "/srv/images/rootfs.tar.zst" && c.Artifacts.Runc.URL == "/srv/runc"
 			}},
 		{"labels, taints and DNS", with(with(minimal, "kubernetes", `taints = ["dedicated=batch:NoSchedule", "example.com/gpu:NoExecute", "k=:PreferNoSchedule"]`+"\n"+`cluster_dns = ["10.96.0.10", "fd00::a"]`),
-			"kubernetes.labels", `"node-role.kubernetes.io/worker" = ""`+"\n"+`"example.com/zone" = "zone-a"`+"\n"+`plain = "Yes_1.0"`),
+			"kubernetes.labels", `"node.kubernetes.io/pool" = ""`+"\n"+`"example.com/zone" = "zone-a"`+"\n"+`plain = "Yes_1.0"`),
 			func(c *Config) bool {
 				return len(c.Kubernetes.Taints) == 3 && len(c.Kubernetes.ClusterDNS) == 2 && c.Kubernetes.Labels["example.com/zone"] == "zone-a"
 			}},

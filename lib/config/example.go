@@ -45,7 +45,7 @@ taints = ["dedicated=batch:NoSchedule"]
 
 # Labels the node registers with (quote keys that contain '.' or '/').
 [kubernetes.labels]
-"node-role.kubernetes.io/worker" = ""
+"kubeslot.dev/pool" = "edge"
 "topology.kubernetes.io/zone" = "zone-a"
 
 [rootfs]

@@ -263,6 +263,9 @@ func (v *validator) kubernetes(k *Kubernetes) {
 		p := []string{"kubernetes", "labels", key}
 		if msg := checkQualifiedName(key); msg != "" {
 			v.fail(p, "", "label key %s", msg)
+		} else if !KubeletMaySetLabel(key) {
+			v.fail(p, "", "label key in the kubernetes.io or k8s.io namespace that the kubelet may not set on its own Node (allowed there: %s, and the namespaces %s); set it with kubectl after the node joins",
+				strings.Join(KubeletLabels, ", "), strings.Join(KubeletLabelNamespaces, ", "))
 		}
 		if msg := checkLabelValue(k.Labels[key]); msg != "" {
 			v.fail(p, quote(k.Labels[key]), "label value %s", msg)

@@ -76,11 +76,11 @@ func New(prefix, base string) (*Root, error) {
 	if !filepath.IsAbs(prefix) {
 		return nil, fmt.Errorf("root prefix %q: must be an absolute path", prefix)
 	}
-	real, err := filepath.EvalSymlinks(prefix)
-	if err != nil {
-		return nil, fmt.Errorf("root prefix %q: %w", prefix, err)
-	}
-	fi, err := os.Stat(real)
+	// The prefix is used as given, not resolved: /proc/PID/root of a process
+	// in another mount namespace reads as "/" through readlink, yet the
+	// kernel follows it into that process's root. Resolving it would
+	// silently point every path at this machine's own root.
+	fi, err := os.Stat(prefix)
 	if err != nil {
 		return nil, fmt.Errorf("root prefix %q: %w", prefix, err)
 	}
@@ -93,7 +93,7 @@ func New(prefix, base string) (*Root, error) {
 	if !path.IsAbs(base) || path.Clean(base) == "/" {
 		return nil, fmt.Errorf("host root %q: must be an absolute path below /", base)
 	}
-	return &Root{prefix: filepath.Clean(real), base: path.Clean(base)}, nil
+	return &Root{prefix: filepath.Clean(prefix), base: path.Clean(base)}, nil
 }
 
 // Prefix is the local directory that stands for the host's "/".

@@ -83,6 +83,28 @@ func TestNewRejectsBadPrefix(t *testing.T) {
 	}
 }
 
+// A prefix that is a link (such as /proc/PID/root of a process in another
+// mount namespace, which readlink reports as "/") is kept as given, so the
+// kernel follows it; resolving it would aim every path elsewhere.
+func TestPrefixLinkKeptAsGiven(t *testing.T) {
+	link := filepath.Join(t.TempDir(), "hostroot")
+	mustSymlink(t, "/", link) // stands for a magic link that reads as "/"
+	r, err := New(link, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Prefix() != link {
+		t.Fatalf("prefix %q, want %q as given", r.Prefix(), link)
+	}
+	got, err := r.Path(OwnershipFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(link, "opt/kubeslot/ownership.json"); got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
 func TestSymlinksFollowedInsidePrefix(t *testing.T) {
 	r, p := newRoot(t)
 	mustMkdir(t, filepath.Join(p, "data/kubeslot"))

@@ -1,0 +1,213 @@
+// Package isolation says how a slot's node runs on the host. It defines the
+// isolation Mode, the Backend interface (one configuration's node in a slot:
+// provision, configure, start, stop, remove, exec, kubelet health), the node
+// Operator interface (lifecycle hooks, restart in place, repave), and the
+// mode composition table: the one place that maps every mode the agent can
+// operate to its backend factory and its node operator.
+//
+// Imported by the stage binaries (bootstrap, repaver, resetter) and the
+// watcher; the mode packages (lib/isolation/nspawn) are imported only here.
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/isolation/nspawn"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// Mode is an isolation mode. The empty mode means DefaultMode.
+type Mode string
+
+// Modes this release knows. A new mode is a constant here, an entry in the
+// table below, and its name in config.Modes.
+const (
+	ModeNspawn  Mode = nspawn.Mode
+	DefaultMode      = ModeNspawn
+)
+
+// Normal returns m with the empty mode replaced by DefaultMode.
+func (m Mode) Normal() Mode {
+	if m == "" {
+		return DefaultMode
+	}
+	return m
+}
+
+// Valid reports whether the composition table has m (after Normal).
+func (m Mode) Valid() bool {
+	_, ok := table[m.Normal()]
+	return ok
+}
+
+// String is the mode's name, "nspawn" for the empty mode.
+func (m Mode) String() string { return string(m.Normal()) }
+
+// ParseMode checks s (a configuration's or an applied configuration's
+// isolation mode) and returns it normalised; the error names the value and
+// the known modes.
+func ParseMode(s string) (Mode, error) {
+	m := Mode(s).Normal()
+	if !m.Valid() {
+		return "", fmt.Errorf("isolation mode %q: not one this release can operate (known: %s)", s, strings.Join(Modes(), ", "))
+	}
+	return m, nil
+}
+
+// Modes lists the modes of the composition table, sorted.
+func Modes() []string {
+	out := make([]string, 0, len(table))
+	for m := range table {
+		out = append(out, string(m))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Aliases of the dependency types, so that callers need only this package.
+type (
+	Deps        = hostapi.Deps
+	Settings    = hostapi.Settings
+	SystemdConn = hostapi.Systemd
+	Runner      = hostapi.Runner
+	Machine     = hostapi.Machine
+)
+
+// ErrNoMachine: machined knows no machine of that name.
+var ErrNoMachine = hostapi.ErrNoMachine
+
+// Backend runs one configuration's node in a slot. It is bound to that
+// configuration and the host root; every method is idempotent and bounded
+// by ctx (and the configuration's timeouts).
+type Backend interface {
+	// Provision builds the slot's rootfs from the verified artifact cache
+	// and installs the artifacts; a half-built slot is never visible.
+	Provision(ctx context.Context, slot string) error
+	// Configure writes the node's files into the rootfs and the host-side
+	// settings of the slot (journalled before they are created).
+	Configure(ctx context.Context, slot string) error
+	// Start boots the slot's node, waits until it has booted, and starts
+	// containerd and the kubelet inside.
+	Start(ctx context.Context, slot string) error
+	// Stop stops kubelet, containerd, then the node, gracefully and
+	// bounded; a node that does not run is fine.
+	Stop(ctx context.Context, slot string) error
+	// Remove deletes the slot's rootfs and host-side settings; absent is
+	// fine. It refuses while the node runs.
+	Remove(ctx context.Context, slot string) error
+	// Exec runs a short command inside the running node.
+	Exec(ctx context.Context, slot string, args ...string) ([]byte, error)
+	// KubeletHealthy asks the node's kubelet for its health once.
+	KubeletHealthy(ctx context.Context, slot string) error
+}
+
+// Operator is the node lifecycle of one mode. An operator implements its
+// mode itself and never embeds another mode's operator: modes differ in
+// exactly these steps.
+type Operator interface {
+	// EnsureHooks installs the mode's lifecycle hooks (for nspawn: the
+	// slots' settings and unit drop-ins) without restarting running
+	// services; systemd is reloaded only when something changed.
+	EnsureHooks(ctx context.Context) error
+	// RestartNode restarts the slot's node in place, never the host, and
+	// waits for its kubelet's health.
+	RestartNode(ctx context.Context, slot string) error
+	// Repave provisions, configures and starts slot to, stopping from
+	// first. The repaver drives the durable phases, rollback and commit.
+	Repave(ctx context.Context, from, to string) error
+}
+
+// Entry is one row of the composition table.
+type Entry struct {
+	NewBackend  func(Deps) (Backend, error)
+	NewOperator func(Deps) (Operator, error)
+}
+
+// table is THE mode composition table.
+var table = map[Mode]Entry{
+	ModeNspawn: {
+		NewBackend: func(d Deps) (Backend, error) {
+			b, err := nspawn.New(d)
+			if err != nil {
+				return nil, err
+			}
+			return b, nil
+		},
+		NewOperator: func(d Deps) (Operator, error) {
+			o, err := nspawn.NewOperator(d)
+			if err != nil {
+				return nil, err
+			}
+			return o, nil
+		},
+	},
+}
+
+// For builds mode's backend and node operator over deps. deps.Config must
+// be for the same mode: a backend bound to another mode's configuration is
+// a bug in the caller.
+func For(mode Mode, deps Deps) (Backend, Operator, error) {
+	m, err := ParseMode(string(mode))
+	if err != nil {
+		return nil, nil, err
+	}
+	if deps.Config != nil {
+		if cm := Mode(deps.Config.Isolation.Mode).Normal(); cm != m {
+			return nil, nil, fmt.Errorf("isolation mode %q requested, but the configuration has isolation.mode %q", m, cm)
+		}
+	}
+	e := table[m]
+	b, err := e.NewBackend(deps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("isolation mode %s: %w", m, err)
+	}
+	o, err := e.NewOperator(deps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("isolation mode %s: %w", m, err)
+	}
+	return b, o, nil
+}
+
+// ForConfig is For with the mode of deps.Config.
+func ForConfig(deps Deps) (Backend, Operator, error) {
+	if deps.Config == nil {
+		return nil, nil, fmt.Errorf("isolation: no configuration")
+	}
+	return For(Mode(deps.Config.Isolation.Mode), deps)
+}
+
+// NewApplied is the applied configuration of slot for cfg, recording the
+// isolation mode the slot is applied with (and the fingerprint), for
+// state.Store.SaveApplied. The bootstrap and the repaver write it at their
+// commit point; a later stage picks the slot's operator from its Mode
+// (AppliedMode), never from a newer configuration.
+func NewApplied(slot string, cfg *config.Config, agentVersion string, at time.Time) (*state.Applied, error) {
+	m, err := ParseMode(cfg.Isolation.Mode)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(cfg.Isolation.Slots, slot) {
+		return nil, fmt.Errorf("applied configuration: slot %q is not one of %v", slot, cfg.Isolation.Slots)
+	}
+	return &state.Applied{
+		Slot: slot, Mode: string(m), Fingerprint: cfg.Fingerprint(),
+		AgentVersion: agentVersion, AppliedAt: at.UTC(), Config: cfg,
+	}, nil
+}
+
+// AppliedMode is the mode a slot was applied with (the empty mode of an
+// older record means DefaultMode); an unknown mode is an error naming it.
+func AppliedMode(a *state.Applied) (Mode, error) {
+	m, err := ParseMode(a.Mode)
+	if err != nil {
+		return "", fmt.Errorf("applied configuration of slot %s: %w", a.Slot, err)
+	}
+	return m, nil
+}

@@ -1,0 +1,528 @@
+package nspawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+)
+
+func TestProvisionConfigureJournalBeforeCreate(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/var/lib/machines/a/etc/os-release", "/var/lib/machines/a/" + stampPath,
+		"/var/lib/machines/a/etc/kubernetes/kubelet-config.yaml", "/var/lib/machines/a/etc/machine-id",
+		"/var/lib/machines/a/etc/systemd/system/kubelet.service", "/opt/kubeslot/identity"} {
+		if !e.exists(p) {
+			t.Errorf("%s missing", p)
+		}
+	}
+	if got := e.read("/var/lib/machines/a/usr/local/bin/kubelet"); got != string(e.kubelet) {
+		t.Errorf("kubelet binary: %q", got)
+	}
+	if e.exists("/var/lib/machines/.a.partial") {
+		t.Error("staging tree left behind")
+	}
+	var got []string
+	for _, c := range e.rec.Journal {
+		got = append(got, string(c.Kind)+" "+c.Path)
+		if c.Prior.State != ownership.PriorAbsent {
+			t.Errorf("%s %s: prior %s, want absent", c.Kind, c.Path, c.Prior.State)
+		}
+	}
+	want := []string{
+		"dir /var/lib/machines", "machine-rootfs /var/lib/machines/.a.partial", "machine-rootfs /var/lib/machines/a",
+		"dir /etc/systemd/nspawn", "dir /etc/systemd/system/systemd-nspawn@a.service.d",
+		"nspawn-settings /etc/systemd/nspawn/a.nspawn", "unit /etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("journal:\n got %q\nwant %q", got, want)
+	}
+	e.checkJournalledBeforeCreated()
+	// The journal is on disk, not only in memory.
+	if rec, err := ownership.Load(e.root); err != nil || len(rec.Journal) != len(want) {
+		t.Errorf("saved record: %v, %d entries", err, len(rec.Journal))
+	}
+	if e.sd.reloads != 1 {
+		t.Errorf("%d reloads after the first configure, want 1", e.sd.reloads)
+	}
+
+	// Idempotent: nothing rewritten, no reload, no new journal entries.
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if e.sd.reloads != 1 || len(e.rec.Journal) != len(want) {
+		t.Errorf("second run: %d reloads, %d journal entries", e.sd.reloads, len(e.rec.Journal))
+	}
+}
+
+func TestHostSideSettings(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	if err := b.Provision(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	settings := e.read("/etc/systemd/nspawn/a.nspawn")
+	for _, w := range []string{"Boot=yes\n", "PrivateUsers=no\n", "Capability=all\n", "VirtualEthernet=no\n", "Private=no\n",
+		"Bind=/opt/kubeslot/identity:/var/lib/kubelet/pki\n"} {
+		if !strings.Contains(settings, w) {
+			t.Errorf("a.nspawn lacks %q:\n%s", w, settings)
+		}
+	}
+	// The temp host has neither /lib/modules nor /dev/kvm.
+	if strings.Contains(settings, "/lib/modules") || strings.Contains(settings, "kvm") {
+		t.Errorf("a.nspawn binds what the host lacks:\n%s", settings)
+	}
+	dropIn := e.read("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf")
+	for _, w := range []string{"[Service]\n", "Environment=SYSTEMD_NSPAWN_API_VFS_WRITABLE=network\n", "TimeoutStopSec=2\n"} {
+		if !strings.Contains(dropIn, w) {
+			t.Errorf("drop-in lacks %q:\n%s", w, dropIn)
+		}
+	}
+
+	// With the host's modules and the rig's read-only network sysctls.
+	if err := os.MkdirAll(filepath.Join(e.root.Prefix(), "lib/modules"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := e.deps(e.config(nil))
+	d.Settings.ReadOnlyNetSysctl = true
+	b2, err := New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Configure(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.read("/etc/systemd/nspawn/a.nspawn"); !strings.Contains(s, "BindReadOnly=/lib/modules\n") {
+		t.Errorf("a.nspawn does not bind /lib/modules:\n%s", s)
+	}
+	if s := e.read("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf"); strings.Contains(s, "SYSTEMD_NSPAWN_API_VFS_WRITABLE") {
+		t.Errorf("ReadOnlyNetSysctl ignored:\n%s", s)
+	}
+	if e.sd.reloads != 2 {
+		t.Errorf("%d reloads, want 2 (the drop-in changed once)", e.sd.reloads)
+	}
+}
+
+func TestProvisionChecksumMismatchChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(func(s string) string {
+		return strings.Replace(s, digest(e.kubelet), strings.Repeat("0", 64), 1)
+	})
+	err := e.backend(cfg).Provision(t.Context(), "a")
+	if !errorsIs(err, artifact.ErrChecksum) || !strings.Contains(err.Error(), "kubelet") {
+		t.Fatalf("want a kubelet checksum error, got %v", err)
+	}
+	for _, p := range []string{"/var/lib/machines", "/var/lib/machines/a", "/var/lib/machines/.a.partial"} {
+		if e.exists(p) {
+			t.Errorf("%s created despite the bad checksum", p)
+		}
+	}
+	if len(e.rec.Journal) != 0 {
+		t.Errorf("journal: %+v", e.rec.Journal)
+	}
+}
+
+func TestProvisionRefusesForeignDirectory(t *testing.T) {
+	e := newEnv(t)
+	e.put("/var/lib/machines/a/important", []byte("someone else's"))
+	err := e.backend(nil).Provision(t.Context(), "a")
+	if err == nil || !strings.Contains(err.Error(), "not made by kubeslot") {
+		t.Fatalf("got %v", err)
+	}
+	if e.read("/var/lib/machines/a/important") != "someone else's" {
+		t.Error("foreign directory changed")
+	}
+	if err := e.backend(nil).Remove(t.Context(), "a"); err == nil || !e.exists("/var/lib/machines/a/important") {
+		t.Errorf("Remove of a foreign directory: %v", err)
+	}
+}
+
+func TestProvisionRebuildsForOtherArtifacts(t *testing.T) {
+	e := newEnv(t)
+	if err := e.backend(nil).Provision(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.put("/var/lib/machines/a/var/tmp/leftover", []byte("x"))
+	kubelet2 := []byte("#!/bin/sh\necho kubelet v2\n")
+	e.put("/srv/kubelet2", kubelet2)
+	cfg2 := e.config(func(s string) string {
+		s = strings.Replace(s, `url = "/srv/kubelet"`, `url = "/srv/kubelet2"`, 1)
+		return strings.Replace(s, digest(e.kubelet), digest(kubelet2), 1)
+	})
+	b2 := e.backend(cfg2)
+	// Not while its node runs.
+	e.sd.units[unitName("a")] = "active"
+	if err := b2.Provision(t.Context(), "a"); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("rebuild of a running slot: %v", err)
+	}
+	e.sd.units[unitName("a")] = "inactive"
+	if err := b2.Provision(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.read("/var/lib/machines/a/usr/local/bin/kubelet"); got != string(kubelet2) {
+		t.Errorf("kubelet after rebuild: %q", got)
+	}
+	if e.exists("/var/lib/machines/a/var/tmp/leftover") {
+		t.Error("rebuild kept the old tree")
+	}
+}
+
+func TestRemoveIdempotent(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	if err := b.Remove(ctx, "a"); err != nil {
+		t.Fatalf("remove of a slot never made: %v", err)
+	}
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.put("/var/lib/machines/.a.partial/crash-leftover", []byte("x"))
+	if err := b.Start(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Remove(ctx, "a"); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("remove of a running slot: %v", err)
+	}
+	if err := b.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	reloads := e.sd.reloads
+	for i := range 2 {
+		if err := b.Remove(ctx, "a"); err != nil {
+			t.Fatalf("remove %d: %v", i+1, err)
+		}
+	}
+	for _, p := range []string{"/var/lib/machines/a", "/var/lib/machines/.a.partial", "/etc/systemd/nspawn/a.nspawn",
+		"/etc/systemd/system/systemd-nspawn@a.service.d"} {
+		if e.exists(p) {
+			t.Errorf("%s left after remove", p)
+		}
+	}
+	if e.sd.reloads != reloads+1 {
+		t.Errorf("%d reloads for two removes, want 1", e.sd.reloads-reloads)
+	}
+	if !e.exists("/opt/kubeslot/identity") {
+		t.Error("remove took the node identity")
+	}
+}
+
+func TestStartStopOrder(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	if err := b.Start(ctx, "a"); err == nil {
+		t.Fatal("start of an unconfigured slot succeeded")
+	}
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	var polls atomic.Int32
+	e.run.answer = func(cmd string) ([]byte, error) {
+		if strings.HasSuffix(cmd, "is-system-running") && polls.Add(1) < 3 {
+			return []byte("starting\n"), errors.New("exit status 1")
+		}
+		return []byte("running\n"), nil
+	}
+	if err := b.Start(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if polls.Load() < 3 {
+		t.Errorf("start did not wait for the node to boot (%d polls)", polls.Load())
+	}
+	if !slices.Contains(e.sd.Calls(), "start systemd-nspawn@a.service") {
+		t.Errorf("systemd calls: %v", e.sd.Calls())
+	}
+	inner := e.run.Inner()
+	if last := inner[len(inner)-1]; last != "systemctl enable --now containerd.service kubelet.service" {
+		t.Errorf("last command in the node: %q", last)
+	}
+	for _, c := range e.run.cmds {
+		if strings.HasPrefix(c, "nsenter ") && !strings.HasPrefix(c, "nsenter -t 4242 -a env -i PATH=") {
+			t.Errorf("node command not run in the machine's leader namespaces: %q", c)
+		}
+	}
+
+	if err := b.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	inner = e.run.Inner()
+	if last := inner[len(inner)-1]; last != "systemctl stop kubelet.service containerd.service" {
+		t.Errorf("stop: last command in the node %q", last)
+	}
+	calls := e.sd.Calls()
+	if calls[len(calls)-1] != "stop systemd-nspawn@a.service" {
+		t.Errorf("stop: systemd calls %v", calls)
+	}
+	n := len(e.run.cmds)
+	if err := b.Stop(ctx, "a"); err != nil {
+		t.Fatalf("stop of a stopped node: %v", err)
+	}
+	if len(e.run.cmds) != n {
+		t.Error("stop of a stopped node ran commands")
+	}
+}
+
+func TestStopFallsBackToTerminate(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.sd.stopErr = errors.New("job timeout")
+	if err := b.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(e.sd.Calls(), "terminate a") {
+		t.Errorf("no terminate after a failed stop: %v", e.sd.Calls())
+	}
+}
+
+func TestStartFailsFastWhenTheUnitFails(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.sd.noBoot = true
+	err := b.Start(ctx, "a")
+	if err == nil || !strings.Contains(err.Error(), "did not come up") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestKubeletHealthy(t *testing.T) {
+	e := newEnv(t)
+	healthy := atomic.Bool{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" || !healthy.Load() {
+			http.Error(w, "[-]syncloop failed", http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	d := e.deps(e.config(nil))
+	d.Settings.HealthzPort = ln.Addr().(*net.TCPAddr).Port
+	b, err := New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := b.KubeletHealthy(ctx, "a"); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("slot not running: %v", err)
+	}
+	e.sd.machines["a"] = machineRunning("a")
+	if err := b.KubeletHealthy(ctx, "a"); err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("unhealthy kubelet: %v", err)
+	}
+	healthy.Store(true)
+	if err := b.KubeletHealthy(ctx, "a"); err != nil {
+		t.Errorf("healthy kubelet: %v", err)
+	}
+	if err := b.KubeletHealthy(ctx, "c"); err == nil || !strings.Contains(err.Error(), "not one of the configured slots") {
+		t.Errorf("unknown slot: %v", err)
+	}
+}
+
+func TestNewRefusesWhatTheKubeletWould(t *testing.T) {
+	e := newEnv(t)
+	// lib/config refuses this label already; the backend checks again for
+	// configurations that did not come through config.Parse.
+	cfg := e.config(nil)
+	cfg.Kubernetes.Labels["node-role.kubernetes.io/worker"] = ""
+	if _, err := New(e.deps(cfg)); err == nil || !strings.Contains(err.Error(), "node-role.kubernetes.io/worker") {
+		t.Errorf("forbidden label: %v", err)
+	}
+	d := e.deps(e.config(nil))
+	d.Identity = "/srv/with:colon"
+	if _, err := New(d); err == nil {
+		t.Error("identity path with ':' accepted")
+	}
+	d = e.deps(e.config(nil))
+	d.Systemd = nil
+	if _, err := New(d); err == nil {
+		t.Error("missing Systemd accepted")
+	}
+}
+
+func TestOperatorHooksAndRepave(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	o, err := NewOperator(e.deps(e.config(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.EnsureHooks(ctx); err != nil || e.exists("/etc/systemd/nspawn/a.nspawn") || e.sd.reloads != 0 {
+		t.Fatalf("hooks with no provisioned slot: %v, reloads %d", err, e.sd.reloads)
+	}
+	b := o.Backend()
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	reloads, calls := e.sd.reloads, len(e.sd.Calls())
+	if err := o.EnsureHooks(ctx); err != nil || e.sd.reloads != reloads {
+		t.Errorf("hooks unchanged: %v, reloads %d -> %d", err, reloads, e.sd.reloads)
+	}
+	e.put("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf", []byte("[Service]\n"))
+	if err := o.EnsureHooks(ctx); err != nil || e.sd.reloads != reloads+1 {
+		t.Errorf("hooks repaired: %v, reloads %d -> %d", err, reloads, e.sd.reloads)
+	}
+	for _, c := range e.sd.Calls()[calls:] {
+		if c != "reload" {
+			t.Errorf("EnsureHooks touched a running service: %q", c)
+		}
+	}
+
+	if err := o.Repave(ctx, "a", "a"); err == nil {
+		t.Error("repave onto the same slot accepted")
+	}
+	// Repave waits for the target kubelet's health: serve it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })}
+	go srv.Serve(ln)
+	defer srv.Close()
+	d := e.deps(e.config(nil))
+	d.Settings.HealthzPort = ln.Addr().(*net.TCPAddr).Port
+	o2, err := NewOperator(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.Repave(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sd.Machine(ctx, "a"); err == nil {
+		t.Error("slot a still runs after the repave")
+	}
+	if _, err := e.sd.Machine(ctx, "b"); err != nil {
+		t.Errorf("slot b does not run after the repave: %v", err)
+	}
+	if !e.exists("/var/lib/machines/b/etc/kubernetes/kubelet-config.yaml") || !e.exists("/var/lib/machines/a") {
+		t.Error("repave: target not configured, or source removed (the repaver keeps it until commit)")
+	}
+}
+
+func TestExecRefusesBadCommands(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	e.sd.machines["a"] = machineRunning("a")
+	for _, args := range [][]string{nil, {""}, {"A=B", "sh"}} {
+		if _, err := b.Exec(context.Background(), "a", args...); err == nil {
+			t.Errorf("Exec(%q) accepted", args)
+		}
+	}
+	if _, err := b.Exec(context.Background(), "b", "true"); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("exec in a stopped slot: %v", err)
+	}
+}
+
+func TestProvisionInstallsOptionalArtifacts(t *testing.T) {
+	e := newEnv(t)
+	ctd := tarball(t, map[string]string{"bin/": "", "bin/containerd": "ctd", "bin/containerd-shim-runc-v2": "shim"})
+	cni := tarball(t, map[string]string{"./loopback": "lo", "./bridge": "br"})
+	runc := []byte("runc binary")
+	e.put("/srv/containerd.tar", ctd)
+	e.put("/srv/cni.tar", cni)
+	e.put("/srv/runc", runc)
+	cfg := e.config(func(s string) string {
+		return s + fmt.Sprintf(`
+[artifacts.containerd]
+url = "/srv/containerd.tar"
+sha256 = %q
+
+[artifacts.runc]
+url = "/srv/runc"
+sha256 = %q
+
+[artifacts.cni_plugins]
+url = "/srv/cni.tar"
+sha256 = %q
+`, digest(ctd), digest(runc), digest(cni))
+	})
+	b := e.backend(cfg)
+	if err := b.Provision(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{
+		"/var/lib/machines/a/usr/local/bin/containerd":              "ctd",
+		"/var/lib/machines/a/usr/local/bin/containerd-shim-runc-v2": "shim",
+		"/var/lib/machines/a/usr/local/sbin/runc":                   "runc binary",
+		"/var/lib/machines/a/usr/lib/cni/loopback":                  "lo",
+		"/var/lib/machines/a/usr/local/bin/kubelet":                 string(e.kubelet),
+	} {
+		if got := e.read(p); got != want {
+			t.Errorf("%s: %q, want %q", p, got, want)
+		}
+	}
+	if u := e.read("/var/lib/machines/a/etc/systemd/system/containerd.service"); !strings.Contains(u, "ExecStart=/usr/local/bin/containerd ") {
+		t.Errorf("containerd unit for the artifact:\n%s", u)
+	}
+	if ok, err := b.Provisioned("a"); err != nil || !ok {
+		t.Errorf("Provisioned: %v %v", ok, err)
+	}
+	// The stamp names every artifact: the same slot under a configuration
+	// without them is not provisioned for it.
+	if ok, _ := e.backend(nil).Provisioned("a"); ok {
+		t.Error("slot with extra artifacts counts as provisioned for a configuration without them")
+	}
+}

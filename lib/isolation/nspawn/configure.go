@@ -1,0 +1,232 @@
+package nspawn
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+)
+
+// kvmDevice is bound into the node when the host has it (KubeVirt-style
+// workloads); nothing else needs it.
+const kvmDevice = "/dev/kvm"
+
+// modulesDir is bound read-only so the node's tools (and kubelet checks)
+// can see the host kernel's modules; it is left out when the host has none.
+const modulesDir = "/lib/modules"
+
+// Configure writes slot's node files into its rootfs (kubelet, containerd,
+// CNI, credentials, machine-id), ensures the node identity directory, and
+// writes the host side: the .nspawn settings and the unit drop-in,
+// journalled before they are created. systemd is reloaded only when the
+// drop-in changed. A running node keeps running: changes apply at its next
+// start.
+func (b *Backend) Configure(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	log := b.log.With("slot", slot)
+	rootfs, err := b.local(rootfsPath(slot))
+	if err != nil {
+		return err
+	}
+	if _, found, err := readStamp(rootfs); err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	} else if !found {
+		return fmt.Errorf("configure slot %s: %s is not a provisioned slot rootfs: provision it first", slot, rootfs)
+	}
+	creds, err := nodeconfig.LoadCredentials(b.root, b.cfg)
+	if err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	files, err := nodeconfig.Render(b.cfg, creds, b.node)
+	if err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	if _, err := nodeconfig.EnsureMachineID(rootfs); err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	changed, err := nodeconfig.WriteFiles(rootfs, files)
+	if err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	if err := b.ensureIdentity(); err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	hostChanged, dropInChanged, err := b.writeHostFiles(slot)
+	if err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	if dropInChanged {
+		if err := b.d.Systemd.Reload(ctx); err != nil {
+			return fmt.Errorf("configure slot %s: %w", slot, err)
+		}
+	}
+	changed = append(changed, hostChanged...)
+	log.Info("slot configured", "changed", changed)
+	if len(changed) > 0 {
+		if _, err := b.d.Systemd.Machine(ctx, slot); err == nil {
+			log.Warn("the node of this slot is running: the changes apply when it next starts", "changed", changed)
+		}
+	}
+	return nil
+}
+
+// ensureIdentity creates the node identity directory (0700: it will hold
+// the kubelet's client key). Inside kubeslot's base it is kubeslot's own;
+// elsewhere it is journalled like any host change.
+func (b *Backend) ensureIdentity() error {
+	if strings.HasPrefix(b.identity, b.root.Base()+"/") {
+		local, err := b.local(b.identity)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(local, 0o700); err != nil {
+			return fmt.Errorf("node identity directory: %w", err)
+		}
+		return nil
+	}
+	return b.ensureDir(b.identity, 0o700)
+}
+
+// hostFile is one file of the host side of a slot.
+type hostFile struct {
+	kind ownership.Kind
+	path string
+	data []byte
+}
+
+// hostFiles renders the .nspawn settings and the unit drop-in of slot.
+func (b *Backend) hostFiles(slot string) []hostFile {
+	kvm := b.hostHas(kvmDevice, fs.ModeCharDevice)
+	return []hostFile{
+		{ownership.KindNspawnSettings, settingsPath(slot), b.nspawnSettings(slot, kvm, b.hostHas(modulesDir, fs.ModeDir))},
+		{ownership.KindUnit, dropInPath(slot), b.dropIn(slot, kvm)},
+	}
+}
+
+// hostHas reports whether the host has p of the given type (ModeDir,
+// ModeCharDevice).
+func (b *Backend) hostHas(p string, typ fs.FileMode) bool {
+	local, err := b.local(p)
+	if err != nil {
+		return false
+	}
+	fi, err := os.Stat(local)
+	return err == nil && fi.Mode().Type()&typ == typ
+}
+
+// nspawnSettings is /etc/systemd/nspawn/<slot>.nspawn, which the unit's
+// --settings=override lets win over the unit's command line (-U,
+// --network-veth):
+//
+//   - PrivateUsers=no: -U needs the tree chowned or idmapped mounts, which
+//     nested hosts refuse; the node runs as the host's root anyway.
+//   - Capability=all: containerd and runc need the host's bounding set.
+//   - VirtualEthernet=no, Private=no: the node uses the host's network
+//     namespace; the kubelet's addresses are the host's.
+//   - the node identity directory bound over the kubelet's cert dir, so a
+//     repave onto the other slot keeps the Node's client certificate.
+//   - no Volatile=: the rootfs is a plain writable directory.
+func (b *Backend) nspawnSettings(slot string, kvm, modules bool) []byte {
+	var f strings.Builder
+	fmt.Fprintf(&f, `# Written by kubeslot for slot %s; it is rewritten on every configure.
+[Exec]
+Boot=yes
+PrivateUsers=no
+Capability=all
+
+[Network]
+VirtualEthernet=no
+Private=no
+
+[Files]
+`, slot)
+	if modules {
+		fmt.Fprintf(&f, "BindReadOnly=%s\n", modulesDir)
+	}
+	fmt.Fprintf(&f, "Bind=%s:%s\n", b.identity, nodeconfig.CertDir)
+	if kvm {
+		fmt.Fprintf(&f, "Bind=%s\n", kvmDevice)
+	}
+	return []byte(f.String())
+}
+
+// dropIn is the kubeslot drop-in of systemd-nspawn@<slot>.service.
+func (b *Backend) dropIn(slot string, kvm bool) []byte {
+	var f strings.Builder
+	fmt.Fprintf(&f, "# Written by kubeslot for slot %s; it is rewritten on every configure.\n[Service]\n", slot)
+	if b.d.Settings.ReadOnlyNetSysctl {
+		f.WriteString("# /proc/sys/net stays read-only (hostapi.Settings.ReadOnlyNetSysctl)\n")
+	} else {
+		f.WriteString(`# /proc/sys/net writable: CNI plugins and kube-proxy set network sysctls.
+# The node shares the host's network namespace, so these are the host's.
+Environment=SYSTEMD_NSPAWN_API_VFS_WRITABLE=network
+`)
+	}
+	// Whole seconds: systemd's time span syntax differs from Go's.
+	stop := int64(math.Ceil(b.cfg.Timeouts.Stop.Seconds()))
+	fmt.Fprintf(&f, "# timeouts.stop\nTimeoutStopSec=%d\n", stop)
+	if kvm {
+		fmt.Fprintf(&f, "DeviceAllow=%s rw\n", kvmDevice)
+	}
+	return []byte(f.String())
+}
+
+// writeHostFiles writes the host side of slot where it differs, journalling
+// each file and missing directory first. It returns the paths it changed and
+// whether the drop-in was one of them (systemd must then reload).
+func (b *Backend) writeHostFiles(slot string) (changed []string, dropIn bool, err error) {
+	for _, d := range []string{hostroot.NspawnDir, dropInDir(slot)} {
+		if err := b.ensureDir(d, 0o755); err != nil {
+			return changed, dropIn, err
+		}
+	}
+	for _, f := range b.hostFiles(slot) {
+		ok, err := b.writeHostFile(f)
+		if err != nil {
+			return changed, dropIn, err
+		}
+		if ok {
+			changed = append(changed, f.path)
+			dropIn = dropIn || f.kind == ownership.KindUnit
+		}
+	}
+	return changed, dropIn, nil
+}
+
+func (b *Backend) writeHostFile(f hostFile) (bool, error) {
+	local, err := b.localEntry(f.path)
+	if err != nil {
+		return false, err
+	}
+	if fi, err := os.Lstat(local); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() == 0o644 {
+		if old, err := os.ReadFile(local); err == nil && bytes.Equal(old, f.data) {
+			return false, nil
+		}
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	if err := b.journal(f.kind, f.path); err != nil {
+		return false, err
+	}
+	if err := atomicfile.WriteFile(local, f.data, 0o644); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// timeoutCause builds a deadline cause naming the wait and its setting.
+func timeoutCause(what string, d time.Duration, setting string) error {
+	return fmt.Errorf("%s not done within %s (%s): %w", what, d, setting, context.DeadlineExceeded)
+}

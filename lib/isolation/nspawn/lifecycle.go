@@ -1,0 +1,210 @@
+package nspawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+)
+
+// Bounds of the steps that have no setting of their own.
+const (
+	// innerStopBound caps the bound (timeouts.stop) on stopping kubelet
+	// and containerd inside the node before the machine itself is stopped.
+	innerStopBound = 30 * time.Second
+	// terminateBound bounds the machine's disappearance after
+	// TerminateMachine (SIGKILL to all its processes).
+	terminateBound = 15 * time.Second
+	// stopMargin is added to timeouts.stop for our own wait on the stop
+	// job: systemd itself gives up after TimeoutStopSec (the drop-in) and
+	// kills the machine, and that should be what we see.
+	stopMargin = 15 * time.Second
+)
+
+func isNoMachine(err error) bool { return errors.Is(err, hostapi.ErrNoMachine) }
+
+// Start boots slot's node machine (systemd-nspawn@<slot>.service through
+// systemd over D-Bus), waits for the node's systemd to finish booting
+// (bounded by timeouts.node_ready), then enables and starts containerd and
+// the kubelet inside. Enabling makes later boots of the node start them by
+// themselves. Start on a running node only makes sure both are started.
+func (b *Backend) Start(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	log := b.log.With("slot", slot)
+	settings, err := b.localEntry(settingsPath(slot))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(settings); err != nil {
+		return fmt.Errorf("start slot %s: %s: configure the slot first: %w", slot, settings, err)
+	}
+	if ok, err := b.Provisioned(slot); err != nil {
+		return fmt.Errorf("start slot %s: %w", slot, err)
+	} else if !ok {
+		return fmt.Errorf("start slot %s: its rootfs was not provisioned from this configuration's artifacts: provision it first", slot)
+	}
+	bound := b.cfg.Timeouts.NodeReady.Duration
+	ctx, cancel := context.WithTimeoutCause(ctx, bound, timeoutCause("starting the node of slot "+slot, bound, "timeouts.node_ready"))
+	defer cancel()
+
+	t0 := time.Now()
+	// A node that failed before would otherwise stay failed in listings.
+	if err := b.d.Systemd.ResetFailed(ctx, unitName(slot)); err != nil {
+		log.Warn("could not reset the failed state of the node unit", "err", err)
+	}
+	if err := b.d.Systemd.StartUnit(ctx, unitName(slot)); err != nil {
+		return fmt.Errorf("start slot %s: %w", slot, err)
+	}
+	state, err := b.waitBooted(ctx, slot)
+	if err != nil {
+		return fmt.Errorf("start slot %s: %w", slot, err)
+	}
+	booted := time.Since(t0)
+	out, err := b.Exec(ctx, slot, "systemctl", "enable", "--now", nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit)
+	if err != nil {
+		return fmt.Errorf("start slot %s: start containerd and kubelet in the node: %w\n%s", slot, err, b.nodeJournal(ctx, slot))
+	}
+	log.Info("node started", "state", state, "boot", booted.Round(time.Millisecond),
+		"total", time.Since(t0).Round(time.Millisecond), "systemctl", strings.TrimSpace(string(out)))
+	return nil
+}
+
+// waitBooted polls machined for the machine, then the node's systemd until
+// it has finished booting. "degraded" (some unit failed) counts as booted,
+// with a warning naming the failed units: an unrelated failure in the node
+// must not keep the kubelet from starting. It returns the state seen.
+func (b *Backend) waitBooted(ctx context.Context, slot string) (string, error) {
+	last := "not registered with machined"
+	for {
+		m, err := b.d.Systemd.Machine(ctx, slot)
+		switch {
+		case err == nil && m.State == "running" && m.Leader > 0:
+			out, _ := b.Exec(ctx, slot, "systemctl", "is-system-running")
+			state := lastLine(out)
+			switch state {
+			case "running":
+				return state, nil
+			case "degraded":
+				failed, _ := b.Exec(ctx, slot, "systemctl", "list-units", "--failed", "--plain", "--no-legend")
+				b.log.Warn("node booted degraded", "slot", slot, "failed_units", strings.TrimSpace(string(failed)))
+				return state, nil
+			case "maintenance", "stopping":
+				return state, fmt.Errorf("the node's systemd is %q", state)
+			}
+			last = "node systemd " + state
+		case err == nil:
+			last = "machine " + m.State
+		case !isNoMachine(err):
+			return "", err
+		default:
+			// Gone, or never there: a unit that failed will not bring it.
+			if active, sub, uerr := b.d.Systemd.UnitState(ctx, unitName(slot)); uerr == nil && (active == "failed" || active == "inactive") {
+				return "", fmt.Errorf("%s is %s/%s: the machine did not come up (journalctl -u %s)", unitName(slot), active, sub, unitName(slot))
+			}
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return "", fmt.Errorf("%w; last seen: %s", err, last)
+		}
+	}
+}
+
+func lastLine(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return strings.TrimSpace(s)
+}
+
+// nodeJournal is the tail of the node's kubelet and containerd logs, for
+// error messages; best effort.
+func (b *Backend) nodeJournal(ctx context.Context, slot string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	out, err := b.Exec(ctx, slot, "journalctl", "-u", nodeconfig.KubeletUnit, "-u", nodeconfig.ContainerdUnit, "--no-pager", "-q", "-n", "40")
+	if err != nil {
+		return fmt.Sprintf("(node journal: %v)", err)
+	}
+	return "node journal:\n" + string(out)
+}
+
+// Stop stops slot's node gracefully: the kubelet, then containerd (one
+// systemctl call: the kubelet is ordered after containerd, so it stops
+// first), then the machine through its unit, which shuts the node's systemd
+// down. If that fails or takes longer than timeouts.stop (plus a margin),
+// the machine is terminated through machined. A node that does not run is
+// fine.
+func (b *Backend) Stop(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	log := b.log.With("slot", slot)
+	t0 := time.Now()
+	_, err := b.d.Systemd.Machine(ctx, slot)
+	running := err == nil
+	if err != nil && !isNoMachine(err) {
+		return fmt.Errorf("stop slot %s: %w", slot, err)
+	}
+	if running {
+		ictx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
+		_, err := b.Exec(ictx, slot, "systemctl", "stop", nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
+		cancel()
+		if err != nil {
+			log.Warn("could not stop kubelet and containerd inside the node; stopping the machine anyway", "err", err)
+		}
+	}
+	active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot))
+	if err != nil {
+		return fmt.Errorf("stop slot %s: %w", slot, err)
+	}
+	if !running && (active == "inactive" || active == "failed") {
+		log.Info("node not running", "unit", active)
+		return nil
+	}
+	bound := b.cfg.Timeouts.Stop.Duration + stopMargin
+	sctx, cancel := context.WithTimeoutCause(ctx, bound, timeoutCause("stopping "+unitName(slot), bound, "timeouts.stop + margin"))
+	stopErr := b.d.Systemd.StopUnit(sctx, unitName(slot))
+	cancel()
+	if stopErr == nil {
+		stopErr = b.waitGone(ctx, slot, terminateBound)
+	}
+	if stopErr != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stop slot %s: %w", slot, stopErr)
+		}
+		log.Warn("graceful stop failed; terminating the machine", "err", stopErr)
+		if err := b.d.Systemd.TerminateMachine(ctx, slot); err != nil && !isNoMachine(err) {
+			return fmt.Errorf("stop slot %s: %v; terminate: %w", slot, stopErr, err)
+		}
+		if err := b.waitGone(ctx, slot, terminateBound); err != nil {
+			return fmt.Errorf("stop slot %s: %v; after terminate: %w", slot, stopErr, err)
+		}
+	}
+	log.Info("node stopped", "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// waitGone waits, bounded, until machined no longer knows slot's machine.
+func (b *Backend) waitGone(ctx context.Context, slot string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, bound, timeoutCause("machine "+slot+" going away", bound, "fixed bound"))
+	defer cancel()
+	for {
+		m, err := b.d.Systemd.Machine(ctx, slot)
+		if isNoMachine(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return fmt.Errorf("%w (machine still %s)", err, m.State)
+		}
+	}
+}

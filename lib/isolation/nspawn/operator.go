@@ -1,0 +1,119 @@
+package nspawn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+)
+
+// Operator is the nspawn node operator: lifecycle hooks, restart in place
+// and the mode-specific steps of a repave, over its own Backend.
+type Operator struct {
+	b *Backend
+}
+
+// NewOperator binds an operator to d (see New).
+func NewOperator(d hostapi.Deps) (*Operator, error) {
+	b, err := New(d)
+	if err != nil {
+		return nil, err
+	}
+	return &Operator{b: b}, nil
+}
+
+// Backend is the operator's backend.
+func (o *Operator) Backend() *Backend { return o.b }
+
+// EnsureHooks makes sure every provisioned slot's host side (the .nspawn
+// settings and the unit drop-in) is what this configuration renders, and
+// reloads systemd only when a drop-in changed. It never starts, stops or
+// restarts anything: a running node picks changes up at its next start.
+func (o *Operator) EnsureHooks(ctx context.Context) error {
+	reload := false
+	for _, slot := range o.b.cfg.Isolation.Slots {
+		ok, err := o.b.stamped(slot)
+		if err != nil {
+			return fmt.Errorf("lifecycle hooks: %w", err)
+		}
+		if !ok {
+			continue // nothing to run there yet
+		}
+		changed, dropIn, err := o.b.writeHostFiles(slot)
+		if err != nil {
+			return fmt.Errorf("lifecycle hooks of slot %s: %w", slot, err)
+		}
+		if len(changed) > 0 {
+			o.b.log.Info("lifecycle hooks repaired", "slot", slot, "changed", changed)
+		}
+		reload = reload || dropIn
+	}
+	if reload {
+		return o.b.d.Systemd.Reload(ctx)
+	}
+	return nil
+}
+
+// RestartNode restarts slot's node machine in place (never the host):
+// graceful Stop, Start, then a bounded wait for the kubelet's health. The
+// caller checks the Node in the cluster.
+func (o *Operator) RestartNode(ctx context.Context, slot string) error {
+	t0 := time.Now()
+	if err := o.b.Stop(ctx, slot); err != nil {
+		return fmt.Errorf("restart node: %w", err)
+	}
+	if err := o.b.Start(ctx, slot); err != nil {
+		return fmt.Errorf("restart node: %w", err)
+	}
+	if err := o.b.WaitKubeletHealthy(ctx, slot); err != nil {
+		return fmt.Errorf("restart node: %w", err)
+	}
+	o.b.log.Info("node restarted", "slot", slot, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// Repave moves the node from slot from onto slot to, built from the
+// operator's configuration (the target's): provision and configure to while
+// from keeps serving, stop from, start to, wait for its kubelet's health.
+// The node identity is bound into whichever slot runs, so the Node keeps its
+// name and credentials. It does no rollback and commits nothing: the
+// repaver drives those phases durably and may call the Backend's methods
+// phase by phase instead.
+func (o *Operator) Repave(ctx context.Context, from, to string) error {
+	if from == to {
+		return fmt.Errorf("repave: source and target are both slot %q", from)
+	}
+	if err := o.b.checkSlot(from); err != nil {
+		return fmt.Errorf("repave: %w", err)
+	}
+	steps := []struct {
+		name string
+		f    func(context.Context, string) error
+		slot string
+	}{
+		{"provision", o.b.Provision, to},
+		{"configure", o.b.Configure, to},
+		{"stop", o.b.Stop, from},
+		{"start", o.b.Start, to},
+		{"health", o.b.WaitKubeletHealthy, to},
+	}
+	for _, s := range steps {
+		t0 := time.Now()
+		if err := s.f(ctx, s.slot); err != nil {
+			return fmt.Errorf("repave %s -> %s: %s: %w", from, to, s.name, err)
+		}
+		o.b.log.Info("repave step done", "step", s.name, "slot", s.slot, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// stamped reports whether slot has a finished rootfs (from any artifacts).
+func (b *Backend) stamped(slot string) (bool, error) {
+	rootfs, err := b.local(rootfsPath(slot))
+	if err != nil {
+		return false, err
+	}
+	_, found, err := readStamp(rootfs)
+	return found, err
+}

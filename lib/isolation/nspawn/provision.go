@@ -1,0 +1,527 @@
+package nspawn
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/unpack"
+)
+
+// stampPath is the provisioning stamp inside a slot rootfs: which rootfs
+// and artifacts the tree was built from. It is written into the staging
+// tree before the rename that makes the slot, so a slot directory without
+// it was not made by kubeslot (or by no finished Provision).
+const stampPath = "etc/kubeslot/provisioned.json"
+
+// Stamp says what a slot rootfs was built from: sha256 digests.
+type Stamp struct {
+	RootFS     string `json:"rootfs"`
+	Kubelet    string `json:"kubelet"`
+	Containerd string `json:"containerd,omitempty"`
+	Runc       string `json:"runc,omitempty"`
+	CNIPlugins string `json:"cni_plugins,omitempty"`
+}
+
+func (b *Backend) wantStamp() Stamp {
+	a := b.cfg.Artifacts
+	s := Stamp{RootFS: b.cfg.RootFS.SHA256, Kubelet: a.Kubelet.SHA256}
+	if a.Containerd != nil {
+		s.Containerd = a.Containerd.SHA256
+	}
+	if a.Runc != nil {
+		s.Runc = a.Runc.SHA256
+	}
+	if a.CNIPlugins != nil {
+		s.CNIPlugins = a.CNIPlugins.SHA256
+	}
+	return s
+}
+
+// readStamp reads a rootfs's stamp; found is false when the rootfs or the
+// stamp does not exist.
+func readStamp(rootfs string) (s Stamp, found bool, err error) {
+	root, err := os.OpenRoot(rootfs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, err
+	}
+	defer root.Close()
+	f, err := root.Open(stampPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(io.LimitReader(f, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return s, false, fmt.Errorf("%s/%s: damaged provisioning stamp: %w", rootfs, stampPath, err)
+	}
+	return s, true, nil
+}
+
+// Provisioned reports whether slot has a rootfs built from exactly this
+// configuration's rootfs and artifacts.
+func (b *Backend) Provisioned(slot string) (bool, error) {
+	if err := b.checkSlot(slot); err != nil {
+		return false, err
+	}
+	rootfs, err := b.local(rootfsPath(slot))
+	if err != nil {
+		return false, err
+	}
+	have, found, err := readStamp(rootfs)
+	return found && have == b.wantStamp(), err
+}
+
+// Provision builds slot's rootfs from the verified artifact cache: the
+// rootfs tarball unpacked into a fresh staging directory next to the slot,
+// the kubelet (and the optional containerd, runc and CNI plugins) installed
+// into it, the stamp written, then renamed into place, so a half-built tree
+// is never taken for a slot. Every artifact is fetched and verified before
+// anything is created. A slot already built from the same artifacts is left
+// as it is; one built from others is rebuilt, unless its node is running.
+func (b *Backend) Provision(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	log := b.log.With("slot", slot)
+	t0 := time.Now()
+	rootfs, err := b.local(rootfsPath(slot))
+	if err != nil {
+		return err
+	}
+	want := b.wantStamp()
+	have, found, err := readStamp(rootfs)
+	if err != nil {
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+	if found && have == want {
+		log.Info("slot already provisioned from these artifacts", "rootfs", rootfs)
+		return nil
+	}
+
+	// Fetch and verify everything first: a wrong checksum must leave the
+	// slot untouched.
+	fetched, err := b.fetchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+
+	if _, err := os.Lstat(rootfs); err == nil {
+		if err := b.checkOurs(slot, rootfs, found); err != nil {
+			return fmt.Errorf("provision slot %s: %w", slot, err)
+		}
+		if err := b.checkStopped(ctx, slot); err != nil {
+			return fmt.Errorf("provision slot %s: its rootfs was built from other artifacts, and %w", slot, err)
+		}
+		log.Info("rebuilding slot rootfs built from other artifacts", "rootfs", rootfs, "had", have, "want", want)
+		if err := removeTree(rootfs); err != nil {
+			return fmt.Errorf("provision slot %s: %w", slot, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+
+	if err := b.ensureDir(hostroot.MachinesDir, 0o700); err != nil {
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+	for _, p := range []string{partialPath(slot), rootfsPath(slot)} {
+		if err := b.journal(ownership.KindMachineRootfs, p); err != nil {
+			return fmt.Errorf("provision slot %s: %w", slot, err)
+		}
+	}
+	partial, err := b.local(partialPath(slot))
+	if err != nil {
+		return err
+	}
+	if err := removeTree(partial); err != nil { // left by a crash
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+	t1 := time.Now()
+	if err := b.build(ctx, partial, fetched, want); err != nil {
+		if rerr := removeTree(partial); rerr != nil {
+			log.Warn("could not remove the staging tree", "path", partial, "err", rerr)
+		}
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+	if err := atomicfile.Rename(partial, rootfs); err != nil {
+		return fmt.Errorf("provision slot %s: move %s into place: %w", slot, partial, err)
+	}
+	log.Info("slot provisioned", "rootfs", rootfs, "build", time.Since(t1).Round(time.Millisecond),
+		"total", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// fetched maps an artifact's role to its verified cache file.
+type fetched map[string]string
+
+func (b *Backend) fetchAll(ctx context.Context) (fetched, error) {
+	f := &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: b.cfg.Timeouts.Download.Duration}
+	out := fetched{}
+	items := []struct {
+		role string
+		a    *config.Artifact
+	}{
+		{"rootfs", &config.Artifact{URL: b.cfg.RootFS.Source, SHA256: b.cfg.RootFS.SHA256}},
+		{"kubelet", &b.cfg.Artifacts.Kubelet},
+		{"containerd", b.cfg.Artifacts.Containerd},
+		{"runc", b.cfg.Artifacts.Runc},
+		{"cni_plugins", b.cfg.Artifacts.CNIPlugins},
+	}
+	for _, it := range items {
+		if it.a == nil {
+			continue
+		}
+		p, err := f.Ensure(ctx, it.a.URL, it.a.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", it.role, err)
+		}
+		out[it.role] = p
+	}
+	return out, nil
+}
+
+// build makes the staging tree: rootfs, artifacts, stamp, synced.
+func (b *Backend) build(ctx context.Context, dir string, src fetched, stamp Stamp) error {
+	if err := unpackFile(ctx, src["rootfs"], dir, unpack.Options{Log: b.log, RequireEmpty: true}); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	// Binaries are single files; the containerd and CNI release archives
+	// are tarballs of a bin/ directory and of the plugins.
+	if err := copyInto(root, src["kubelet"], nodeconfig.KubeletBinary); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
+	if p, ok := src["runc"]; ok {
+		if err := copyInto(root, p, nodeconfig.RuncBinary); err != nil {
+			return fmt.Errorf("runc: %w", err)
+		}
+	}
+	archives := []struct{ role, dest string }{
+		{"containerd", path.Dir(path.Dir(nodeconfig.ContainerdBinary))}, // bin/containerd -> /usr/local/bin
+		{"cni_plugins", nodeconfig.CNIBinDir},
+	}
+	for _, a := range archives {
+		p, ok := src[a.role]
+		if !ok {
+			continue
+		}
+		dest, err := realDir(root, dir, a.dest)
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.role, err)
+		}
+		// Release archives carry their build machine's owners: not ours.
+		if err := unpackFile(ctx, p, dest, unpack.Options{Log: b.log, IgnoreOwner: true}); err != nil {
+			return fmt.Errorf("%s: %w", a.role, err)
+		}
+	}
+	data, err := json.MarshalIndent(stamp, "", "  ")
+	if err != nil {
+		return err
+	}
+	if _, err := nodeconfig.WriteFiles(dir, []nodeconfig.File{{Path: "/" + stampPath, Data: append(data, '\n'), Mode: 0o644}}); err != nil {
+		return err
+	}
+	return nil
+}
+
+func unpackFile(ctx context.Context, src, dest string, opts unpack.Options) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unpack.Tar(ctx, bufio.NewReaderSize(f, 1<<20), dest, opts)
+}
+
+// copyInto copies the local file src to the absolute node path dst inside
+// root (mode 0755), replacing what is there by rename.
+func copyInto(root *os.Root, src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	name := strings.TrimPrefix(dst, "/")
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+		return err
+	}
+	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".kubeslot-tmp")
+	_ = root.Remove(tmp)
+	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Chmod(0o755)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+		return fmt.Errorf("install %s: %w", dst, err)
+	}
+	return nil
+}
+
+// realDir returns the local path of the node directory p (created when
+// missing) after checking that no component is a link: unpack.Tar works on
+// a local path, which a link in the rootfs could point anywhere.
+func realDir(root *os.Root, local, p string) (string, error) {
+	cur := ""
+	for _, c := range strings.Split(strings.Trim(p, "/"), "/") {
+		cur = path.Join(cur, c)
+		fi, err := root.Lstat(cur)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := root.Mkdir(cur, 0o755); err != nil {
+				return "", err
+			}
+		case err != nil:
+			return "", err
+		case !fi.IsDir():
+			return "", fmt.Errorf("/%s in the rootfs is a %v, not a directory: refusing to unpack through it", cur, fi.Mode().Type())
+		}
+	}
+	return filepath.Join(local, filepath.FromSlash(cur)), nil
+}
+
+// checkOurs refuses to replace or remove a slot directory kubeslot did not
+// make: one with neither a stamp nor a journal entry.
+func (b *Backend) checkOurs(slot, rootfs string, stamped bool) error {
+	if stamped {
+		return nil
+	}
+	if b.d.Record != nil {
+		if _, found := b.d.Record.Lookup(ownership.KindMachineRootfs, rootfsPath(slot)); found {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s exists but was not made by kubeslot (no provisioning stamp, no journal entry): move it away or pick other slot names", rootfs)
+}
+
+// checkStopped errors when slot's node runs or is starting or stopping.
+func (b *Backend) checkStopped(ctx context.Context, slot string) error {
+	active, sub, err := b.d.Systemd.UnitState(ctx, unitName(slot))
+	if err != nil {
+		return err
+	}
+	switch active {
+	case "inactive", "failed", "":
+	default:
+		return fmt.Errorf("its node is running (%s is %s/%s): stop it first", unitName(slot), active, sub)
+	}
+	if _, err := b.d.Systemd.Machine(ctx, slot); err == nil {
+		return fmt.Errorf("machine %s is still registered with machined: stop it first", slot)
+	} else if !isNoMachine(err) {
+		return err
+	}
+	return nil
+}
+
+// journal records a host change before it is made (DESIGN.md, rule 5). An
+// entry already there is kept: its prior is the state before kubeslot.
+func (b *Backend) journal(kind ownership.Kind, hostPath string) error {
+	if b.d.Record == nil {
+		return fmt.Errorf("no ownership record to journal %s %s in before changing it", kind, hostPath)
+	}
+	if _, found := b.d.Record.Lookup(kind, hostPath); found {
+		return nil
+	}
+	prior, err := ownership.CapturePrior(b.root, hostPath)
+	if err != nil {
+		return err
+	}
+	return b.d.Record.Record(b.root, ownership.Change{Kind: kind, Path: hostPath, Prior: prior})
+}
+
+// ensureDir creates the host directory p (and missing parents), each
+// journalled before it is made; mode applies to the directories created.
+func (b *Backend) ensureDir(p string, mode fs.FileMode) error {
+	local, err := b.local(p)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(local); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: not a directory", local)
+		}
+		return nil
+	}
+	if parent := path.Dir(p); parent != "/" {
+		if err := b.ensureDir(parent, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := b.journal(ownership.KindDir, p); err != nil {
+		return err
+	}
+	if err := os.Mkdir(local, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := os.Chmod(local, mode); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(local))
+}
+
+// removeTree removes a local directory tree (absent is fine), refusing one
+// with a mount point inside: RemoveAll would delete the mounted files.
+func removeTree(local string) error {
+	if _, err := os.Lstat(local); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	mounts, err := mountsUnder(local)
+	if err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("%s: mount points inside (%s): refusing to remove it", local, strings.Join(mounts, ", "))
+	}
+	if err := os.RemoveAll(local); err != nil {
+		return fmt.Errorf("remove %s: %w", local, err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(local))
+}
+
+// mountsUnder lists this mount namespace's mount points at or below dir.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Remove deletes slot's rootfs, staging tree, nspawn settings and unit
+// drop-in; what is absent is fine. It refuses while the slot's node runs,
+// and refuses a rootfs kubeslot did not make.
+func (b *Backend) Remove(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	if err := b.checkStopped(ctx, slot); err != nil {
+		return fmt.Errorf("remove slot %s: %w", slot, err)
+	}
+	rootfs, err := b.local(rootfsPath(slot))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(rootfs); err == nil {
+		_, stamped, err := readStamp(rootfs)
+		if err != nil {
+			stamped = true // a damaged stamp is still ours
+		}
+		if err := b.checkOurs(slot, rootfs, stamped); err != nil {
+			return fmt.Errorf("remove slot %s: %w", slot, err)
+		}
+	}
+	partial, err := b.local(partialPath(slot))
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{rootfs, partial} {
+		if err := removeTree(p); err != nil {
+			return fmt.Errorf("remove slot %s: %w", slot, err)
+		}
+	}
+	if err := b.removeFile(settingsPath(slot)); err != nil {
+		return fmt.Errorf("remove slot %s: %w", slot, err)
+	}
+	dropIn, err := b.localEntry(dropInPath(slot))
+	if err != nil {
+		return err
+	}
+	_, statErr := os.Lstat(dropIn)
+	if err := b.removeFile(dropInPath(slot)); err != nil {
+		return fmt.Errorf("remove slot %s: %w", slot, err)
+	}
+	if dir, err := b.local(dropInDir(slot)); err == nil {
+		_ = os.Remove(dir) // only when empty: someone else's drop-in stays
+	}
+	if statErr == nil {
+		if err := b.d.Systemd.Reload(ctx); err != nil {
+			return fmt.Errorf("remove slot %s: %w", slot, err)
+		}
+	}
+	if err := b.d.Systemd.ResetFailed(ctx, unitName(slot)); err != nil {
+		b.log.Warn("could not reset the failed state of the node unit", "unit", unitName(slot), "err", err)
+	}
+	b.log.Info("slot removed", "slot", slot)
+	return nil
+}
+
+func (b *Backend) removeFile(hostPath string) error {
+	local, err := b.localEntry(hostPath)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Remove(local); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", local, err)
+	}
+	return nil
+}

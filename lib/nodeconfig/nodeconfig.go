@@ -1,0 +1,272 @@
+// Package nodeconfig renders the files that make a node rootfs a kubelet
+// node of the configured cluster: the kubelet's configuration and unit, the
+// containerd configuration, the CNI network, the bootstrap kubeconfig and CA,
+// and the sysctl files the kubelet unit binds read-only. It knows the node
+// side only; where the node runs (an nspawn machine) is the business of the
+// isolation backends, which import it.
+//
+// Every setting the node needs to run inside an nspawn machine that shares
+// the host's network namespace was verified on the test rig (DESIGN.md, "Test
+// rig"; integration/nodeimage holds the rig's own copy, which production
+// code must not import). Keep the two consistent: a change here that the rig
+// did not prove is a guess.
+package nodeconfig
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"sort"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+)
+
+// Paths inside the node.
+const (
+	KubeletBinary       = "/usr/local/bin/kubelet"
+	KubeletUnit         = "kubelet.service"
+	ContainerdUnit      = "containerd.service"
+	KubeletUnitPath     = "/etc/systemd/system/" + KubeletUnit
+	ContainerdUnitPath  = "/etc/systemd/system/" + ContainerdUnit
+	KubeletConfig       = "/etc/kubernetes/kubelet-config.yaml"
+	BootstrapKubeconfig = "/etc/kubernetes/bootstrap-kubelet.conf"
+	// KubeletKubeconfig is written by the kubelet itself: after TLS
+	// bootstrap, or (certificate rotation on) at every start, pointing at
+	// the client certificate in CertDir. A new slot whose CertDir holds the
+	// kept identity therefore needs no bootstrap token.
+	KubeletKubeconfig = "/var/lib/kubelet/kubeconfig"
+	// CertDir is where the node identity directory of the host is bound.
+	CertDir          = "/var/lib/kubelet/pki"
+	RootDir          = "/var/lib/kubelet"
+	CAFile           = "/etc/kubernetes/pki/ca.crt"
+	SysctlDir        = "/etc/kubernetes/sysctl"
+	ContainerdConfig = "/etc/containerd/config.toml"
+	CNIConfig        = "/etc/cni/net.d/10-loopback.conflist"
+	CNIBinDir        = "/usr/lib/cni"
+	// ContainerdBinary is where a containerd artifact's binaries go
+	// (the release archive's bin/ unpacked into /usr/local).
+	ContainerdBinary = "/usr/local/bin/containerd"
+	RuncBinary       = "/usr/local/sbin/runc"
+)
+
+// Defaults of Options.
+const (
+	DefaultKubeletPort    = 10250
+	DefaultHealthzPort    = 10248
+	DefaultContainerdRoot = "/run/containerd-root"
+)
+
+// Options are the node settings that do not come from the configuration
+// file. The zero value is the production default.
+type Options struct {
+	// KubeletPort and HealthzPort: 0 means the defaults.
+	KubeletPort, HealthzPort int
+	// NodeIP is the kubelet's --node-ip; "" lets the kubelet choose.
+	NodeIP string
+	// ContainerdRoot is containerd's root (images, snapshots); "" means
+	// DefaultContainerdRoot, a tmpfs: the verified setting, because
+	// containerd's overlayfs snapshotter cannot use a directory that is
+	// itself on overlayfs (the rig's hosts). On a host whose machines live
+	// on a plain disk filesystem, /var/lib/containerd keeps images across
+	// node restarts and out of memory.
+	ContainerdRoot string
+	// KeepEviction keeps the kubelet's default eviction and image GC
+	// thresholds; by default they are off, as verified on the rig.
+	KeepEviction bool
+	// OwnContainerd writes a containerd unit for ContainerdBinary (the
+	// configuration installs a containerd artifact) instead of using the
+	// rootfs's own.
+	OwnContainerd bool
+}
+
+// Ports returns the kubelet and healthz ports with defaults applied.
+func (o Options) Ports() (kubelet, healthz int) {
+	kubelet, healthz = o.KubeletPort, o.HealthzPort
+	if kubelet == 0 {
+		kubelet = DefaultKubeletPort
+	}
+	if healthz == 0 {
+		healthz = DefaultHealthzPort
+	}
+	return kubelet, healthz
+}
+
+func (o Options) check() error {
+	k, h := o.Ports()
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"kubelet port", k}, {"healthz port", h}} {
+		if p.v < 1 || p.v > 65535 {
+			return fmt.Errorf("node options: %s %d: want 1-65535", p.name, p.v)
+		}
+	}
+	if k == h {
+		return fmt.Errorf("node options: kubelet and healthz port are both %d", k)
+	}
+	if o.NodeIP != "" && net.ParseIP(o.NodeIP) == nil {
+		return fmt.Errorf("node options: node IP %q is not an IP address", o.NodeIP)
+	}
+	if o.ContainerdRoot != "" && (o.ContainerdRoot[0] != '/' || !unitSafe(o.ContainerdRoot)) {
+		return fmt.Errorf("node options: containerd root %q: want an absolute path of plain characters", o.ContainerdRoot)
+	}
+	return nil
+}
+
+// File is one rendered file: an absolute path inside the node, its content
+// and mode.
+type File struct {
+	Path string
+	Data []byte
+	Mode fs.FileMode
+}
+
+// Credentials are what the node joins the cluster with. They are secret
+// (the bootstrap kubeconfig holds the token): never log them.
+type Credentials struct {
+	CAPEM               []byte
+	BootstrapKubeconfig []byte
+}
+
+// maxInputFile bounds the host files read here (CA, kubeconfig): a few KiB
+// each; reading a device by mistake must fail, not exhaust memory.
+const maxInputFile = 1 << 20
+
+// LoadCredentials builds the node's credentials from the configuration:
+// the CA (inline, or cluster.ca_file read through root) and the bootstrap
+// kubeconfig (written from the server, the CA and cluster.bootstrap_token,
+// or cluster.kubeconfig read through root as it is).
+func LoadCredentials(root *hostroot.Root, cfg *config.Config) (*Credentials, error) {
+	cl := cfg.Cluster
+	var ca []byte
+	switch {
+	case cl.CAPEM != "":
+		ca = []byte(cl.CAPEM)
+	case cl.CAFile != "":
+		b, err := readHostFile(root, cl.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.ca_file: %w", err)
+		}
+		ca = b
+	default:
+		return nil, errors.New("cluster: neither ca_file nor ca_pem is set")
+	}
+	if err := checkCA(ca); err != nil {
+		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	c := &Credentials{CAPEM: ca}
+	switch {
+	case cl.BootstrapToken != "":
+		kc, err := BootstrapKubeconfigFor(cl.Server, ca, cl.BootstrapToken.Reveal())
+		if err != nil {
+			return nil, err
+		}
+		c.BootstrapKubeconfig = kc
+	case cl.Kubeconfig != "":
+		b, err := readHostFile(root, cl.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.kubeconfig: %w", err)
+		}
+		if len(b) == 0 {
+			return nil, fmt.Errorf("cluster.kubeconfig %s: empty file", cl.Kubeconfig)
+		}
+		c.BootstrapKubeconfig = b
+	default:
+		return nil, errors.New("cluster: neither bootstrap_token nor kubeconfig is set")
+	}
+	return c, nil
+}
+
+func readHostFile(root *hostroot.Root, hostPath string) ([]byte, error) {
+	local, err := root.Resolve(hostPath)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(local)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", local, err)
+	}
+	if len(b) > maxInputFile {
+		return nil, fmt.Errorf("%s: larger than %d bytes; is this the right file?", local, maxInputFile)
+	}
+	return b, nil
+}
+
+// checkCA wants at least one PEM certificate, and every CERTIFICATE block
+// to parse: a damaged CA would otherwise surface as an opaque TLS error in
+// the kubelet's log.
+func checkCA(b []byte) error {
+	n := 0
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			return fmt.Errorf("certificate %d: %w", n+1, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return errors.New("no PEM CERTIFICATE block")
+	}
+	return nil
+}
+
+// kernelDefaults are the sysctls the kubelet insists on (it writes them at
+// start, or with protectKernelDefaults refuses to start). /proc/sys is
+// read-only in a node, so the kubelet unit binds read-only files holding
+// these values over them: the kubelet reads its values and writes nothing.
+// Host preparation sets the real values on the host.
+var kernelDefaults = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+}
+
+// KernelDefaults returns the sysctls (slash-separated, as under /proc/sys)
+// the kubelet expects, and their values. A fresh map each call.
+func KernelDefaults() map[string]string {
+	m := make(map[string]string, len(kernelDefaults))
+	for k, v := range kernelDefaults {
+		m[k] = v
+	}
+	return m
+}
+
+func sysctlFile(key string) string {
+	b := []byte(key)
+	for i, c := range b {
+		if c == '/' {
+			b[i] = '_'
+		}
+	}
+	return SysctlDir + "/" + string(b)
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,367 @@
+package nodeconfig
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+)
+
+const testToken = "abcdef.0123456789abcdef"
+
+func testCA(t *testing.T) string {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// testConfig parses a valid configuration with labels, taints and DNS; extra
+// TOML (whole tables) is appended.
+func testConfig(t *testing.T, ca, extra string) *config.Config {
+	t.Helper()
+	doc := `[machine]
+name = "worker-1"
+node_name = "worker-1.example.internal"
+
+[cluster]
+server = "https://203.0.113.10:6443"
+ca_pem = """` + ca + `"""
+bootstrap_token = "` + testToken + `"
+
+[kubernetes]
+version = "1.37.2"
+cluster_dns = ["10.96.0.10", "fd00::a"]
+cluster_domain = "corp.local"
+taints = ["dedicated=batch:NoSchedule", "gpu:NoExecute"]
+
+[kubernetes.labels]
+"topology.kubernetes.io/zone" = "zone-a"
+"example.com/team" = "infra"
+"node.kubernetes.io/pool" = "p1"
+
+[rootfs]
+source = "https://images.example.com/rootfs.tar.gz"
+sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+[artifacts.kubelet]
+url = "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet"
+sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+` + extra
+	cfg, err := config.Parse("test.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func render(t *testing.T, cfg *config.Config, opts Options) map[string]File {
+	t.Helper()
+	creds, err := LoadCredentials(nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := Render(cfg, creds, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]File{}
+	for _, f := range files {
+		if _, dup := m[f.Path]; dup {
+			t.Errorf("%s rendered twice", f.Path)
+		}
+		m[f.Path] = f
+	}
+	return m
+}
+
+func TestRenderKeySettings(t *testing.T) {
+	cfg := testConfig(t, testCA(t), "")
+	files := render(t, cfg, Options{KubeletPort: 12345, HealthzPort: 12346, NodeIP: "127.0.0.1"})
+
+	var kc map[string]any
+	if err := yaml.Unmarshal(files[KubeletConfig].Data, &kc); err != nil {
+		t.Fatalf("kubelet config is not YAML: %v\n%s", err, files[KubeletConfig].Data)
+	}
+	want := map[string]any{
+		"kind": "KubeletConfiguration", "port": float64(12345), "healthzPort": float64(12346),
+		"address": "127.0.0.1", "healthzBindAddress": "127.0.0.1", "readOnlyPort": float64(0),
+		"clusterDomain": "corp.local", "clusterDNS": []any{"10.96.0.10", "fd00::a"},
+		"registerWithTaints": []any{
+			map[string]any{"key": "dedicated", "value": "batch", "effect": "NoSchedule"},
+			map[string]any{"key": "gpu", "effect": "NoExecute"},
+		},
+		// the verified rig settings
+		"failCgroupV1": false, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": false, "enforceNodeAllocatable": []any{},
+		"protectKernelDefaults": false, "makeIPTablesUtilChains": false, "rotateCertificates": true,
+		"containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+		"evictionHard":             map[string]any{}, "imageGCHighThresholdPercent": float64(100),
+	}
+	for k, v := range want {
+		if got, _ := json.Marshal(kc[k]); string(got) != mustJSON(v) {
+			t.Errorf("kubelet config %s = %s, want %s", k, got, mustJSON(v))
+		}
+	}
+
+	unit := string(files[KubeletUnitPath].Data)
+	for _, w := range []string{
+		"--hostname-override=worker-1.example.internal",
+		"--node-labels=example.com/team=infra,node.kubernetes.io/pool=p1,topology.kubernetes.io/zone=zone-a",
+		"--node-ip=127.0.0.1", "--cert-dir=/var/lib/kubelet/pki", "--kubeconfig=/var/lib/kubelet/kubeconfig",
+		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+		"BindReadOnlyPaths=/dev/null:/dev/kmsg\n",
+		"BindReadOnlyPaths=/etc/kubernetes/sysctl/vm_overcommit_memory:/proc/sys/vm/overcommit_memory\n",
+		"WantedBy=multi-user.target\n", "Requires=containerd.service\n",
+	} {
+		if !strings.Contains(unit, w) {
+			t.Errorf("kubelet unit lacks %q:\n%s", w, unit)
+		}
+	}
+	if n := strings.Count(unit, ":/proc/sys/"); n != len(kernelDefaults) {
+		t.Errorf("kubelet unit binds %d sysctls, want %d", n, len(kernelDefaults))
+	}
+	for k, v := range kernelDefaults {
+		f, ok := files[sysctlFile(k)]
+		if !ok || string(f.Data) != v+"\n" || f.Mode != 0o444 {
+			t.Errorf("sysctl file for %s: %+v", k, f)
+		}
+	}
+
+	ctd := string(files[ContainerdConfig].Data)
+	for _, w := range []string{`root = "/run/containerd-root"`, "SystemdCgroup = false", `bin_dir = "/usr/lib/cni"`} {
+		if !strings.Contains(ctd, w) {
+			t.Errorf("containerd config lacks %q:\n%s", w, ctd)
+		}
+	}
+	var cni map[string]any
+	if err := json.Unmarshal(files[CNIConfig].Data, &cni); err != nil {
+		t.Errorf("CNI conflist: %v", err)
+	}
+	if _, ok := files[ContainerdUnitPath]; ok {
+		t.Error("containerd unit written although no containerd artifact was asked for")
+	}
+	if got := string(files["/etc/hostname"].Data); got != "worker-1\n" {
+		t.Errorf("hostname %q", got)
+	}
+
+	bk := files[BootstrapKubeconfig]
+	if bk.Mode != 0o600 {
+		t.Errorf("bootstrap kubeconfig mode %v, want 0600 (it holds the token)", bk.Mode)
+	}
+	var kcfg struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `json:"server"`
+				CA     string `json:"certificate-authority-data"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+		Users []struct {
+			User struct {
+				Token string `json:"token"`
+			} `json:"user"`
+		} `json:"users"`
+		Current string `json:"current-context"`
+	}
+	if err := json.Unmarshal(bk.Data, &kcfg); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := base64.StdEncoding.DecodeString(kcfg.Clusters[0].Cluster.CA)
+	if kcfg.Clusters[0].Cluster.Server != cfg.Cluster.Server || string(ca) != cfg.Cluster.CAPEM ||
+		kcfg.Users[0].User.Token != testToken || kcfg.Current == "" {
+		t.Errorf("bootstrap kubeconfig: %s", bk.Data)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestRenderOptions(t *testing.T) {
+	cfg := testConfig(t, testCA(t), "")
+	files := render(t, cfg, Options{KeepEviction: true, ContainerdRoot: "/var/lib/containerd", OwnContainerd: true})
+	kc := string(files[KubeletConfig].Data)
+	for _, w := range []string{"port: 10250\n", "healthzPort: 10248\n"} {
+		if !strings.Contains(kc, w) {
+			t.Errorf("default ports: kubelet config lacks %q", w)
+		}
+	}
+	if strings.Contains(kc, "evictionHard") {
+		t.Error("KeepEviction still turns eviction off")
+	}
+	if strings.Contains(string(files[KubeletUnitPath].Data), "--node-ip") {
+		t.Error("--node-ip given without Options.NodeIP")
+	}
+	if !strings.Contains(string(files[ContainerdConfig].Data), `root = "/var/lib/containerd"`) {
+		t.Error("ContainerdRoot ignored")
+	}
+	if u, ok := files[ContainerdUnitPath]; !ok || !strings.Contains(string(u.Data), "ExecStart="+ContainerdBinary) {
+		t.Errorf("OwnContainerd: containerd unit %q", u.Data)
+	}
+	for _, bad := range []Options{{KubeletPort: 70000}, {KubeletPort: 5, HealthzPort: 5}, {NodeIP: "10.0.0"}, {ContainerdRoot: "rel"}} {
+		if err := Check(cfg, bad); err == nil {
+			t.Errorf("options %+v accepted", bad)
+		}
+	}
+}
+
+func TestKubeletLabelRules(t *testing.T) {
+	for key, ok := range map[string]bool{
+		"node-role.kubernetes.io/worker": false, // only an administrator may set it
+		"example.k8s.io/x":               false,
+		"kubernetes.io/team":             false,
+		"node.kubernetes.io/pool":        true,
+		"kubelet.kubernetes.io/x":        true,
+		"a.node.kubernetes.io/x":         true,
+		"topology.kubernetes.io/zone":    true,
+		"kubernetes.io/hostname":         true,
+		"example.com/team":               true,
+		"plain":                          true,
+		"notkubernetes.io/x":             true,
+	} {
+		if got := config.KubeletMaySetLabel(key); got != ok {
+			t.Errorf("config.KubeletMaySetLabel(%q) = %v, want %v", key, got, ok)
+		}
+	}
+	cfg := testConfig(t, testCA(t), "")
+	cfg.Kubernetes.Labels["node-role.kubernetes.io/worker"] = ""
+	err := Check(cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "node-role.kubernetes.io/worker") {
+		t.Errorf("forbidden label: %v", err)
+	}
+}
+
+func TestLoadCredentialsFromHostFiles(t *testing.T) {
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := testCA(t)
+	write := func(p, data string) {
+		local := filepath.Join(root.Prefix(), p)
+		if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(local, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(t, ca, "")
+	cfg.Cluster.CAPEM, cfg.Cluster.CAFile = "", "/etc/kubeslot/ca.crt"
+	cfg.Cluster.BootstrapToken, cfg.Cluster.Kubeconfig = "", "/etc/kubeslot/join.kubeconfig"
+
+	if _, err := LoadCredentials(root, cfg); err == nil || !strings.Contains(err.Error(), "ca_file") {
+		t.Errorf("missing CA file: %v", err)
+	}
+	write("/etc/kubeslot/ca.crt", "not a certificate")
+	if _, err := LoadCredentials(root, cfg); err == nil || !strings.Contains(err.Error(), "no PEM CERTIFICATE") {
+		t.Errorf("garbage CA: %v", err)
+	}
+	write("/etc/kubeslot/ca.crt", ca)
+	if _, err := LoadCredentials(root, cfg); err == nil || !strings.Contains(err.Error(), "cluster.kubeconfig") {
+		t.Errorf("missing kubeconfig: %v", err)
+	}
+	write("/etc/kubeslot/join.kubeconfig", "apiVersion: v1\nkind: Config\n")
+	c, err := LoadCredentials(root, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(c.CAPEM) != ca || string(c.BootstrapKubeconfig) != "apiVersion: v1\nkind: Config\n" {
+		t.Errorf("credentials: %+v", c)
+	}
+}
+
+func TestWriteFilesStaysInRootfs(t *testing.T) {
+	dir := t.TempDir()
+	rootfs, outside := filepath.Join(dir, "rootfs"), filepath.Join(dir, "outside")
+	for _, d := range []string{filepath.Join(rootfs, "etc"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A link at a file's place is replaced, not written through.
+	if err := os.Symlink(filepath.Join(outside, "victim"), filepath.Join(rootfs, "etc/hostname")); err != nil {
+		t.Fatal(err)
+	}
+	files := []File{{"/etc/hostname", []byte("n\n"), 0o644}, {"/etc/kubernetes/a.conf", []byte("x"), 0o600}}
+	changed, err := WriteFiles(rootfs, files)
+	if err != nil || len(changed) != 2 {
+		t.Fatalf("WriteFiles: %v, changed %v", err, changed)
+	}
+	if fi, err := os.Lstat(filepath.Join(rootfs, "etc/hostname")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("etc/hostname: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "etc/kubernetes/a.conf")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("a.conf: %v %v", fi, err)
+	}
+	if changed, err := WriteFiles(rootfs, files); err != nil || len(changed) != 0 {
+		t.Errorf("second WriteFiles: %v, changed %v", err, changed)
+	}
+	// A directory link leaving the rootfs is refused.
+	if err := os.Symlink("../../outside", filepath.Join(rootfs, "etc/containerd")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteFiles(rootfs, []File{{"/etc/containerd/config.toml", []byte("x"), 0o644}}); err == nil {
+		t.Error("write through an escaping link accepted")
+	}
+	if err := os.Symlink(outside, filepath.Join(rootfs, "etc/cni")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteFiles(rootfs, []File{{"/etc/cni/x", []byte("x"), 0o644}}); err == nil {
+		t.Error("write through an absolute link accepted")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("files written outside the rootfs: %v", ents)
+	}
+	if _, err := WriteFiles(rootfs, []File{{"etc/relative", nil, 0o644}}); err == nil {
+		t.Error("relative path accepted")
+	}
+}
+
+func TestEnsureMachineID(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(rootfs, "etc/machine-id")
+	if err := os.WriteFile(p, []byte("uninitialized\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	wrote, err := EnsureMachineID(rootfs)
+	if err != nil || !wrote {
+		t.Fatalf("EnsureMachineID: %v %v", wrote, err)
+	}
+	id, _ := os.ReadFile(p)
+	if !validMachineID(id) {
+		t.Fatalf("machine-id %q", id)
+	}
+	if wrote, err := EnsureMachineID(rootfs); err != nil || wrote {
+		t.Errorf("a valid id was replaced: %v %v", wrote, err)
+	}
+	if again, _ := os.ReadFile(p); string(again) != string(id) {
+		t.Errorf("machine-id changed: %q -> %q", id, again)
+	}
+}
