@@ -7,6 +7,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -s -w -X github.com/kubeslot/kubeslot/lib/buildinfo.Version=$(VERSION)
 BINARIES := kubeslot kubeslot-bootstrap kubeslot-watcher kubeslot-repaver kubeslot-upgrader kubeslot-resetter
 export GOFLAGS ?= -buildvcs=false
+# Go's caches and ours live under $HOME; a CI runner may start without it.
+export HOME ?= $(shell getent passwd "$$(id -u)" | cut -d: -f6)
 
 # The rig's tests must run wherever they can: as root they are required (a
 # missing piece fails the run instead of skipping it); elsewhere they skip
