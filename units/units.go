@@ -28,17 +28,23 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
-// files are the unit templates. Only *.service exists so far; a new kind of
+// files are the unit templates. A new kind of
 // unit (.path, .timer, .target) needs its pattern added here, and a test
 // fails until it is.
 //
-//go:embed *.service
+//go:embed *.service *.path
 var files embed.FS
 
 // Unit names, for callers that refer to one unit.
 const (
 	Bootstrap = "kubeslot-bootstrap.service"
+	Watcher   = "kubeslot-watcher.service"
+	Recovery  = "kubeslot-recovery.service"
 )
+
+// PathUnit is the path unit that starts the worker for request kind (repave,
+// restart, upgrade, reset).
+func PathUnit(kind string) string { return "kubeslot-" + kind + ".path" }
 
 // ConfigPath is the host path of the bootstrap configuration the
 // first-boot unit passes to kubeslot-bootstrap.

@@ -1,12 +1,71 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
 func TestCommandLine(t *testing.T) {
 	clitest.CommonFlags(t, name, run)
-	clitest.NotImplemented(t, name, run)
+	if code, _, _ := clitest.Call(run, "", "--lock-wait", "soon"); code != exitcode.Usage {
+		t.Errorf("--lock-wait soon: exit %d, want %d", code, exitcode.Usage)
+	}
+}
+
+// TestDeferral: without a complete installation the watcher exits 69 and
+// logs no error.
+func TestDeferral(t *testing.T) {
+	prefix := t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func() (int, string) {
+		code, _, errs := clitest.Call(run, "", "--root-prefix", prefix, "--lock-wait", "2s")
+		return code, errs
+	}
+	check := func(what string) {
+		t.Helper()
+		code, errs := call()
+		if code != exitcode.Deferred || strings.Contains(errs, "ERROR") || !strings.Contains(errs, "deferred") {
+			t.Errorf("%s: exit %d, stderr %q; want %d, a deferral line and no error", what, code, errs, exitcode.Deferred)
+		}
+	}
+	check("no installation")
+
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ownership.New("node1", strings.Repeat("ab", 32), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ownership.Save(root, rec); err != nil {
+		t.Fatal(err)
+	}
+	check("installation at " + string(rec.Checkpoint))
+
+	// The lock held by another stage past --lock-wait is a deferral too.
+	l := lockFor(t, root)
+	check("lock held")
+	l.Release()
+
+	// Complete, but no identity: a failure naming the file.
+	for _, cp := range ownership.InstallCheckpoints()[1:] {
+		if err := rec.SetCheckpoint(cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ownership.Save(root, rec); err != nil {
+		t.Fatal(err)
+	}
+	code, errs := call()
+	if code != exitcode.Failure || !strings.Contains(errs, "identity/kubeconfig") {
+		t.Errorf("complete without identity: exit %d, stderr %q; want %d naming the kubeconfig", code, errs, exitcode.Failure)
+	}
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// started is what the locked start-up phase found.
+type started struct {
+	root        *hostroot.Root
+	machineName string
+	nodeName    string
+	kubeconfig  string // local path
+}
+
+// start runs the phases under the installation lock and releases it.
+func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) (*started, error) {
+	lctx, cancel := context.WithTimeout(ctx, f.LockWait)
+	defer cancel()
+	lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
+	if errors.Is(err, ownership.ErrLockTimeout) {
+		return nil, exitcode.Defer(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+
+	rec, err := ownership.Load(root)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, exitcode.Defer(errors.New("no installation owns this host yet: the bootstrap starts the watcher when it completes"))
+	}
+	if rec.Checkpoint != ownership.CheckpointComplete {
+		return nil, exitcode.Defer(fmt.Errorf("installation %s is at checkpoint %q, not complete: the bootstrap starts the watcher when it completes", rec.InstallID, rec.Checkpoint))
+	}
+	_ = lock.SetInstallID(rec.InstallID)
+
+	// A damaged applied configuration is not fatal here: the loop reports it
+	// as Degraded and dispatches nothing, which is what an admin needs to see.
+	if _, err := state.NewStore(root).ActiveApplied(); err != nil {
+		log.Error("the applied configuration cannot be trusted; reporting only", "err", err.Error())
+	}
+
+	kc := f.Kubeconfig
+	if kc == "" {
+		kc = root.HostPath(hostroot.IdentityDir, "kubeconfig")
+	}
+	local, err := root.Resolve(kc)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := loadREST(local)
+	if err != nil {
+		return nil, err
+	}
+	node, err := nodeName(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kc, err)
+	}
+	return &started{root: root, machineName: rec.Machine, nodeName: node, kubeconfig: local}, nil
+}
+
+// loadREST reads the kubeconfig at path (a local path).
+func loadREST(path string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("node identity kubeconfig %s: %w", path, err)
+	}
+	cfg.UserAgent = name
+	// client-go's default (5 QPS, burst 10) makes a burst of spec changes
+	// queue behind the status writes of the previous ones (each decision
+	// reads and writes the Machine's status), delaying the next request file
+	// by ~0.4 s. The watcher touches one Machine and is idle otherwise.
+	cfg.QPS, cfg.Burst = 20, 40
+	return cfg, nil
+}
+
+// nodeName reads the node from the client certificate's subject: the agent
+// acts as system:node:<name>, so the identity is the authority on it.
+func nodeName(cfg *rest.Config) (string, error) {
+	data := cfg.CertData
+	if len(data) == 0 && cfg.CertFile != "" {
+		b, err := os.ReadFile(cfg.CertFile)
+		if err != nil {
+			return "", fmt.Errorf("client certificate: %w", err)
+		}
+		data = b
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return "", errors.New("no client certificate: the watcher acts as the node (system:node:<name>)")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("client certificate: %w", err)
+	}
+	cn := cert.Subject.CommonName
+	if !strings.HasPrefix(cn, v1alpha1.NodeUserPrefix) || len(cn) == len(v1alpha1.NodeUserPrefix) {
+		return "", fmt.Errorf("client certificate subject %q: want %s<node name>", cn, v1alpha1.NodeUserPrefix)
+	}
+	return strings.TrimPrefix(cn, v1alpha1.NodeUserPrefix), nil
+}

@@ -1,0 +1,540 @@
+// Package requests is the file-drop protocol between the watcher, which
+// decides what a host must do, and the worker stages that do it (repaver,
+// upgrader, resetter). Imported by the watcher, the worker stages and the
+// CLI; nothing else writes these files.
+//
+// # Protocol
+//
+// Requests. The watcher writes <base>/requests/<kind>.json (0600, atomic:
+// lib/atomicfile), one file per kind, so there is at most one pending
+// request of each kind: two triggers for a repave give one repave. A newer
+// request replaces a pending one of the same kind only while it is still in
+// requests/ (not claimed). Every request has an ID built from its kind, the
+// Machine generation and the operation name ("spec" for a repave the Machine
+// spec asked for), so a result can be matched and a request recognised when
+// it is seen again.
+//
+// Claim. A worker claims a request by renaming requests/<kind>.json to
+// state/claimed-<kind>.json, and only while it holds the installation lock
+// (Claim takes the *ownership.Lock to make that explicit). A worker that
+// finds a claimed file resumes it: it was claimed by a run that crashed. The
+// worker removes the claimed file (Finish) after it wrote the final status.
+//
+// Status. Workers write <base>/status/<request ID>.json (0600, atomic) with
+// their progress (phases with start times and durations) and the result;
+// the watcher reads it (fsnotify on status/) and publishes it to the cluster.
+// Only the watcher writes Pending statuses (right after a request file) and
+// the published marker, state/published.json: request ID → the last phase it
+// published, so that each transition is published once, across restarts.
+//
+// Memory. The watcher never dispatches an ID twice: a request ID is known
+// when it is pending in requests/, claimed in state/, or has a status file
+// (Known). The request file is written before its Pending status, so a
+// crash between the two still leaves the request as memory.
+//
+// Path units. kubeslot-<kind>.path starts the worker with PathExists= on the
+// request file. A path unit fires again as soon as its service is inactive
+// while the file still exists, so a worker that exits 69 without claiming is
+// started again at once. Measured on systemd 252 (integration test
+// TestWatcherPathUnitRetrigger): with a worker that defers immediately, the
+// service hits its start limit (5 starts in 10 s by default) within seconds,
+// and the path unit fails with unit-start-limit-hit and stops watching,
+// stranding the request. The worker units therefore stay deactivating for
+// 5 s after an exit 69 (ExecStopPost=), which holds re-triggers to one per
+// ~5 s; workers should also wait (bounded) for the installation lock before
+// they defer.
+package requests
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+)
+
+// Kind is what a request asks for.
+type Kind string
+
+// Kinds of requests, one worker unit each.
+const (
+	Repave  Kind = "repave"
+	Restart Kind = "restart"
+	Upgrade Kind = "upgrade"
+	Reset   Kind = "reset"
+)
+
+// Kinds lists every kind.
+func Kinds() []Kind { return []Kind{Repave, Restart, Upgrade, Reset} }
+
+// Valid reports whether k is one of Kinds.
+func (k Kind) Valid() bool {
+	for _, x := range Kinds() {
+		if k == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Phase is the progress of a request.
+type Phase string
+
+// Phases of a request.
+const (
+	Pending    Phase = "Pending"
+	InProgress Phase = "InProgress"
+	Succeeded  Phase = "Succeeded"
+	Failed     Phase = "Failed"
+)
+
+// Finished reports whether p is Succeeded or Failed.
+func (p Phase) Finished() bool { return p == Succeeded || p == Failed }
+
+// SpecOperation is the operation part of the ID of a repave the Machine
+// spec asked for (no MachineOperation).
+const SpecOperation = "spec"
+
+// MaxMessage bounds Status.Message.
+const MaxMessage = 1024
+
+// maxFile bounds what is read from a request or status file.
+const maxFile = 1 << 20
+
+// UpgradeParams names the bundle of an agent upgrade.
+type UpgradeParams struct {
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
+}
+
+// Request is one unit of work for a worker.
+type Request struct {
+	Kind              Kind   `json:"kind"`
+	ID                string `json:"id"`
+	MachineGeneration int64  `json:"machineGeneration"`
+	// Operation is the MachineOperation's name; empty for a repave the
+	// Machine spec asked for.
+	Operation string `json:"operation,omitempty"`
+	Reason    string `json:"reason"`
+	// Desired is the node configuration to repave to (repave only): the
+	// applied configuration with the Machine spec laid over it. It holds
+	// the join secret, hence 0600.
+	Desired   *config.Config `json:"desired,omitempty"`
+	Upgrade   *UpgradeParams `json:"upgrade,omitempty"`
+	CreatedAt time.Time      `json:"createdAt"`
+}
+
+// PhaseTiming is one step of a worker's progress.
+type PhaseTiming struct {
+	Name      string        `json:"name"`
+	StartedAt time.Time     `json:"startedAt"`
+	Duration  time.Duration `json:"duration,omitempty"`
+}
+
+// Status is a request's progress and result.
+type Status struct {
+	RequestID         string        `json:"requestID"`
+	Kind              Kind          `json:"kind"`
+	Operation         string        `json:"operation,omitempty"`
+	MachineGeneration int64         `json:"machineGeneration"`
+	Phase             Phase         `json:"phase"`
+	Message           string        `json:"message,omitempty"`
+	Phases            []PhaseTiming `json:"phases,omitempty"`
+	// ActiveSlot is the slot the node runs on after the request (repave).
+	ActiveSlot string `json:"activeSlot,omitempty"`
+	// Downtime is the measured node downtime (repave, restart).
+	Downtime  time.Duration `json:"downtime,omitempty"`
+	UpdatedAt time.Time     `json:"updatedAt"`
+}
+
+// idRE keeps IDs usable as file names: operation names are DNS subdomains.
+var idRE = regexp.MustCompile(`^[a-z]+-[0-9]+-[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+
+// NewID returns the ID of a request of kind for the Machine generation gen
+// and the operation op ("" for a spec-driven repave).
+func NewID(kind Kind, gen int64, op string) string {
+	if op == "" {
+		op = SpecOperation
+	}
+	return fmt.Sprintf("%s-%d-%s", kind, gen, op)
+}
+
+func (r *Request) validate() error {
+	if !r.Kind.Valid() {
+		return fmt.Errorf("request kind %q: not one of repave, restart, upgrade, reset", r.Kind)
+	}
+	if !idRE.MatchString(r.ID) || !strings.HasPrefix(r.ID, string(r.Kind)+"-") {
+		return fmt.Errorf("request id %q: want <kind>-<generation>-<operation>", r.ID)
+	}
+	if r.Kind == Repave && r.Desired == nil {
+		return fmt.Errorf("request %s: a repave needs the desired configuration", r.ID)
+	}
+	if r.Kind == Upgrade && (r.Upgrade == nil || r.Upgrade.URL == "" || r.Upgrade.SHA256 == "") {
+		return fmt.Errorf("request %s: an upgrade needs the bundle URL and sha256", r.ID)
+	}
+	return nil
+}
+
+// Dir is one host root's requests, claims and statuses.
+type Dir struct{ root *hostroot.Root }
+
+// New returns the protocol's view of root.
+func New(root *hostroot.Root) *Dir { return &Dir{root: root} }
+
+func (d *Dir) dir(name string) (string, error) {
+	p, err := d.root.Path(name)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", p, err)
+	}
+	return p, nil
+}
+
+// RequestPath is the local path of the pending request of kind.
+func (d *Dir) RequestPath(kind Kind) (string, error) {
+	dir, err := d.dir(hostroot.RequestsDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, string(kind)+".json"), nil
+}
+
+// ClaimedPath is the local path of the claimed request of kind.
+func (d *Dir) ClaimedPath(kind Kind) (string, error) {
+	dir, err := d.dir(hostroot.StateDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "claimed-"+string(kind)+".json"), nil
+}
+
+// StatusDir is the local path of the status directory (created).
+func (d *Dir) StatusDir() (string, error) { return d.dir(hostroot.StatusDir) }
+
+func (d *Dir) statusPath(id string) (string, error) {
+	if !idRE.MatchString(id) {
+		return "", fmt.Errorf("request id %q: want <kind>-<generation>-<operation>", id)
+	}
+	dir, err := d.StatusDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, id+".json"), nil
+}
+
+func readJSON(p string, v any) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	if len(b) > maxFile {
+		return fmt.Errorf("read %s: larger than %d bytes", p, maxFile)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("read %s: not valid JSON: %w", p, err)
+	}
+	return nil
+}
+
+func writeJSON(p string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", p, err)
+	}
+	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
+}
+
+func readRequest(p string) (*Request, error) {
+	var r Request
+	if err := readJSON(p, &r); err != nil {
+		return nil, err
+	}
+	if err := r.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return &r, nil
+}
+
+// Pending returns the unclaimed request of kind, or nil.
+func (d *Dir) Pending(kind Kind) (*Request, error) {
+	p, err := d.RequestPath(kind)
+	if err != nil {
+		return nil, err
+	}
+	r, err := readRequest(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return r, err
+}
+
+// Claimed returns the claimed request of kind, or nil.
+func (d *Dir) Claimed(kind Kind) (*Request, error) {
+	p, err := d.ClaimedPath(kind)
+	if err != nil {
+		return nil, err
+	}
+	r, err := readRequest(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return r, err
+}
+
+// Write drops r as the pending request of its kind. It does nothing and
+// returns false when r's ID is already pending or claimed; it replaces a
+// pending request with another ID (not yet claimed, so nothing ran it).
+func (d *Dir) Write(r *Request) (bool, error) {
+	if err := r.validate(); err != nil {
+		return false, err
+	}
+	if c, err := d.Claimed(r.Kind); err == nil && c != nil && c.ID == r.ID {
+		return false, nil
+	}
+	if p, err := d.Pending(r.Kind); err == nil && p != nil && p.ID == r.ID {
+		return false, nil
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = time.Now().UTC()
+	}
+	p, err := d.RequestPath(r.Kind)
+	if err != nil {
+		return false, err
+	}
+	return true, writeJSON(p, r)
+}
+
+// ErrNoRequest means there is nothing to claim.
+var ErrNoRequest = errors.New("no request")
+
+// Claim takes the request of kind for the holder of lock: a request claimed
+// earlier by a run that did not finish it comes first (resume), else the
+// pending one is renamed into state/. It wraps ErrNoRequest when there is
+// none.
+func (d *Dir) Claim(lock *ownership.Lock, kind Kind) (*Request, error) {
+	if lock == nil {
+		return nil, fmt.Errorf("claim %s request: the installation lock must be held", kind)
+	}
+	if !kind.Valid() {
+		return nil, fmt.Errorf("claim request: kind %q: not one of repave, restart, upgrade, reset", kind)
+	}
+	if c, err := d.Claimed(kind); err != nil || c != nil {
+		return c, err
+	}
+	src, err := d.RequestPath(kind)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := d.ClaimedPath(kind)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := readRequest(src); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("claim %s request: %w", kind, ErrNoRequest)
+		}
+		return nil, fmt.Errorf("claim %s request: %w", kind, err)
+	}
+	if err := atomicfile.Rename(src, dst); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("claim %s request: %w", kind, ErrNoRequest)
+		}
+		return nil, fmt.Errorf("claim %s request: %w", kind, err)
+	}
+	return readRequest(dst)
+}
+
+// Finish removes the claimed request of kind; call it after the final
+// status is written.
+func (d *Dir) Finish(lock *ownership.Lock, kind Kind) error {
+	if lock == nil {
+		return fmt.Errorf("finish %s request: the installation lock must be held", kind)
+	}
+	p, err := d.ClaimedPath(kind)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Remove(p)
+}
+
+// WriteStatus writes s (UpdatedAt stamped, Message bounded).
+func (d *Dir) WriteStatus(s *Status) error {
+	p, err := d.statusPath(s.RequestID)
+	if err != nil {
+		return err
+	}
+	if len(s.Message) > MaxMessage {
+		s.Message = s.Message[:MaxMessage]
+	}
+	s.UpdatedAt = time.Now().UTC()
+	return writeJSON(p, s)
+}
+
+// ReadStatus reads the status of request id; it wraps os.ErrNotExist when
+// there is none.
+func (d *Dir) ReadStatus(id string) (*Status, error) {
+	p, err := d.statusPath(id)
+	if err != nil {
+		return nil, err
+	}
+	var s Status
+	if err := readJSON(p, &s); err != nil {
+		return nil, err
+	}
+	if s.RequestID != id {
+		return nil, fmt.Errorf("%s: names request %q, expected %q", p, s.RequestID, id)
+	}
+	return &s, nil
+}
+
+// ListStatus reads every status file, sorted by request ID. Files that do
+// not parse are returned as errors alongside the good ones, so one damaged
+// file does not hide the others.
+func (d *Dir) ListStatus() ([]*Status, []error, error) {
+	dir, err := d.StatusDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var out []*Status
+	var bad []error
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+			continue // temporary files of atomic writes
+		}
+		s, err := d.ReadStatus(strings.TrimSuffix(name, ".json"))
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].RequestID < out[j].RequestID })
+	return out, bad, nil
+}
+
+// Known returns the IDs the watcher must not dispatch again: pending,
+// claimed, or with a status file.
+func (d *Dir) Known() (map[string]bool, error) {
+	known := map[string]bool{}
+	for _, k := range Kinds() {
+		for _, get := range []func(Kind) (*Request, error){d.Pending, d.Claimed} {
+			r, err := get(k)
+			if err != nil {
+				return nil, err
+			}
+			if r != nil {
+				known[r.ID] = true
+			}
+		}
+	}
+	st, _, err := d.ListStatus()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range st {
+		known[s.RequestID] = true
+	}
+	return known, nil
+}
+
+// Published maps request IDs to the last phase the watcher published.
+type Published map[string]Phase
+
+func (d *Dir) publishedPath() (string, error) {
+	dir, err := d.dir(hostroot.StateDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "published.json"), nil
+}
+
+// LoadPublished reads the published marker (empty when absent).
+func (d *Dir) LoadPublished() (Published, error) {
+	p, err := d.publishedPath()
+	if err != nil {
+		return nil, err
+	}
+	out := Published{}
+	if err := readJSON(p, &out); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SavePublished writes the published marker.
+func (d *Dir) SavePublished(p Published) error {
+	path, err := d.publishedPath()
+	if err != nil {
+		return err
+	}
+	return writeJSON(path, p)
+}
+
+// Prune removes status files of finished requests that were published as
+// finished and last updated before cutoff, except the newest status of each
+// kind (a failed spec-driven repave stays remembered for as long as it is the
+// latest), and drops marker entries whose status file is gone. It returns
+// the IDs removed. The watcher calls it now and then, so status/ stays
+// bounded on a host that runs for years.
+func (d *Dir) Prune(p Published, cutoff time.Time) ([]string, error) {
+	st, _, err := d.ListStatus()
+	if err != nil {
+		return nil, err
+	}
+	newest := map[Kind]*Status{}
+	for _, s := range st {
+		if n := newest[s.Kind]; n == nil || s.UpdatedAt.After(n.UpdatedAt) {
+			newest[s.Kind] = s
+		}
+	}
+	var removed []string
+	present := map[string]bool{}
+	for _, s := range st {
+		present[s.RequestID] = true
+		if newest[s.Kind] == s || !s.Phase.Finished() || p[s.RequestID] != s.Phase || !s.UpdatedAt.Before(cutoff) {
+			continue
+		}
+		path, err := d.statusPath(s.RequestID)
+		if err != nil {
+			return removed, err
+		}
+		if err := atomicfile.Remove(path); err != nil {
+			return removed, fmt.Errorf("prune %s: %w", path, err)
+		}
+		removed = append(removed, s.RequestID)
+		delete(present, s.RequestID)
+	}
+	changed := len(removed) > 0
+	for id := range p {
+		if !present[id] {
+			delete(p, id)
+			changed = true
+		}
+	}
+	if changed {
+		return removed, d.SavePublished(p)
+	}
+	return removed, nil
+}

@@ -1,0 +1,198 @@
+package requests
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+)
+
+func newDir(t *testing.T) (*Dir, *hostroot.Root) {
+	t.Helper()
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(root), root
+}
+
+func lock(t *testing.T, root *hostroot.Root) *ownership.Lock {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := ownership.Acquire(ctx, root, ownership.Holder{Stage: "test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release() })
+	return l
+}
+
+func restart(gen int64, op string) *Request {
+	return &Request{Kind: Restart, ID: NewID(Restart, gen, op), MachineGeneration: gen, Operation: op, Reason: "test"}
+}
+
+func TestWriteOnePerKindAndIdempotent(t *testing.T) {
+	d, _ := newDir(t)
+	wrote, err := d.Write(restart(1, "op-a"))
+	if err != nil || !wrote {
+		t.Fatalf("first write: %v %v", wrote, err)
+	}
+	if wrote, err := d.Write(restart(1, "op-a")); err != nil || wrote {
+		t.Fatalf("same ID again: wrote=%v err=%v, want no write", wrote, err)
+	}
+	p, _ := d.RequestPath(Restart)
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("request file %s: %v mode %v, want 0600", p, err, fi.Mode())
+	}
+	// A newer request replaces the unclaimed one: one file per kind.
+	if wrote, err := d.Write(restart(2, "op-b")); err != nil || !wrote {
+		t.Fatalf("replace: %v %v", wrote, err)
+	}
+	r, err := d.Pending(Restart)
+	if err != nil || r == nil || r.ID != "restart-2-op-b" {
+		t.Fatalf("pending: %+v %v", r, err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	d, _ := newDir(t)
+	cases := map[string]*Request{
+		"bad kind":           {Kind: "reboot", ID: "reboot-1-x"},
+		"id of another kind": {Kind: Restart, ID: "reset-1-x"},
+		"id with a slash":    {Kind: Restart, ID: "restart-1-../x"},
+		"repave no desired":  {Kind: Repave, ID: NewID(Repave, 1, "")},
+		"upgrade no bundle":  {Kind: Upgrade, ID: NewID(Upgrade, 1, "op"), Upgrade: &UpgradeParams{URL: "http://x"}},
+	}
+	for name, r := range cases {
+		if _, err := d.Write(r); err == nil {
+			t.Errorf("%s: Write accepted %+v", name, r)
+		}
+	}
+	if _, err := d.Write(&Request{Kind: Repave, ID: NewID(Repave, 3, ""), Desired: &config.Config{}}); err != nil {
+		t.Errorf("valid repave: %v", err)
+	}
+}
+
+func TestClaim(t *testing.T) {
+	d, root := newDir(t)
+	if _, err := d.Claim(nil, Restart); err == nil {
+		t.Fatal("claim without the lock succeeded")
+	}
+	l := lock(t, root)
+	if _, err := d.Claim(l, Restart); !errors.Is(err, ErrNoRequest) {
+		t.Fatalf("claim of nothing: %v, want ErrNoRequest", err)
+	}
+	d.Write(restart(1, "op-a"))
+	r, err := d.Claim(l, Restart)
+	if err != nil || r.ID != "restart-1-op-a" {
+		t.Fatalf("claim: %+v %v", r, err)
+	}
+	if p, _ := d.Pending(Restart); p != nil {
+		t.Fatalf("request still pending after claim: %+v", p)
+	}
+	// The same ID is not written again while claimed.
+	if wrote, _ := d.Write(restart(1, "op-a")); wrote {
+		t.Fatal("claimed request written again")
+	}
+	// A second claim (a worker restarted after a crash) resumes the claimed one.
+	d.Write(restart(2, "op-b"))
+	if r, err := d.Claim(l, Restart); err != nil || r.ID != "restart-1-op-a" {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	known, err := d.Known()
+	if err != nil || !known["restart-1-op-a"] || !known["restart-2-op-b"] {
+		t.Fatalf("known: %v %v", known, err)
+	}
+	if err := d.Finish(l, Restart); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.Claim(l, Restart); err != nil || r.ID != "restart-2-op-b" {
+		t.Fatalf("claim after finish: %+v %v", r, err)
+	}
+}
+
+func TestStatusAndPublished(t *testing.T) {
+	d, _ := newDir(t)
+	long := make([]byte, 3000)
+	for i := range long {
+		long[i] = 'x'
+	}
+	s := &Status{RequestID: "restart-1-op-a", Kind: Restart, Operation: "op-a", Phase: InProgress, Message: string(long),
+		Phases: []PhaseTiming{{Name: "stop", StartedAt: time.Now(), Duration: time.Second}}}
+	if err := d.WriteStatus(s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.ReadStatus("restart-1-op-a")
+	if err != nil || got.Phase != InProgress || len(got.Message) != MaxMessage || got.UpdatedAt.IsZero() {
+		t.Fatalf("read: %+v %v", got, err)
+	}
+	dir, _ := d.StatusDir()
+	os.WriteFile(filepath.Join(dir, "reset-1-x.json"), []byte("{"), 0o600)
+	os.WriteFile(filepath.Join(dir, ".restart-1-y.json.tmp-1"), []byte("{"), 0o600)
+	list, bad, err := d.ListStatus()
+	if err != nil || len(list) != 1 || len(bad) != 1 {
+		t.Fatalf("list: %d good, %v bad, %v", len(list), bad, err)
+	}
+	if _, err := d.ReadStatus("../x"); err == nil {
+		t.Fatal("status ID with a path accepted")
+	}
+	p, err := d.LoadPublished()
+	if err != nil || len(p) != 0 {
+		t.Fatalf("empty published: %v %v", p, err)
+	}
+	p["restart-1-op-a"] = Succeeded
+	if err := d.SavePublished(p); err != nil {
+		t.Fatal(err)
+	}
+	if p2, _ := d.LoadPublished(); p2["restart-1-op-a"] != Succeeded {
+		t.Fatalf("published round trip: %v", p2)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	d, _ := newDir(t)
+	old := time.Now().Add(-48 * time.Hour)
+	write := func(id string, k Kind, ph Phase, at time.Time) {
+		t.Helper()
+		path, _ := d.statusPath(id)
+		if err := writeJSON(path, &Status{RequestID: id, Kind: k, Phase: ph, UpdatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("restart-1-a", Restart, Succeeded, old)                  // old, published: pruned
+	write("restart-2-b", Restart, Failed, old.Add(time.Hour))      // old, but not published as Failed: kept
+	write("restart-3-c", Restart, Succeeded, old.Add(2*time.Hour)) // newest restart: kept
+	write("reset-1-d", Reset, InProgress, old)                     // unfinished: kept
+	write("repave-1-spec", Repave, Failed, old)                    // newest repave: kept
+	p := Published{"restart-1-a": Succeeded, "restart-2-b": InProgress, "restart-3-c": Succeeded,
+		"repave-1-spec": Failed, "restart-0-gone": Succeeded}
+	removed, err := d.Prune(p, time.Now().Add(-24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != "restart-1-a" {
+		t.Errorf("removed %v, want [restart-1-a]", removed)
+	}
+	if _, ok := p["restart-0-gone"]; ok {
+		t.Error("marker entry without a status file kept")
+	}
+	if _, ok := p["restart-1-a"]; ok {
+		t.Error("marker entry of a pruned status kept")
+	}
+	saved, _ := d.LoadPublished()
+	if len(saved) != len(p) {
+		t.Errorf("saved marker %v, want %v", saved, p)
+	}
+	st, _, _ := d.ListStatus()
+	if len(st) != 4 {
+		t.Errorf("%d statuses left, want 4", len(st))
+	}
+}

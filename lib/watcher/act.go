@@ -1,0 +1,261 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// EventNamespace holds the Events about Machines: they are cluster-scoped,
+// and Events of cluster-scoped objects go to "default", as the kubelet's
+// Events about its Node do.
+const EventNamespace = "default"
+
+func mkdir(p string) error { return os.MkdirAll(p, 0o700) }
+
+// inputs gathers what Decide looks at, from the informers' caches and disk.
+func (l *loop) inputs() (Inputs, error) {
+	in := Inputs{NodeName: l.NodeName, MachineName: l.MachineName, AgentVersion: l.AgentVersion, Published: l.published,
+		NodeSynced: true, Pending: map[requests.Kind]*requests.Request{}, Claimed: map[requests.Kind]*requests.Request{}}
+	if obj, ok, _ := l.machine.GetByKey(l.MachineName); ok {
+		in.Machine = obj.(*v1alpha1.Machine).DeepCopy()
+	}
+	_, in.NodeExists, _ = l.node.GetByKey(l.NodeName)
+	for _, obj := range l.ops.List() {
+		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
+	}
+	in.Applied, in.AppliedErr = l.store.ActiveApplied()
+	for _, k := range requests.Kinds() {
+		p, err := l.dir.Pending(k)
+		if err != nil {
+			return in, err
+		}
+		c, err := l.dir.Claimed(k)
+		if err != nil {
+			return in, err
+		}
+		in.Pending[k], in.Claimed[k] = p, c
+	}
+	st, bad, err := l.dir.ListStatus()
+	if err != nil {
+		return in, err
+	}
+	for _, e := range bad {
+		l.Log.Warn("ignoring a damaged status file", "err", e.Error())
+	}
+	in.Statuses = st
+	return in, nil
+}
+
+// once decides and acts; failures are logged and retried on the next nudge
+// or after a short pause.
+func (l *loop) once(ctx context.Context) {
+	in, err := l.inputs()
+	if err != nil {
+		l.Log.Error("cannot read the host root", "err", err.Error())
+		return
+	}
+	failed := false
+	for _, a := range Decide(in) {
+		if err := l.do(ctx, in, a); err != nil {
+			failed = true
+			l.Log.Warn("action failed; will retry", "action", a.String(), "err", err.Error())
+		}
+	}
+	if failed {
+		time.AfterFunc(2*time.Second, l.nudge)
+		return
+	}
+	if time.Since(l.lastPrune) > time.Hour {
+		l.lastPrune = time.Now()
+		removed, err := l.dir.Prune(l.published, time.Now().Add(-statusRetention))
+		if err != nil {
+			l.Log.Warn("cannot prune old status files", "err", err.Error())
+		} else if len(removed) > 0 {
+			l.Log.Info("pruned old status files", "requests", removed)
+		}
+	}
+}
+
+func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
+	ctx, cancel := context.WithTimeout(ctx, l.CallTimeout)
+	defer cancel()
+	switch a.Type {
+	case WriteRequest:
+		wrote, err := l.dir.Write(a.Request)
+		if err != nil || !wrote {
+			return err
+		}
+		l.Log.Info("request written", "id", a.Request.ID, "reason", a.Request.Reason)
+		if a.Request.Operation != "" {
+			// The operation shows Pending at once; the worker's status moves it on.
+			now := time.Now().UTC()
+			return l.publishOperation(ctx, in, &requests.Status{RequestID: a.Request.ID, Kind: a.Request.Kind,
+				Operation: a.Request.Operation, MachineGeneration: a.Request.MachineGeneration, Phase: requests.Pending,
+				Message: "dispatched to the " + string(a.Request.Kind) + " worker", UpdatedAt: now})
+		}
+		return nil
+	case PublishStatus:
+		return l.publish(ctx, in, a.Status)
+	case ReportMachine:
+		return l.report(ctx, in, a)
+	case RegisterMachine:
+		_, err := l.mc.CreateMachine(ctx, a.Machine)
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if err == nil {
+			l.Log.Info("registered the Machine", "machine", a.Machine.Name, "node", a.Machine.Spec.NodeName)
+		}
+		return err
+	}
+	return fmt.Errorf("unknown action %s", a.Type)
+}
+
+// publish reports one status transition and then marks it published.
+func (l *loop) publish(ctx context.Context, in Inputs, s *requests.Status) error {
+	if s.Operation != "" {
+		if err := l.publishOperation(ctx, in, s); err != nil {
+			return err
+		}
+	} else if s.Kind == requests.Repave && s.Phase.Finished() && in.Machine != nil {
+		if err := l.setCondition(ctx, repavedCondition(s)); err != nil {
+			return err
+		}
+	}
+	if in.Machine != nil {
+		l.event(ctx, in.Machine, s)
+	}
+	l.published[s.RequestID] = s.Phase
+	return l.dir.SavePublished(l.published)
+}
+
+func repavedCondition(s *requests.Status) metav1.Condition {
+	if s.Phase == requests.Succeeded {
+		return cond(v1alpha1.ConditionRepaved, true, v1alpha1.ReasonRepaved, s.Message, s.MachineGeneration)
+	}
+	return cond(v1alpha1.ConditionRepaved, false, v1alpha1.ReasonRepaveFailed, s.Message, s.MachineGeneration)
+}
+
+func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Status) error {
+	start := metav1.NewTime(s.UpdatedAt)
+	if len(s.Phases) > 0 {
+		start = metav1.NewTime(s.Phases[0].StartedAt)
+	}
+	e := v1alpha1.MachineOperationTarget{Name: l.MachineName, NodeName: l.NodeName, Phase: v1alpha1.OperationPhase(s.Phase),
+		Message: s.Message, StartTime: &start, ObservedMachineGeneration: s.MachineGeneration}
+	if s.Phase.Finished() {
+		end := metav1.NewTime(s.UpdatedAt)
+		e.CompletionTime = &end
+	}
+	_, err := l.mc.UpdateOperationStatus(ctx, s.Operation, func(op *v1alpha1.MachineOperation) error {
+		if cur := op.Status.Target(e.Name, e.NodeName); cur != nil && cur.Phase == e.Phase && cur.Message == e.Message {
+			return errNoChange
+		}
+		v1alpha1.SetMachineResult(op, e)
+		return nil
+	})
+	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
+		l.Log.Info("operation gone; result not published", "operation", s.Operation, "phase", s.Phase)
+		return nil
+	}
+	return err
+}
+
+// event records a transition on the Machine. Best effort: an Event that
+// cannot be written is logged, never retried into a duplicate.
+func (l *loop) event(ctx context.Context, m *v1alpha1.Machine, s *requests.Status) {
+	typ, reason := corev1.EventTypeNormal, "Request"+string(s.Phase)
+	if s.Phase == requests.Failed {
+		typ = corev1.EventTypeWarning
+	}
+	what := string(s.Kind)
+	if s.Operation != "" {
+		what += " (MachineOperation " + s.Operation + ")"
+	}
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: m.Name + ".", Namespace: EventNamespace},
+		InvolvedObject: corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Machine",
+			Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion},
+		Reason: reason, Type: typ, Message: fmt.Sprintf("%s %s: %s", what, s.Phase, s.Message),
+		Source:         corev1.EventSource{Component: "kubeslot-watcher", Host: l.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if err := l.core.Post().Namespace(EventNamespace).Resource("events").Body(ev).Do(ctx).Error(); err != nil {
+		l.Log.Warn("cannot record an Event on the Machine", "machine", m.Name, "err", err.Error())
+	}
+}
+
+var errNoChange = machineclient.ErrNoChange
+
+func (l *loop) setCondition(ctx context.Context, c metav1.Condition) error {
+	_, err := l.mc.UpdateMachineStatus(ctx, l.MachineName, func(m *v1alpha1.Machine) error {
+		before := m.Status.DeepCopy()
+		meta.SetStatusCondition(&m.Status.Conditions, c)
+		if equality.Semantic.DeepEqual(before, &m.Status) {
+			return errNoChange
+		}
+		return nil
+	})
+	return err
+}
+
+// report writes the Machine's status when it differs from what is there.
+func (l *loop) report(ctx context.Context, in Inputs, a Action) error {
+	if in.Machine == nil {
+		return nil
+	}
+	mutate := func(m *v1alpha1.Machine) error {
+		before := m.Status.DeepCopy()
+		st := &m.Status
+		st.Phase = a.Phase
+		st.AgentVersion = l.AgentVersion
+		if in.Applied != nil {
+			st.ObservedGeneration = m.Generation
+			st.ActiveSlot = in.Applied.Slot
+			st.Applied = appliedSummary(in.Applied)
+		}
+		for _, c := range a.Conditions {
+			meta.SetStatusCondition(&st.Conditions, c)
+		}
+		if equality.Semantic.DeepEqual(before, st) {
+			return errNoChange
+		}
+		return nil
+	}
+	// The informer's copy is current enough to tell that nothing changed,
+	// which keeps an idle watcher from calling the API at all.
+	if errors.Is(mutate(in.Machine.DeepCopy()), errNoChange) {
+		return nil
+	}
+	_, err := l.mc.UpdateMachineStatus(ctx, l.MachineName, mutate)
+	return err
+}
+
+func appliedSummary(a *state.Applied) *v1alpha1.AppliedConfig {
+	out := &v1alpha1.AppliedConfig{
+		KubernetesVersion: a.Config.Kubernetes.Version,
+		RootFSSHA256:      v1alpha1.SHA256(a.Config.RootFS.SHA256),
+		Summary:           a.Config.Summary(),
+		Fingerprint:       v1alpha1.SHA256(a.Config.Fingerprint()),
+	}
+	if !a.AppliedAt.IsZero() {
+		at := metav1.NewTime(a.AppliedAt)
+		out.AppliedAt = &at
+	}
+	return out
+}

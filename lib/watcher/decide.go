@@ -1,0 +1,418 @@
+// Package watcher is the logic of the kubeslot-watcher stage: Decide, a pure
+// function from what the watcher sees (the Machine, its Node, the applied
+// configuration, the operations that target it, the request files and
+// statuses on disk) to what it must do (write a request, publish a status,
+// report conditions, register the Machine), and Run, the loop that feeds it
+// from client-go watches and fsnotify and carries out its actions.
+// Imported by cmd/kubeslot-watcher only.
+//
+// Finished operations are not deleted by the watcher: agents act as their
+// node and may not delete operations (RBAC grants no delete, and an
+// admission policy cannot compare completionTime with the clock: CEL in
+// admission has no now()). ttlSecondsAfterFinished is left to a cluster-side
+// cleaner (`kubeslot` CLI or an admin); see DESIGN.md, "Cluster API".
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// Inputs is everything Decide looks at.
+type Inputs struct {
+	// NodeName is this host's node (the agent identity's).
+	NodeName string
+	// MachineName is the name the Machine has, or would be registered with.
+	MachineName string
+	// Machine is nil when it does not exist.
+	Machine *v1alpha1.Machine
+	// NodeSynced says the Node watch has listed; NodeExists is then
+	// whether the Node object exists.
+	NodeSynced, NodeExists bool
+	// Applied is the active slot's applied configuration (checksum
+	// verified); AppliedErr is why it could not be read.
+	Applied    *state.Applied
+	AppliedErr error
+	// Operations are MachineOperations that may target the Machine; Decide
+	// checks each itself.
+	Operations []v1alpha1.MachineOperation
+	// Pending and Claimed are the request files on disk, by kind.
+	Pending, Claimed map[requests.Kind]*requests.Request
+	// Statuses are the status files on disk.
+	Statuses []*requests.Status
+	// Published is the published marker.
+	Published requests.Published
+	// AgentVersion is this binary's version.
+	AgentVersion string
+}
+
+// ActionType says what an Action does.
+type ActionType string
+
+// Action types.
+const (
+	// WriteRequest drops Action.Request into requests/.
+	WriteRequest ActionType = "WriteRequest"
+	// PublishStatus publishes Action.Status to the cluster (operation entry,
+	// Machine condition, Event) and then marks it published.
+	PublishStatus ActionType = "PublishStatus"
+	// ReportMachine writes the Machine's status: Action.Phase and
+	// Action.Conditions.
+	ReportMachine ActionType = "ReportMachine"
+	// RegisterMachine creates Action.Machine.
+	RegisterMachine ActionType = "RegisterMachine"
+)
+
+// Action is one thing to do.
+type Action struct {
+	Type       ActionType
+	Request    *requests.Request
+	Status     *requests.Status
+	Machine    *v1alpha1.Machine
+	Phase      v1alpha1.MachinePhase
+	Conditions []metav1.Condition
+}
+
+func (a Action) String() string {
+	switch a.Type {
+	case WriteRequest:
+		return "WriteRequest " + a.Request.ID
+	case PublishStatus:
+		return fmt.Sprintf("PublishStatus %s %s", a.Status.RequestID, a.Status.Phase)
+	case ReportMachine:
+		var cs []string
+		for _, c := range a.Conditions {
+			cs = append(cs, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
+		}
+		return fmt.Sprintf("ReportMachine %s %s", a.Phase, strings.Join(cs, ","))
+	case RegisterMachine:
+		return "RegisterMachine " + a.Machine.Name
+	}
+	return string(a.Type)
+}
+
+// Reasons the watcher reports beyond the API's own.
+const (
+	ReasonAppliedCorrupt = "AppliedConfigCorrupt"
+	ReasonWrongNode      = "WrongNode"
+	ReasonDispatched     = "Dispatched"
+)
+
+// kindOf maps an operation type to the request kind that carries it out.
+func kindOf(t v1alpha1.OperationType) (requests.Kind, bool) {
+	switch t {
+	case v1alpha1.OperationNodeRestart:
+		return requests.Restart, true
+	case v1alpha1.OperationRepave:
+		return requests.Repave, true
+	case v1alpha1.OperationAgentUpgrade:
+		return requests.Upgrade, true
+	case v1alpha1.OperationAgentReset:
+		return requests.Reset, true
+	}
+	return "", false
+}
+
+// opOf returns the operation part of a request ID.
+func opOf(id string) string {
+	parts := strings.SplitN(id, "-", 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	return parts[2]
+}
+
+// Decide returns what to do, in order. It never returns a WriteRequest for
+// an ID that is pending, claimed or has a status (kill -9 safe: that is all
+// on disk), nor for an operation already dispatched under another
+// generation.
+func Decide(in Inputs) []Action {
+	// Results are published whatever else holds: reporting is not acting.
+	// Publishing calls the API, so it comes after any request written below:
+	// a worker should not wait for the cluster.
+	var publish []Action
+	for _, s := range in.Statuses {
+		if in.Published[s.RequestID] != s.Phase {
+			publish = append(publish, Action{Type: PublishStatus, Status: s})
+		}
+	}
+	out := publish
+	if in.AppliedErr != nil || in.Applied == nil {
+		msg := "no applied configuration: the host has no committed slot"
+		if in.AppliedErr != nil {
+			msg = "refusing to act: " + in.AppliedErr.Error()
+		}
+		return append(out, degraded(ReasonAppliedCorrupt, msg))
+	}
+	if in.Machine == nil {
+		return append(out, Action{Type: RegisterMachine, Machine: NewMachine(in.MachineName, in.NodeName, in.Applied)})
+	}
+	m := in.Machine
+	if m.Spec.NodeName != in.NodeName {
+		return append(out, degraded(ReasonWrongNode,
+			fmt.Sprintf("Machine %s has spec.nodeName %q, this host is node %q: nothing dispatched", m.Name, m.Spec.NodeName, in.NodeName)))
+	}
+
+	known := map[string]bool{}
+	knownOps := map[string]bool{}
+	// A kind with a claimed request, or a pending one an operation asked for,
+	// gets no other request until it is done. A pending spec-driven repave
+	// is replaced by a newer one: nothing ran it yet.
+	busy := map[requests.Kind]bool{}
+	replaceable := map[requests.Kind]bool{}
+	note := func(id string) {
+		known[id] = true
+		if op := opOf(id); op != requests.SpecOperation {
+			knownOps[op] = true
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(in.Pending)) {
+		if r := in.Pending[k]; r != nil {
+			note(r.ID)
+			busy[k] = true
+			replaceable[k] = r.Kind == requests.Repave && opOf(r.ID) == requests.SpecOperation
+		}
+	}
+	for k, r := range in.Claimed {
+		if r != nil {
+			note(r.ID)
+			busy[k] = true
+			replaceable[k] = false
+		}
+	}
+	for _, s := range in.Statuses {
+		note(s.RequestID)
+	}
+
+	desired, specErr := Desired(in.Applied.Config, &m.Spec.Node)
+	var conds []metav1.Condition
+	var reqs []*requests.Request
+	write := func(r *requests.Request) {
+		spec := opOf(r.ID) == requests.SpecOperation
+		if known[r.ID] || (busy[r.Kind] && !(spec && replaceable[r.Kind])) {
+			return
+		}
+		replaceable[r.Kind] = false
+		busy[r.Kind] = true
+		known[r.ID] = true
+		reqs = append(reqs, r)
+	}
+
+	for i := range in.Operations {
+		op := &in.Operations[i]
+		if ok, _ := op.Targets(m); !ok {
+			continue // another machine's
+		}
+		if e := op.Status.Target(m.Name, in.NodeName); e != nil && e.Phase.Finished() {
+			continue
+		}
+		if knownOps[op.Name] {
+			continue
+		}
+		kind, ok := kindOf(op.Spec.Type)
+		if !ok {
+			continue
+		}
+		if m.Spec.Paused && kind != requests.Reset {
+			continue
+		}
+		r := &requests.Request{
+			Kind: kind, ID: requests.NewID(kind, m.Generation, op.Name), MachineGeneration: m.Generation,
+			Operation: op.Name, Reason: fmt.Sprintf("MachineOperation %s (%s)", op.Name, op.Spec.Type),
+		}
+		switch kind {
+		case requests.Repave:
+			if specErr != nil {
+				continue // reported below; nothing dispatched
+			}
+			r.Desired = desired
+		case requests.Upgrade:
+			p := op.Spec.Parameters
+			if p == nil || p.BundleURL == "" || p.BundleSHA256 == "" {
+				continue // the schema requires them; never dispatch half a request
+			}
+			r.Upgrade = &requests.UpgradeParams{URL: string(p.BundleURL), SHA256: string(p.BundleSHA256)}
+		}
+		if specErr != nil && kind != requests.Reset {
+			continue
+		}
+		write(r)
+	}
+
+	switch {
+	case specErr != nil:
+		conds = append(conds, cond(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonInvalidSpec,
+			"Machine spec refused, nothing dispatched: "+specErr.Error(), m.Generation))
+	case desired.Fingerprint() == in.Applied.Config.Fingerprint():
+		conds = append(conds, cond(v1alpha1.ConditionRepavePending, false, v1alpha1.ReasonUpToDate, "the node runs the desired configuration", m.Generation))
+	case m.Spec.Paused:
+		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonPaused, "the spec changed; clear spec.paused to repave", m.Generation))
+	case m.Spec.UpdatePolicy != v1alpha1.UpdateImmediate && (!in.NodeSynced || in.NodeExists):
+		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonWaitingForNodeDel,
+			"the spec changed; cordon, drain and delete Node "+in.NodeName+" to repave", m.Generation))
+	default:
+		write(&requests.Request{
+			Kind: requests.Repave, ID: requests.NewID(requests.Repave, m.Generation, ""), MachineGeneration: m.Generation,
+			Reason: fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
+				short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint())),
+			Desired: desired,
+		})
+		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched, "repave requested", m.Generation))
+	}
+	if specErr == nil {
+		conds = append(conds, cond(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonHealthy, "", m.Generation))
+	}
+	out = nil
+	for _, r := range reqs {
+		out = append(out, Action{Type: WriteRequest, Request: r})
+	}
+	out = append(out, publish...)
+	phase := v1alpha1.MachineReady
+	switch {
+	case specErr != nil:
+		phase = v1alpha1.MachineDegraded
+	case busy[requests.Reset]:
+		phase = v1alpha1.MachineResetting
+	case busy[requests.Upgrade]:
+		phase = v1alpha1.MachineUpgrading
+	case busy[requests.Repave]:
+		phase = v1alpha1.MachineRepaving
+	}
+	return append(out, Action{Type: ReportMachine, Phase: phase, Conditions: conds})
+}
+
+func short(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+func cond(typ string, status bool, reason, msg string, gen int64) metav1.Condition {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen}
+}
+
+func degraded(reason, msg string) Action {
+	return Action{Type: ReportMachine, Phase: v1alpha1.MachineDegraded,
+		Conditions: []metav1.Condition{cond(v1alpha1.ConditionDegraded, true, reason, msg, 0)}}
+}
+
+// Desired lays the Machine's node configuration over the applied one: the
+// Kubernetes version, rootfs, labels and taints come from the spec, and each
+// artifact the spec overrides. The result is validated like a bootstrap
+// configuration; errors name the spec field and value.
+func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, error) {
+	if applied == nil {
+		return nil, errors.New("no applied configuration")
+	}
+	c := clone(applied)
+	c.Kubernetes.Version = n.KubernetesVersion
+	c.RootFS = config.RootFS{Source: string(n.RootFS.Source), SHA256: string(n.RootFS.SHA256)}
+	c.Kubernetes.Labels = nil
+	for k, v := range n.Labels {
+		if c.Kubernetes.Labels == nil {
+			c.Kubernetes.Labels = map[string]string{}
+		}
+		c.Kubernetes.Labels[k] = string(v)
+	}
+	c.Kubernetes.Taints = nil
+	for _, t := range n.Taints {
+		c.Kubernetes.Taints = append(c.Kubernetes.Taints, string(t))
+	}
+	if a := n.Artifacts; a != nil {
+		if a.Kubelet != nil {
+			c.Artifacts.Kubelet = config.Artifact{URL: string(a.Kubelet.URL), SHA256: string(a.Kubelet.SHA256)}
+		}
+		for _, o := range []struct {
+			src *v1alpha1.Artifact
+			dst **config.Artifact
+		}{{a.Containerd, &c.Artifacts.Containerd}, {a.Runc, &c.Artifacts.Runc}, {a.CNIPlugins, &c.Artifacts.CNIPlugins}} {
+			if o.src != nil {
+				*o.dst = &config.Artifact{URL: string(o.src.URL), SHA256: string(o.src.SHA256)}
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s", specPaths(err.Error()))
+	}
+	return c, nil
+}
+
+// specPaths renames configuration keys to the Machine spec fields they came
+// from, so the message names what an admin can change.
+func specPaths(s string) string {
+	return strings.NewReplacer(
+		"kubernetes.version", "spec.node.kubernetesVersion",
+		"kubernetes.labels", "spec.node.labels",
+		"kubernetes.taints", "spec.node.taints",
+		"rootfs.source", "spec.node.rootfs.source",
+		"rootfs.sha256", "spec.node.rootfs.sha256",
+		"artifacts.", "spec.node.artifacts.",
+	).Replace(s)
+}
+
+func clone(c *config.Config) *config.Config {
+	out := *c
+	out.Kubernetes.Labels = maps.Clone(c.Kubernetes.Labels)
+	out.Kubernetes.Taints = slices.Clone(c.Kubernetes.Taints)
+	out.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
+	out.Isolation.Slots = slices.Clone(c.Isolation.Slots)
+	for _, p := range []**config.Artifact{&out.Artifacts.Containerd, &out.Artifacts.Runc, &out.Artifacts.CNIPlugins} {
+		if *p != nil {
+			a := **p
+			*p = &a
+		}
+	}
+	return &out
+}
+
+// NewMachine is the Machine a host registers when it has none: named name,
+// for node, with the applied configuration as its spec (so nothing differs)
+// and the OnNodeDelete policy.
+func NewMachine(name, node string, a *state.Applied) *v1alpha1.Machine {
+	c := a.Config
+	n := v1alpha1.NodeConfig{
+		KubernetesVersion: c.Kubernetes.Version,
+		RootFS:            v1alpha1.RootFS{Source: v1alpha1.URL(c.RootFS.Source), SHA256: v1alpha1.SHA256(c.RootFS.SHA256)},
+		Artifacts: &v1alpha1.Artifacts{
+			Kubelet: &v1alpha1.Artifact{URL: v1alpha1.URL(c.Artifacts.Kubelet.URL), SHA256: v1alpha1.SHA256(c.Artifacts.Kubelet.SHA256)},
+		},
+	}
+	for _, o := range []struct {
+		src *config.Artifact
+		dst **v1alpha1.Artifact
+	}{{c.Artifacts.Containerd, &n.Artifacts.Containerd}, {c.Artifacts.Runc, &n.Artifacts.Runc}, {c.Artifacts.CNIPlugins, &n.Artifacts.CNIPlugins}} {
+		if o.src != nil {
+			*o.dst = &v1alpha1.Artifact{URL: v1alpha1.URL(o.src.URL), SHA256: v1alpha1.SHA256(o.src.SHA256)}
+		}
+	}
+	for k, v := range c.Kubernetes.Labels {
+		if n.Labels == nil {
+			n.Labels = map[string]v1alpha1.LabelValue{}
+		}
+		n.Labels[k] = v1alpha1.LabelValue(v)
+	}
+	for _, t := range c.Kubernetes.Taints {
+		n.Taints = append(n.Taints, v1alpha1.Taint(t))
+	}
+	m := &v1alpha1.Machine{Spec: v1alpha1.MachineSpec{NodeName: node, Node: n, UpdatePolicy: v1alpha1.UpdateOnNodeDelete}}
+	m.Name = name
+	return m
+}

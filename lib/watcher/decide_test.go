@@ -1,0 +1,232 @@
+package watcher
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+const node = "node-1"
+
+func applied(t *testing.T) *state.Applied {
+	t.Helper()
+	cfg, err := config.Parse("example.toml", config.Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &state.Applied{Slot: "a", Config: cfg, Fingerprint: cfg.Fingerprint()}
+}
+
+// base is a host whose Machine matches what it runs.
+func base(t *testing.T) Inputs {
+	a := applied(t)
+	m := NewMachine("m1", node, a)
+	m.Generation = 4
+	return Inputs{NodeName: node, MachineName: "m1", Machine: m, NodeSynced: true, NodeExists: true, Applied: a,
+		Pending: map[requests.Kind]*requests.Request{}, Claimed: map[requests.Kind]*requests.Request{}, Published: requests.Published{}}
+}
+
+func op(name string, typ v1alpha1.OperationType, target string) v1alpha1.MachineOperation {
+	o := v1alpha1.MachineOperation{Spec: v1alpha1.MachineOperationSpec{Type: typ, MachineRef: &v1alpha1.MachineReference{Name: target}}}
+	o.Name = name
+	if typ == v1alpha1.OperationAgentUpgrade {
+		o.Spec.Parameters = &v1alpha1.OperationParameters{BundleURL: "https://x/b.tgz", BundleSHA256: v1alpha1.SHA256(strings.Repeat("a", 64))}
+	}
+	return o
+}
+
+func newVersion(in *Inputs) {
+	in.Machine.Spec.Node.KubernetesVersion = "1.99.0"
+	in.Machine.Generation++
+}
+
+// summary renders actions as short strings for comparison.
+func summary(as []Action) []string {
+	var out []string
+	for _, a := range as {
+		switch a.Type {
+		case WriteRequest:
+			out = append(out, "write "+a.Request.ID)
+		case PublishStatus:
+			out = append(out, "publish "+a.Status.RequestID+" "+string(a.Status.Phase))
+		case RegisterMachine:
+			out = append(out, "register "+a.Machine.Name)
+		case ReportMachine:
+			s := "report " + string(a.Phase)
+			for _, c := range a.Conditions {
+				if c.Status == "True" {
+					s += " " + c.Type + "/" + c.Reason
+				}
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*Inputs)
+		want   []string
+	}{
+		{"up to date", func(*Inputs) {}, []string{"report Ready"}},
+		{"immediate: spec change repaves", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+		}, []string{"write repave-5-spec", "report Repaving RepavePending/Dispatched"}},
+		{"immediate: already dispatched (pending file)", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Pending[requests.Repave] = &requests.Request{Kind: requests.Repave, ID: "repave-5-spec"}
+		}, []string{"report Repaving RepavePending/Dispatched"}},
+		{"immediate: already ran (status file, kill -9 after the worker)", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Statuses = []*requests.Status{{RequestID: "repave-5-spec", Kind: requests.Repave, Phase: requests.Failed}}
+			in.Published["repave-5-spec"] = requests.Failed
+		}, []string{"report Ready RepavePending/Dispatched"}},
+		{"a newer spec replaces a pending spec repave", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Pending[requests.Repave] = &requests.Request{Kind: requests.Repave, ID: "repave-4-spec"}
+		}, []string{"write repave-5-spec", "report Repaving RepavePending/Dispatched"}},
+		{"a pending operation repave is not replaced by a spec repave", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Pending[requests.Repave] = &requests.Request{Kind: requests.Repave, ID: "repave-4-op1"}
+		}, []string{"report Repaving RepavePending/Dispatched"}},
+		{"a claimed spec repave is not replaced", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Claimed[requests.Repave] = &requests.Request{Kind: requests.Repave, ID: "repave-4-spec"}
+		}, []string{"report Repaving RepavePending/Dispatched"}},
+		{"on node delete: waits while the Node exists", func(in *Inputs) { newVersion(in) },
+			[]string{"report Ready RepavePending/WaitingForNodeDeletion"}},
+		{"on node delete: waits while the Node watch has not listed", func(in *Inputs) {
+			newVersion(in)
+			in.NodeSynced, in.NodeExists = false, false
+		}, []string{"report Ready RepavePending/WaitingForNodeDeletion"}},
+		{"on node delete: repaves once the Node is gone", func(in *Inputs) { newVersion(in); in.NodeExists = false },
+			[]string{"write repave-5-spec", "report Repaving RepavePending/Dispatched"}},
+		{"paused holds a spec change", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Machine.Spec.Paused = true
+		}, []string{"report Ready RepavePending/Paused"}},
+		{"paused holds operations but reset", func(in *Inputs) {
+			in.Machine.Spec.Paused = true
+			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1"), op("x1", v1alpha1.OperationAgentReset, "m1")}
+		}, []string{"write reset-4-x1", "report Resetting"}},
+		{"restart operation", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1")}
+		}, []string{"write restart-4-r1", "report Ready"}},
+		{"upgrade operation", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("u1", v1alpha1.OperationAgentUpgrade, "m1")}
+		}, []string{"write upgrade-4-u1", "report Upgrading"}},
+		{"operation for another machine is ignored", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m2")}
+		}, []string{"report Ready"}},
+		{"selector operation matching the labels", func(in *Inputs) {
+			in.Machine.Labels = map[string]string{"pool": "x"}
+			o := op("r1", v1alpha1.OperationNodeRestart, "")
+			o.Spec.MachineRef = nil
+			o.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: map[string]string{"pool": "x"}}
+			in.Operations = []v1alpha1.MachineOperation{o}
+		}, []string{"write restart-4-r1", "report Ready"}},
+		{"operation already dispatched under an older generation", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1")}
+			in.Statuses = []*requests.Status{{RequestID: "restart-3-r1", Kind: requests.Restart, Operation: "r1", Phase: requests.InProgress}}
+		}, []string{"publish restart-3-r1 InProgress", "report Ready"}},
+		{"finished entry is not redispatched", func(in *Inputs) {
+			o := op("r1", v1alpha1.OperationNodeRestart, "m1")
+			o.Status.Machines = []v1alpha1.MachineOperationTarget{{Name: "m1", NodeName: node, Phase: v1alpha1.OperationSucceeded}}
+			in.Operations = []v1alpha1.MachineOperation{o}
+		}, []string{"report Ready"}},
+		{"a claimed request of the kind blocks a second", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("r2", v1alpha1.OperationNodeRestart, "m1")}
+			in.Claimed[requests.Restart] = &requests.Request{Kind: requests.Restart, ID: "restart-4-r1"}
+		}, []string{"report Ready"}},
+		{"requests are written before results are published", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("r2", v1alpha1.OperationNodeRestart, "m1")}
+			in.Statuses = []*requests.Status{{RequestID: "reset-1-x", Phase: requests.Failed}}
+		}, []string{"write restart-4-r2", "publish reset-1-x Failed", "report Ready"}},
+		{"published statuses are not published again", func(in *Inputs) {
+			in.Statuses = []*requests.Status{{RequestID: "restart-4-r1", Phase: requests.Succeeded}, {RequestID: "restart-2-r0", Phase: requests.Failed}}
+			in.Published["restart-4-r1"] = requests.InProgress
+			in.Published["restart-2-r0"] = requests.Failed
+		}, []string{"publish restart-4-r1 Succeeded", "report Ready"}},
+		{"invalid spec: Degraded, nothing dispatched", func(in *Inputs) {
+			in.Machine.Spec.Node.RootFS.SHA256 = "nothex"
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.NodeExists = false
+			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1"), op("p1", v1alpha1.OperationRepave, "m1")}
+		}, []string{"report Degraded Degraded/InvalidSpec"}},
+		{"corrupt applied config: nothing dispatched", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Applied, in.AppliedErr = nil, &state.CorruptError{Path: "/opt/kubeslot/applied/a.json", Reason: "checksum mismatch"}
+			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1")}
+		}, []string{"report Degraded Degraded/AppliedConfigCorrupt"}},
+		{"machine missing: register", func(in *Inputs) { in.Machine = nil }, []string{"register m1"}},
+		{"machine of another node", func(in *Inputs) { in.Machine.Spec.NodeName = "node-2" },
+			[]string{"report Degraded Degraded/WrongNode"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := base(t)
+			c.mutate(&in)
+			got := summary(Decide(in))
+			if strings.Join(got, "; ") != strings.Join(c.want, "; ") {
+				t.Errorf("got  %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDecideInvalidSpecNamesFieldAndValue(t *testing.T) {
+	in := base(t)
+	in.Machine.Spec.Node.RootFS.SHA256 = "nothex"
+	as := Decide(in)
+	msg := as[len(as)-1].Conditions[0].Message
+	if !strings.Contains(msg, "spec.node.rootfs.sha256") || !strings.Contains(msg, "nothex") {
+		t.Errorf("Degraded message %q does not name the field and value", msg)
+	}
+}
+
+func TestDecideRepaveCarriesDesired(t *testing.T) {
+	in := base(t)
+	newVersion(&in)
+	in.NodeExists = false
+	as := Decide(in)
+	r := as[0].Request
+	if r == nil || r.Desired == nil || r.Desired.Kubernetes.Version != "1.99.0" || r.MachineGeneration != 5 {
+		t.Fatalf("request %+v", r)
+	}
+	if in.Applied.Config.Kubernetes.Version == "1.99.0" {
+		t.Fatal("Desired changed the applied configuration")
+	}
+	if r.Desired.Cluster != in.Applied.Config.Cluster {
+		t.Error("desired lost the cluster settings")
+	}
+}
+
+func TestDesiredOfRegisteredMachineIsApplied(t *testing.T) {
+	a := applied(t)
+	m := NewMachine("m1", node, a)
+	d, err := Desired(a.Config, &m.Spec.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Fingerprint() != a.Config.Fingerprint() {
+		t.Error("a Machine registered from the applied config asks for a different one")
+	}
+	if _, err := Desired(nil, &m.Spec.Node); !errors.Is(err, err) || err == nil {
+		t.Error("nil applied accepted")
+	}
+}

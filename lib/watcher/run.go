@@ -1,0 +1,176 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// Options configure Run.
+type Options struct {
+	Root         *hostroot.Root
+	REST         *rest.Config
+	NodeName     string
+	MachineName  string
+	AgentVersion string
+	Log          *slog.Logger
+	// Synced is called once, after the watches listed for the first time.
+	Synced func()
+	// CallTimeout bounds each API write (default 20 s).
+	CallTimeout time.Duration
+}
+
+// loop is one run of the watcher.
+type loop struct {
+	Options
+	mc      *machineclient.Client
+	core    rest.Interface // Nodes and Events
+	dir     *requests.Dir
+	store   *state.Store
+	machine cache.Store
+	node    cache.Store
+	ops     cache.Store
+	synced  []cache.InformerSynced
+	kick    chan struct{}
+	// published caches the marker between decisions.
+	published requests.Published
+	lastPrune time.Time
+}
+
+// statusRetention is how long published results stay in status/ (the newest
+// of each kind stays regardless; see requests.Prune).
+const statusRetention = 7 * 24 * time.Hour
+
+// Run watches this host's Machine, its operations and its Node, and the
+// status directory, and acts on Decide's answers until ctx ends. Watch
+// errors (the cluster unreachable, 410 Gone) are handled by the informers,
+// which relist with backoff; Run returns only when ctx ends or the host root
+// cannot be watched.
+func Run(ctx context.Context, o Options) error {
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 20 * time.Second
+	}
+	mc, err := machineclient.New(o.REST)
+	if err != nil {
+		return err
+	}
+	core, err := newCoreClient(o.REST)
+	if err != nil {
+		return err
+	}
+	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1)}
+	if l.published, err = l.dir.LoadPublished(); err != nil {
+		return err
+	}
+	fw, err := l.watchFiles()
+	if err != nil {
+		return err
+	}
+	defer fw.Close()
+
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { l.nudge() },
+		UpdateFunc: func(any, any) { l.nudge() },
+		DeleteFunc: func(any) { l.nudge() },
+	}
+	informer := func(lw cache.ListerWatcher, obj runtime.Object) (cache.Store, cache.Controller) {
+		return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: obj, Handler: handler})
+	}
+	var ctrls []cache.Controller
+	add := func(s cache.Store, c cache.Controller) cache.Store {
+		ctrls = append(ctrls, c)
+		l.synced = append(l.synced, c.HasSynced)
+		return s
+	}
+	byName := func(name string) fields.Selector { return fields.OneTermEqualSelector("metadata.name", name) }
+	l.machine = add(informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.MachinesResource, "", byName(o.MachineName)), &v1alpha1.Machine{}))
+	l.node = add(informer(cache.NewListWatchFromClient(core, "nodes", "", byName(o.NodeName)), &corev1.Node{}))
+	// Operations target a Machine by reference or by label selector, which
+	// the server cannot filter: this is the one cluster-wide watch, and
+	// Decide keeps only the operations that target this Machine.
+	l.ops = add(informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.MachineOperationsResource, "", fields.Everything()), &v1alpha1.MachineOperation{}))
+	for _, c := range ctrls {
+		go c.Run(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), l.synced...) {
+		return ctx.Err()
+	}
+	o.Log.Info("watches synced", "machine", o.MachineName, "node", o.NodeName)
+	if o.Synced != nil {
+		o.Synced()
+	}
+	l.nudge()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-fw.Events:
+			if !ok {
+				return errors.New("status watch closed")
+			}
+			l.nudge()
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("status watch closed")
+			}
+			o.Log.Warn("status watch error; re-reading everything", "err", err.Error())
+			l.nudge()
+		case <-l.kick:
+			// Let a burst of events settle into one decision.
+			time.Sleep(20 * time.Millisecond)
+			drain(l.kick)
+			l.once(ctx)
+		}
+	}
+}
+
+func drain(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
+}
+
+func (l *loop) nudge() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// watchFiles watches the directories whose files feed Decide.
+func (l *loop) watchFiles() (*fsnotify.Watcher, error) {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch status files: %w", err)
+	}
+	for _, name := range []string{hostroot.StatusDir, hostroot.RequestsDir, hostroot.StateDir, hostroot.AppliedDir} {
+		p, err := l.Root.Path(name)
+		if err == nil {
+			err = mkdir(p)
+		}
+		if err == nil {
+			err = fw.Add(p)
+		}
+		if err != nil {
+			fw.Close()
+			return nil, fmt.Errorf("watch %s: %w", name, err)
+		}
+	}
+	return fw, nil
+}
