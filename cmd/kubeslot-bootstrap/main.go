@@ -1,13 +1,32 @@
-// Command kubeslot-bootstrap turns this host into a Kubernetes worker node on slot a.
+// Command kubeslot-bootstrap turns this host into a Kubernetes worker node on
+// slot a. It is safe to run on every boot: the ownership record decides
+// whether to install, resume from a checkpoint, or (on a complete host) only
+// verify and repair the units from the applied configuration. The phases
+// are in lib/bootstrap; this file wires them to the real host.
 //
-// Its logic has not been built yet: it parses its flags, then exits 2 with
-// "not implemented yet" so that no unit or script mistakes it for success.
+// Exit codes: 0 done or nothing to do; 1 failed (invalid configuration, a
+// different installation owns the host, a phase failed); 2 usage; 69 the
+// installation lock stayed busy (another stage owns the host).
+//
+// Environment for tests and sandboxes only (see lib/bootstrap):
+// KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
+// KUBESLOT_NODE_READONLY_NET_SYSCTL=1, KUBESLOT_HOSTPREP=packages-only and
+// the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint>.
 package main
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/cli"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
 const name = "kubeslot-bootstrap"
@@ -21,5 +40,67 @@ type flags struct {
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
-	return cli.RunStub(name, "kubeslot-bootstrap turns this host into a Kubernetes worker node on slot a.", &flags{}, args, stdio)
+	var f flags
+	if _, code, done := cli.Parse(name, "kubeslot-bootstrap turns this host into a Kubernetes worker node on slot a.", &f, args, stdio); done {
+		return code
+	}
+	log, err := f.Logger(stdio.Stderr, name)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
+		return exitcode.Usage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cli.Exit(log, stage(ctx, &f, log, stdio, os.Getenv))
+}
+
+// stage is the top-down list of what the binary does.
+func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
+	t0 := time.Now()
+	// 1. The configuration, before anything on the host is touched.
+	cfg, err := bootstrap.LoadConfig(f.Config)
+	if err != nil {
+		return err
+	}
+	// 2. The host root and the test/sandbox settings.
+	root, err := f.Root()
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	settings, err := bootstrap.SettingsFromEnv(getenv)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	pauseAt, err := bootstrap.PauseFromEnv(getenv)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	d := bootstrap.Deps{
+		Root:     root,
+		Log:      log,
+		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: getenv(bootstrap.EnvHostPrep) == "packages-only"},
+		Cluster:  &bootstrap.NodeCluster{Root: root, Log: log},
+		Releaser: bootstrap.ReleaseFromExe{Root: root, Log: log},
+		PauseAt:  pauseAt,
+		Paused: func(cp ownership.Checkpoint) {
+			fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", cp, os.Getpid())
+		},
+	}
+	// 3. --preflight: report, change nothing.
+	if f.Preflight {
+		return bootstrap.Preflight(ctx, d, cfg, stdio.Stdout)
+	}
+	// 4. systemd over D-Bus, connected on first use (after admission).
+	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	defer sd.Close()
+	d.Systemd = sd
+	d.NewIsolation = bootstrap.Isolation(root, sd, settings, log)
+	// 5. Lock, admission, phases (or verify and repair a complete host).
+	res, err := bootstrap.Run(ctx, d, cfg)
+	if err != nil {
+		return err
+	}
+	log.Info("bootstrap run finished", "decision", res.Decision, "install_id", res.InstallID,
+		"phases", res.Phases, "repaired", res.Repaired, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
 }

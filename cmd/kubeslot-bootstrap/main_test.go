@@ -1,12 +1,125 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
 func TestCommandLine(t *testing.T) {
 	clitest.CommonFlags(t, name, run)
-	clitest.NotImplemented(t, name, run)
+}
+
+func caPEM(t *testing.T) string {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+func configText(t *testing.T, machine string) string {
+	sum := strings.Repeat("cd", 32)
+	return fmt.Sprintf(`[machine]
+name = %q
+[cluster]
+server = "https://127.0.0.1:6443"
+ca_pem = %q
+bootstrap_token = "abcdef.0123456789abcdef"
+[kubernetes]
+version = "1.37.2"
+[rootfs]
+source = "http://127.0.0.1/rootfs.tar.gz"
+sha256 = %q
+[artifacts.kubelet]
+url = "http://127.0.0.1/kubelet"
+sha256 = %q
+[timeouts]
+lock = "1s"
+`, machine, caPEM(t), sum, sum)
+}
+
+// TestInvalidConfigChangesNothing: exit 1, the field named, and the root
+// prefix left exactly as it was (empty: no layout, not even the lock dir).
+func TestInvalidConfigChangesNothing(t *testing.T) {
+	prefix := t.TempDir()
+	cfgFile := filepath.Join(t.TempDir(), "config.toml")
+	bad := strings.Replace(configText(t, "worker-1"), `version = "1.37.2"`, `version = "one"`, 1)
+	if err := os.WriteFile(cfgFile, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := clitest.Call(run, "", "--root-prefix", prefix, "--config", cfgFile)
+	if code != exitcode.Failure || !strings.Contains(stderr, "kubernetes.version") {
+		t.Errorf("exit %d, stderr %q; want 1 naming kubernetes.version", code, stderr)
+	}
+	if strings.Contains(stderr, "0123456789abcdef") {
+		t.Errorf("the token reached the log: %s", stderr)
+	}
+	ents, err := os.ReadDir(prefix)
+	if err != nil || len(ents) != 0 {
+		t.Errorf("root prefix not empty after an invalid config: %v %v", ents, err)
+	}
+	// A missing file is the same: exit 1, nothing made.
+	code, _, stderr = clitest.Call(run, "", "--root-prefix", prefix, "--config", filepath.Join(prefix, "nope.toml"))
+	if code != exitcode.Failure || !strings.Contains(stderr, "nope.toml") {
+		t.Errorf("missing config: exit %d, stderr %q", code, stderr)
+	}
+	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
+		t.Errorf("root prefix not empty after a missing config: %v", ents)
+	}
+}
+
+// TestLockHeldDefers: another stage holds the installation lock past
+// timeouts.lock, so the run exits 69 and installs nothing.
+func TestLockHeldDefers(t *testing.T) {
+	prefix := t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := ownership.Acquire(t.Context(), root, ownership.Holder{Stage: "kubeslot-resetter"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	cfgFile := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgFile, []byte(configText(t, "worker-1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := clitest.Call(run, "", "--root-prefix", prefix, "--config", cfgFile)
+	if code != exitcode.Deferred || !strings.Contains(stderr, "kubeslot-resetter") {
+		t.Errorf("exit %d, stderr %q; want 69 naming the holder", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(prefix, "opt")); !os.IsNotExist(err) {
+		t.Errorf("deferred run created the host root: %v", err)
+	}
+}
+
+func TestBadTestEnvironmentIsUsageError(t *testing.T) {
+	t.Setenv("KUBESLOT_TEST_PAUSE_AT", "nowhere")
+	cfgFile := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgFile, []byte(configText(t, "worker-1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := clitest.Call(run, "", "--root-prefix", t.TempDir(), "--config", cfgFile)
+	if code != exitcode.Usage || !strings.Contains(stderr, "KUBESLOT_TEST_PAUSE_AT") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
 }

@@ -1,0 +1,261 @@
+package integration
+
+// The rig for the bootstrap stage: an isolated host sharing the machine's network, this release's binaries laid
+// down exactly as `kubeslot ignition` lays them down (<base>/releases/blue, the relative link current, the TOML
+// config at /etc/kubeslot/config.toml 0600, kubeslot-bootstrap.service enabled), and a mirror serving the node
+// rootfs and the kubelet. The only rig-specific piece is a drop-in of the first-boot unit with the sandbox
+// environment lib/bootstrap documents: free kubelet ports, the loopback node IP, /proc/sys/net read-only in the
+// node, and host preparation limited to packages (the host shares the machine's kernel: modules, sysctls and swap
+// are the machine's, not the rig's).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/mirror"
+	"github.com/kubeslot/kubeslot/integration/nodeimage"
+	"github.com/kubeslot/kubeslot/integration/sdhost"
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+const (
+	bsBinsPath   = "/srv/kubeslot-bins"   // the freshly built binaries, bound read-only
+	bsMirrorPath = "/srv/kubeslot-mirror" // the mirror's directory, bound read-only (to seed the cache)
+	bsBinary     = "/opt/kubeslot/current/kubeslot-bootstrap"
+	bsConfigPath = units.ConfigPath
+)
+
+// bsRig is one isolated host ready to bootstrap, and what it needs from the machine.
+type bsRig struct {
+	t     *testing.T
+	cp    *kube.ControlPlane
+	h     *sdhost.Host
+	srv   *mirror.Server
+	admin *kubernetes.Clientset
+	mc    *machineclient.Client
+	node  string
+	env   []string // the sandbox environment, KEY=VALUE
+	token string
+	sums  map[string]string
+}
+
+// newBootstrapRig boots a host named after base and lays down the release, the config and the first-boot unit.
+func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent bool) *bsRig {
+	t.Helper()
+	cp := needAPI(t)
+	tarball, err := nodeimage.Tarball(ctx, rigRequired)
+	if err != nil {
+		if rigRequired {
+			t.Fatalf("node rootfs: %v", err)
+		}
+		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
+	}
+	bins := needBins(t)
+	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}}
+	if r.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if r.mc, err = machineclient.New(cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	mirrorDir := filepath.Join(t.TempDir(), "mirror")
+	if r.srv, err = mirror.Start(mirrorDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.srv.Close() })
+	if r.sums["rootfs"], err = r.srv.Add("node-rootfs.tar.gz", tarball); err != nil {
+		t.Fatal(err)
+	}
+	if r.sums["kubelet"], err = r.srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t0 := time.Now()
+	r.h, err = sdhost.Start(ctx, sdhost.Options{Name: r.node + "-h", SharedNetwork: true, Persistent: persistent, Log: log,
+		Binds: []sdhost.Bind{{Source: bins, Target: bsBinsPath, ReadOnly: true}, {Source: mirrorDir, Target: bsMirrorPath, ReadOnly: true}}})
+	if err != nil {
+		t.Fatalf("host: %v", err)
+	}
+	rigTiming(t, "bootstrap rig: host boot", time.Since(t0))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if r.h.Running() {
+			// The node first, so that its kubelet stops heartbeating before the host goes.
+			_, _ = r.h.Run(sctx, "systemctl", "stop", "systemd-nspawn@a.service")
+		}
+		if err := r.h.Stop(sctx); err != nil {
+			t.Errorf("stop host: %v", err)
+		}
+		_ = r.admin.CoreV1().Nodes().Delete(sctx, r.node, metav1.DeleteOptions{})
+		_ = r.mc.DeleteMachine(sctx, r.node)
+	})
+	if r.token, err = cp.CreateBootstrapToken(ctx, 30*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := kube.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.env = []string{
+		bootstrap.EnvKubeletPort + "=" + fmt.Sprint(ports[0]),
+		bootstrap.EnvHealthzPort + "=" + fmt.Sprint(ports[1]),
+		bootstrap.EnvNodeIP + "=127.0.0.1",
+		bootstrap.EnvReadOnlyNetSysctl + "=1",
+		bootstrap.EnvHostPrep + "=packages-only",
+	}
+	r.layDown(ctx)
+	return r
+}
+
+// config is the rig's bootstrap configuration for machine (the rig's node name unless overridden), with the
+// rootfs digest given (the mirror's unless overridden).
+func (r *bsRig) config(machine, rootfsSum string) string {
+	if machine == "" {
+		machine = r.node
+	}
+	if rootfsSum == "" {
+		rootfsSum = r.sums["rootfs"]
+	}
+	return nspawnRigConfig(machine, r.cp.URL(), string(r.cp.CAPEM()), r.token, r.srv.URL("node-rootfs.tar.gz"), rootfsSum,
+		r.srv.URL("kubelet"), r.sums["kubelet"])
+}
+
+// layDown writes what `kubeslot ignition` lays down, and the rig's drop-in.
+func (r *bsRig) layDown(ctx context.Context) {
+	t := r.t
+	t.Helper()
+	if _, err := config.Parse("rig", []byte(r.config("", ""))); err != nil {
+		t.Fatalf("the test's own config is invalid: %v", err)
+	}
+	if err := r.h.WriteFile(bsConfigPath, []byte(r.config("", "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := r.h.Run(ctx, "sh", "-c", "mkdir -p /opt/kubeslot/releases/blue && cp "+bsBinsPath+"/kubeslot* /opt/kubeslot/releases/blue/ && ln -sfn releases/blue /opt/kubeslot/current"); err != nil {
+		t.Fatalf("lay down the release: %v\n%s", err, out)
+	}
+	unit, err := units.Render(units.Bootstrap, units.Vars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropIn := "[Service]\n"
+	for _, e := range r.env {
+		dropIn += "Environment=" + e + "\n"
+	}
+	if err := r.h.WriteFile("/etc/systemd/system/"+units.Bootstrap+".d/rig.conf", []byte(dropIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.InstallUnit(ctx, units.Bootstrap, unit); err != nil {
+		t.Fatal(err)
+	}
+	// Enabled, as Ignition's "enabled": true does.
+	if out, err := r.h.Run(ctx, "systemctl", "enable", units.Bootstrap); err != nil {
+		t.Fatalf("enable %s: %v\n%s", units.Bootstrap, err, out)
+	}
+}
+
+// run runs the bootstrap binary by hand inside the host with the sandbox environment; it returns the exit code.
+func (r *bsRig) run(ctx context.Context, args ...string) (int, string) {
+	r.t.Helper()
+	out, err := r.h.Run(ctx, append(append([]string{"env"}, r.env...), append([]string{bsBinary}, args...)...)...)
+	code := 0
+	if err != nil {
+		code = -1
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+	}
+	return code, string(out)
+}
+
+// startUnit starts the first-boot unit and waits (bounded by ctx) for the oneshot to finish.
+func (r *bsRig) startUnit(ctx context.Context) error {
+	out, err := r.h.Run(ctx, "systemctl", "start", units.Bootstrap)
+	if err != nil {
+		j, _ := r.h.Journal(ctx, units.Bootstrap)
+		return fmt.Errorf("%v\n%s\njournal:\n%s\n%s", err, out, tailLines(j, 60), hostDiag(r.h))
+	}
+	return nil
+}
+
+// record reads the ownership record of the host.
+func (r *bsRig) record() (*ownership.Record, error) {
+	data, err := r.h.ReadFile("/opt/kubeslot/ownership.json")
+	if err != nil {
+		return nil, err
+	}
+	var rec ownership.Record
+	return &rec, json.Unmarshal(data, &rec)
+}
+
+// tree lists the paths kubeslot may touch, with type, size and mode, for "host untouched" comparisons.
+func (r *bsRig) tree(ctx context.Context) string {
+	r.t.Helper()
+	out, err := r.h.Run(ctx, "sh", "-c", "find /opt/kubeslot /run/kubeslot /etc/systemd/system /etc/systemd/nspawn /var/lib/machines "+
+		"-maxdepth 3 -not -name install.lock -printf '%p %y %s %m %l\\n' 2>/dev/null | sort; true")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return string(out)
+}
+
+// pauseAt starts the bootstrap as a transient unit with the test hook set to cp, and waits until it paused there.
+func (r *bsRig) pauseAt(ctx context.Context, unit string, cp ownership.Checkpoint) {
+	r.t.Helper()
+	args := []string{"systemd-run", "--unit=" + unit, "--collect", "--no-block"}
+	for _, e := range append(append([]string(nil), r.env...), bootstrap.EnvPauseAt+"="+string(cp)) {
+		args = append(args, "--setenv="+e)
+	}
+	args = append(args, bsBinary, "--config="+bsConfigPath)
+	if out, err := r.h.Run(ctx, args...); err != nil {
+		r.t.Fatalf("start %s: %v\n%s", unit, err, out)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		j, _ := r.h.Journal(wctx, unit)
+		if strings.Contains(j, "paused at "+string(cp)) {
+			return
+		}
+		if strings.Contains(j, "failed") && !strings.Contains(j, "paused") {
+			if active, _ := r.h.Run(wctx, "systemctl", "is-active", unit); strings.TrimSpace(string(active)) != "active" {
+				r.t.Fatalf("%s ended before pausing at %s:\n%s", unit, cp, tailLines(j, 40))
+			}
+		}
+		select {
+		case <-wctx.Done():
+			r.t.Fatalf("%s did not pause at %s: %v\n%s", unit, cp, wctx.Err(), tailLines(j, 40))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// seedCache puts the mirror's rootfs and kubelet into the host's artifact cache, as a host that downloaded them
+// before would have them: the benchmark "bootstrap to Node Ready with artifacts cached".
+func (r *bsRig) seedCache(ctx context.Context) {
+	r.t.Helper()
+	script := "mkdir -p /opt/kubeslot/cache/sha256 && " +
+		"cp " + bsMirrorPath + "/node-rootfs.tar.gz /opt/kubeslot/cache/sha256/" + r.sums["rootfs"] + " && " +
+		"cp " + bsMirrorPath + "/kubelet /opt/kubeslot/cache/sha256/" + r.sums["kubelet"]
+	if out, err := r.h.Run(ctx, "sh", "-c", script); err != nil {
+		r.t.Fatalf("seed the artifact cache: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,460 @@
+// Package bootstrap is the logic of the bootstrap stage (cmd/kubeslot-bootstrap):
+// admission through the ownership record, then the checkpointed phases
+// preparing-host → preparing-slot → starting-node → installing-units →
+// complete, and the verify-and-repair run of a complete host. The host, the
+// isolation backend, the cluster and the release install are reached
+// through narrow interfaces (Host, NewIsolation, Cluster, Releaser) so that
+// the phase logic is tested with fakes on a temporary root; Real builds the
+// production ones.
+//
+// Imported by cmd/kubeslot-bootstrap only.
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostprep"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// Stage is the holder name written into the installation lock.
+const Stage = "kubeslot-bootstrap"
+
+// Host prepares the host (lib/hostprep over its System).
+type Host interface {
+	Preflight(ctx context.Context, cfg *config.Config) (*hostprep.Plan, error)
+	Apply(ctx context.Context, cfg *config.Config, rec *ownership.Record) error
+}
+
+// Cluster is what the stage asks of the control plane, always as the
+// node's own identity (see status.go for why).
+type Cluster interface {
+	// WaitNodeReady waits until the Node of cfg is Ready, bounded by ctx.
+	WaitNodeReady(ctx context.Context, cfg *config.Config) error
+	// Report writes the AgentBootstrapped condition (best effort: the
+	// implementation logs and swallows its own failures, bounded).
+	Report(ctx context.Context, cfg *config.Config, r Report)
+}
+
+// Releaser installs this release's binaries unless a usable install is
+// there (lib/release).
+type Releaser interface {
+	Ensure(ctx context.Context) error
+}
+
+// Deps is everything a run is built from. Root, Log, Host, Systemd,
+// NewIsolation, Cluster and Releaser are required.
+type Deps struct {
+	Root    *hostroot.Root
+	Log     *slog.Logger
+	Host    Host
+	Systemd isolation.SystemdConn
+	// NewIsolation builds the backend and operator bound to cfg and rec.
+	NewIsolation func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error)
+	Cluster      Cluster
+	Releaser     Releaser
+	// PauseAt is the test hook KUBESLOT_TEST_PAUSE_AT: the run stops at the
+	// start of that phase (after its checkpoint is written) and waits until
+	// its context ends, so a test can kill it there.
+	PauseAt ownership.Checkpoint
+	// Paused is called when the run pauses (tests); nil prints nothing.
+	Paused func(ownership.Checkpoint)
+	Now    func() time.Time
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// Result says what a run did.
+type Result struct {
+	Decision   ownership.Decision
+	InstallID  string
+	Phases     []ownership.Checkpoint // phases run, in order
+	Repaired   []string               // what a complete-host run repaired
+	Started    []string               // enabled units that were not active and were started
+	Checkpoint ownership.Checkpoint
+}
+
+// LoadConfig reads and validates the configuration. Nothing is touched on
+// the host before it succeeds; a failure is exit 1 and names the field.
+func LoadConfig(path string) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration, nothing was changed on the host: %w", err)
+	}
+	return cfg, nil
+}
+
+// Run is the whole stage for a valid cfg: lock, admission, phases (or the
+// verify-and-repair of a complete host), then, with the lock released,
+// starting the enabled kubeslot units that are not active: the watcher
+// takes the installation lock itself before it reports ready, so it must
+// not be started while this run holds it.
+func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
+	res, err := locked(ctx, d, cfg)
+	if err != nil {
+		return res, err
+	}
+	res.Started = ensureActive(ctx, d, d.Log)
+	switch {
+	case res.Decision != ownership.Complete:
+	case len(res.Repaired)+len(res.Started) > 0:
+		d.Log.Info("complete installation repaired", "install_id", res.InstallID, "repaired", res.Repaired, "started", res.Started)
+	default:
+		d.Log.Info("complete installation verified: nothing to do", "install_id", res.InstallID)
+	}
+	return res, nil
+}
+
+// locked is the part of Run that holds the installation lock.
+func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
+	log := d.Log
+	lctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Lock.Duration)
+	lock, err := ownership.Acquire(lctx, d.Root, ownership.Holder{Stage: Stage}, log)
+	cancel()
+	if err != nil {
+		if errors.Is(err, ownership.ErrLockTimeout) {
+			return nil, exitcode.Defer(fmt.Errorf("%w (timeouts.lock %s)", err, cfg.Timeouts.Lock.Duration))
+		}
+		return nil, err
+	}
+	defer func() {
+		if err := lock.Release(); err != nil {
+			log.Warn("release the installation lock", "err", err)
+		}
+	}()
+
+	decision, rec, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint())
+	if err != nil {
+		return nil, fmt.Errorf("admission refused, nothing was changed: %w", err)
+	}
+	res := &Result{Decision: decision}
+	switch decision {
+	case ownership.Fresh:
+		if err := d.Root.EnsureLayout(); err != nil {
+			return nil, err
+		}
+		if rec, err = ownership.New(cfg.Machine.Name, cfg.Fingerprint(), buildinfo.Version); err != nil {
+			return nil, err
+		}
+		if err := ownership.Save(d.Root, rec); err != nil {
+			return nil, err
+		}
+		log.Info("fresh installation", "install_id", rec.InstallID, "machine", rec.Machine)
+	case ownership.Resume:
+		if err := d.Root.EnsureLayout(); err != nil {
+			return nil, err
+		}
+		log.Info("resuming installation", "install_id", rec.InstallID, "checkpoint", rec.Checkpoint)
+	}
+	res.InstallID = rec.InstallID
+	if err := lock.SetInstallID(rec.InstallID); err != nil {
+		log.Warn("write install ID into the lock", "err", err)
+	}
+	if decision == ownership.Complete {
+		repaired, err := repair(ctx, d, rec)
+		res.Repaired, res.Checkpoint = repaired, rec.Checkpoint
+		return res, err
+	}
+	r := &runner{d: d, cfg: cfg, rec: rec, log: log.With("install_id", rec.InstallID)}
+	err = r.phases(ctx, res)
+	res.Checkpoint = rec.Checkpoint
+	return res, err
+}
+
+// runner carries one install run through its phases.
+type runner struct {
+	d       Deps
+	cfg     *config.Config
+	rec     *ownership.Record
+	log     *slog.Logger
+	backend isolation.Backend
+	op      isolation.Operator
+}
+
+// slot is the slot a bootstrap installs: the first configured one.
+func (r *runner) slot() string { return r.cfg.Isolation.Slots[0] }
+
+type phase struct {
+	cp  ownership.Checkpoint
+	run func(context.Context) error
+}
+
+func (r *runner) list() []phase {
+	return []phase{
+		{ownership.CheckpointPreparingHost, r.prepareHost},
+		{ownership.CheckpointPreparingSlot, r.prepareSlot},
+		{ownership.CheckpointStartingNode, r.startNode},
+		{ownership.CheckpointInstallingUnits, r.installUnits},
+	}
+}
+
+// phases runs every phase from the record's checkpoint on. The checkpoint
+// of a phase is written before it starts, so a crash resumes that phase
+// (each is idempotent); complete is written only after the commit.
+func (r *runner) phases(ctx context.Context, res *Result) error {
+	for _, p := range r.list() {
+		if r.rec.Checkpoint.Passed(p.cp) {
+			continue
+		}
+		if err := r.checkpoint(p.cp); err != nil {
+			return err
+		}
+		r.d.Cluster.Report(ctx, r.cfg, Report{Phase: p.cp, State: Running})
+		if err := r.pause(ctx, p.cp); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		r.log.Info("phase started", "phase", p.cp)
+		if err := p.run(ctx); err != nil {
+			err = fmt.Errorf("phase %s: %w", p.cp, err)
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: p.cp, State: Failed, Err: err})
+			return err
+		}
+		res.Phases = append(res.Phases, p.cp)
+		r.log.Info("phase done", "phase", p.cp, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	if err := r.pause(ctx, ownership.CheckpointComplete); err != nil {
+		return err
+	}
+	if err := r.checkpoint(ownership.CheckpointComplete); err != nil {
+		return err
+	}
+	r.log.Info("bootstrap complete", "slot", r.slot())
+	r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointComplete, State: Succeeded, Slot: r.slot()})
+	return nil
+}
+
+func (r *runner) checkpoint(cp ownership.Checkpoint) error {
+	if r.rec.Checkpoint == cp {
+		return nil
+	}
+	if err := r.rec.SetCheckpoint(cp); err != nil {
+		return err
+	}
+	return ownership.Save(r.d.Root, r.rec)
+}
+
+// pause is the KUBESLOT_TEST_PAUSE_AT hook.
+func (r *runner) pause(ctx context.Context, cp ownership.Checkpoint) error {
+	if r.d.PauseAt == "" || r.d.PauseAt != cp {
+		return nil
+	}
+	r.log.Warn("test hook: paused at the start of a phase", "phase", cp, "pid", os.Getpid())
+	if r.d.Paused != nil {
+		r.d.Paused(cp)
+	}
+	<-ctx.Done()
+	return fmt.Errorf("paused at %s (KUBESLOT_TEST_PAUSE_AT): %w", cp, context.Cause(ctx))
+}
+
+// isolation builds the backend and operator once per run.
+func (r *runner) isolation() (isolation.Backend, error) {
+	if r.backend == nil {
+		b, o, err := r.d.NewIsolation(r.cfg, r.rec)
+		if err != nil {
+			return nil, err
+		}
+		r.backend, r.op = b, o
+	}
+	return r.backend, nil
+}
+
+func (r *runner) prepareHost(ctx context.Context) error {
+	return r.d.Host.Apply(ctx, r.cfg, r.rec)
+}
+
+func (r *runner) prepareSlot(ctx context.Context) error {
+	b, err := r.isolation()
+	if err != nil {
+		return err
+	}
+	if err := b.Provision(ctx, r.slot()); err != nil {
+		return err
+	}
+	return b.Configure(ctx, r.slot())
+}
+
+// startNode boots the node, waits for its kubelet's health and the Node
+// Ready (together bounded by timeouts.node_ready), and enables the node's
+// machine unit at boot.
+func (r *runner) startNode(ctx context.Context) error {
+	b, err := r.isolation()
+	if err != nil {
+		return err
+	}
+	slot := r.slot()
+	if err := b.Start(ctx, slot); err != nil {
+		return err
+	}
+	bound := r.cfg.Timeouts.NodeReady.Duration
+	wctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
+	defer cancel()
+	t0 := time.Now()
+	if err := waitHealthy(wctx, b, slot); err != nil {
+		return err
+	}
+	if err := r.d.Cluster.WaitNodeReady(wctx, r.cfg); err != nil {
+		return err
+	}
+	r.log.Info("node Ready", "slot", slot, "waited", time.Since(t0).Round(time.Millisecond))
+	changed, err := enableMachine(r.d.Root, r.rec, slot)
+	if err != nil {
+		return err
+	}
+	if changed {
+		return r.d.Systemd.Reload(ctx)
+	}
+	return nil
+}
+
+func waitHealthy(ctx context.Context, b isolation.Backend, slot string) error {
+	for {
+		err := b.KubeletHealthy(ctx, slot)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// installUnits installs the release and the unit files, then commits: the
+// applied configuration of the slot and applied/active, only now that the
+// node passed verification.
+func (r *runner) installUnits(ctx context.Context) error {
+	if err := r.d.Releaser.Ensure(ctx); err != nil {
+		return err
+	}
+	changed, err := installUnits(r.d.Root, r.rec)
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		r.log.Info("unit files installed", "changed", changed)
+	}
+	if err := r.d.Systemd.Reload(ctx); err != nil {
+		return err
+	}
+	a, err := isolation.NewApplied(r.slot(), r.cfg, buildinfo.Version, r.d.now())
+	if err != nil {
+		return err
+	}
+	store := state.NewStore(r.d.Root)
+	if err := store.SaveApplied(a); err != nil {
+		return err
+	}
+	return store.SetActive(a.Slot)
+}
+
+// repair is the run on a complete host: verify and repair the host
+// preparation, the release, the unit files and their enablement, and the slot's lifecycle hooks, all
+// from the APPLIED configuration (Run then starts what should run). A host
+// in order costs a few file reads and the release's --version checks.
+func repair(ctx context.Context, d Deps, rec *ownership.Record) ([]string, error) {
+	log := d.Log.With("install_id", rec.InstallID)
+	applied, err := state.NewStore(d.Root).ActiveApplied()
+	if err != nil {
+		return nil, fmt.Errorf("complete installation: %w", err)
+	}
+	if applied == nil {
+		return nil, fmt.Errorf("complete installation %s has no active slot in %s: the host root is damaged; reset the host", rec.InstallID, d.Root.HostPath(hostroot.AppliedDir))
+	}
+	// Host preparation again, as DESIGN.md says of the on-boot run: swap the
+	// host's fstab brings back at boot is turned off again. A prepared host
+	// costs a survey and changes nothing.
+	if err := d.Host.Apply(ctx, applied.Config, rec); err != nil {
+		return nil, err
+	}
+	if err := d.Releaser.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	repaired, err := installUnits(d.Root, rec)
+	if err != nil {
+		return repaired, err
+	}
+	en, err := enableMachine(d.Root, rec, applied.Slot)
+	if err != nil {
+		return repaired, err
+	}
+	if en {
+		repaired = append(repaired, machineUnit(applied.Slot)+" enabled")
+	}
+	if len(repaired) > 0 {
+		if err := d.Systemd.Reload(ctx); err != nil {
+			return repaired, err
+		}
+	}
+	_, op, err := d.NewIsolation(applied.Config, rec)
+	if err != nil {
+		return repaired, fmt.Errorf("applied configuration of slot %s: %w", applied.Slot, err)
+	}
+	if err := op.EnsureHooks(ctx); err != nil {
+		return repaired, err
+	}
+	log.Debug("complete installation checked", "slot", applied.Slot, "repaired", repaired)
+	return repaired, nil
+}
+
+// Preflight writes what a run would do and what is missing to w, changing
+// nothing (no lock, no layout). It returns an error when the run could not
+// proceed: admission refused or a host preparation step blocked.
+func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) error {
+	var problems []string
+	fmt.Fprintf(w, "configuration: valid (%s; fingerprint %s)\n", cfg.Summary(), ownership.ShortFingerprint(cfg.Fingerprint()))
+	decision, rec, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint())
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "admission: BLOCKED: %v\n", err)
+		problems = append(problems, "admission")
+	case decision == ownership.Fresh:
+		fmt.Fprintf(w, "admission: fresh installation of machine %q in %s\n", cfg.Machine.Name, d.Root.Base())
+	case decision == ownership.Resume:
+		fmt.Fprintf(w, "admission: resume installation %s from checkpoint %s\n", rec.InstallID, rec.Checkpoint)
+	default:
+		fmt.Fprintf(w, "admission: installation %s is complete: a run verifies and repairs units only\n", rec.InstallID)
+	}
+	slot := cfg.Isolation.Slots[0]
+	if p, err := d.Root.Machine(slot); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			fmt.Fprintf(w, "slot %s: %s exists\n", slot, path.Join(hostroot.MachinesDir, slot))
+		} else {
+			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), cfg.RootFS.Source)
+		}
+	}
+	plan, perr := d.Host.Preflight(ctx, cfg)
+	if perr != nil {
+		return fmt.Errorf("host preflight: %w", perr)
+	}
+	fmt.Fprintf(w, "host preparation:\n%s", plan.String())
+	if len(plan.Blocked()) > 0 {
+		problems = append(problems, "host preparation")
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(w, "preflight: BLOCKED (%s); nothing was changed\n", strings.Join(problems, ", "))
+		return fmt.Errorf("preflight: blocked: %s", strings.Join(problems, ", "))
+	}
+	fmt.Fprintln(w, "preflight: ok; nothing was changed")
+	return nil
+}

@@ -1,0 +1,459 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// fullRun is the call sequence of a fresh bootstrap, each with the
+// checkpoint on disk when it was made.
+var fullRun = []string{
+	"hostprep@preparing-host",
+	"provision=a@preparing-slot",
+	"configure=a@preparing-slot",
+	"start=a@starting-node",
+	"healthy=a@starting-node",
+	"node-ready@starting-node",
+	"release@installing-units",
+}
+
+func TestFreshRunPhasesInOrder(t *testing.T) {
+	f := newFakes(t)
+	cfg := testConfig(t, "worker-1")
+	res, err := Run(t.Context(), f.deps(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Calls(); !slices.Equal(got, fullRun) {
+		t.Errorf("calls:\n got %v\nwant %v", got, fullRun)
+	}
+	if res.Decision != ownership.Fresh || res.Checkpoint != ownership.CheckpointComplete {
+		t.Errorf("result %+v", res)
+	}
+	want := []ownership.Checkpoint{ownership.CheckpointPreparingHost, ownership.CheckpointPreparingSlot,
+		ownership.CheckpointStartingNode, ownership.CheckpointInstallingUnits}
+	if !slices.Equal(res.Phases, want) {
+		t.Errorf("phases %v, want %v", res.Phases, want)
+	}
+	rec, err := ownership.Load(f.root)
+	if err != nil || rec == nil || rec.Checkpoint != ownership.CheckpointComplete || rec.InstallID != res.InstallID {
+		t.Fatalf("record %+v, %v", rec, err)
+	}
+	// Committed: applied config of slot a, and active.
+	a, err := state.NewStore(f.root).ActiveApplied()
+	if err != nil || a == nil || a.Slot != "a" || a.Mode != "nspawn" || a.Fingerprint != cfg.Fingerprint() {
+		t.Fatalf("active applied %+v, %v", a, err)
+	}
+	// Units installed, enabled, journalled before they were written.
+	all, err := units.All(units.Vars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range all {
+		p := filepath.Join(f.root.Prefix(), "etc/systemd/system", name)
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("unit %s not installed: %v", name, err)
+		}
+		if _, ok := rec.Lookup(ownership.KindUnit, "/etc/systemd/system/"+name); !ok {
+			t.Errorf("unit %s not journalled", name)
+		}
+		for _, link := range installLinks(name, data) {
+			if target, err := os.Readlink(filepath.Join(f.root.Prefix(), link)); err != nil || target != "/etc/systemd/system/"+name {
+				t.Errorf("unit %s not enabled at %s: %q %v", name, link, target, err)
+			}
+			if _, ok := rec.Lookup(ownership.KindUnit, link); !ok {
+				t.Errorf("enable link %s not journalled", link)
+			}
+		}
+	}
+	if _, ok := all[units.Bootstrap]; !ok {
+		t.Fatalf("units.All lacks %s", units.Bootstrap)
+	}
+	// The node starts at host boot, journalled as a unit change.
+	link := "/etc/systemd/system/machines.target.wants/systemd-nspawn@a.service"
+	if _, err := os.Readlink(filepath.Join(f.root.Prefix(), link)); err != nil {
+		t.Errorf("node machine not enabled: %v", err)
+	}
+	if _, ok := rec.Lookup(ownership.KindUnit, link); !ok {
+		t.Errorf("%s not journalled", link)
+	}
+	if f.reloads == 0 {
+		t.Errorf("no daemon-reload after installing units")
+	}
+	// Reports: running for each phase, then succeeded.
+	var states []string
+	for _, r := range f.reports {
+		states = append(states, fmt.Sprintf("%s/%s", r.Phase, stateName(r.State)))
+	}
+	wantStates := []string{"preparing-host/running", "preparing-slot/running", "starting-node/running",
+		"installing-units/running", "complete/succeeded"}
+	if !slices.Equal(states, wantStates) {
+		t.Errorf("reports %v, want %v", states, wantStates)
+	}
+	// The watcher is started only if this release has its unit.
+	_, hasWatcher := all[Watcher]
+	if got := slices.Contains(f.started, Watcher); got != hasWatcher {
+		t.Errorf("watcher started %v, unit in release %v", got, hasWatcher)
+	}
+}
+
+func TestResumeFromEachCheckpoint(t *testing.T) {
+	for i, cp := range []ownership.Checkpoint{ownership.CheckpointPreparingHost, ownership.CheckpointPreparingSlot,
+		ownership.CheckpointStartingNode, ownership.CheckpointInstallingUnits} {
+		t.Run(string(cp), func(t *testing.T) {
+			f := newFakes(t)
+			cfg := testConfig(t, "worker-1")
+			if err := f.root.EnsureLayout(); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := ownership.New(cfg.Machine.Name, cfg.Fingerprint(), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rec.SetCheckpoint(cp); err != nil {
+				t.Fatal(err)
+			}
+			if err := ownership.Save(f.root, rec); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(t.Context(), f.deps(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Decision != ownership.Resume || res.InstallID != rec.InstallID {
+				t.Errorf("decision %v install %s, want resume of %s", res.Decision, res.InstallID, rec.InstallID)
+			}
+			// The finished phases are skipped: the calls are the tail of a full run from this phase on.
+			var want []string
+			for _, c := range fullRun {
+				_, at, _ := strings.Cut(c, "@")
+				if ownership.Checkpoint(at).Order() > i {
+					want = append(want, c)
+				}
+			}
+			if got := f.Calls(); !slices.Equal(got, want) {
+				t.Errorf("calls:\n got %v\nwant %v", got, want)
+			}
+			if res.Phases[0] != cp {
+				t.Errorf("first phase run %s, want %s", res.Phases[0], cp)
+			}
+		})
+	}
+}
+
+func TestFailedPhaseKeepsCheckpointAndReports(t *testing.T) {
+	f := newFakes(t)
+	f.failOn = "start=a"
+	cfg := testConfig(t, "worker-1")
+	_, err := Run(t.Context(), f.deps(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "phase starting-node") {
+		t.Fatalf("err %v, want a starting-node failure", err)
+	}
+	rec, _ := ownership.Load(f.root)
+	if rec.Checkpoint != ownership.CheckpointStartingNode {
+		t.Errorf("checkpoint %s after the failure, want starting-node", rec.Checkpoint)
+	}
+	if _, found, _ := state.NewStore(f.root).Active(); found {
+		t.Errorf("applied/active written although the node never passed verification")
+	}
+	last := f.reports[len(f.reports)-1]
+	c := Condition(last)
+	if c.Status != "False" || c.Reason != "StartingNodeFailed" || !strings.Contains(c.Message, "fake start=a failed") {
+		t.Errorf("failure condition %+v", c)
+	}
+	// The re-run resumes at the failed phase with the same installation.
+	f.failOn = ""
+	f.reset()
+	res, err := Run(t.Context(), f.deps(), cfg)
+	if err != nil || res.InstallID != rec.InstallID {
+		t.Fatalf("re-run: %v, install %s want %s", err, res.InstallID, rec.InstallID)
+	}
+	if got := f.Calls(); got[0] != "start=a@starting-node" {
+		t.Errorf("re-run started with %v", got)
+	}
+}
+
+func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
+	f := newFakes(t)
+	cfg := testConfig(t, "worker-1")
+	first, err := Run(t.Context(), f.deps(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range mustUnits(t) {
+		if enabled(name, data) && name != units.Bootstrap {
+			f.active[name] = "active"
+		}
+	}
+	before := snapshot(t, f.root.Prefix())
+	f.reset()
+	t0 := time.Now()
+	res, err := Run(t.Context(), f.deps(), cfg)
+	t.Logf("complete re-run took %s", time.Since(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decision != ownership.Complete || res.InstallID != first.InstallID || len(res.Repaired) != 0 {
+		t.Errorf("re-run %+v", res)
+	}
+	// Only the verification calls: host preparation, release check, hooks from the applied config.
+	if got := f.Calls(); !slices.Equal(got, []string{"hostprep@complete", "release@complete", "hooks@complete"}) {
+		t.Errorf("calls on a complete host: %v", got)
+	}
+	if f.reloads != 0 || len(f.started) != 0 {
+		t.Errorf("complete re-run reloaded %d times, started %v", f.reloads, f.started)
+	}
+	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+		t.Errorf("complete re-run changed the host:\n%s", diff)
+	}
+
+	// A deleted unit file and a removed enable link are back after a re-run.
+	unit := filepath.Join(f.root.Prefix(), "etc/systemd/system", units.Bootstrap)
+	link := filepath.Join(f.root.Prefix(), "etc/systemd/system/multi-user.target.wants", units.Bootstrap)
+	if err := os.Remove(unit); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	f.reset()
+	res, err = Run(t.Context(), f.deps(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Repaired) != 2 || f.reloads != 1 {
+		t.Errorf("repaired %v with %d reloads, want the unit and its link, one reload", res.Repaired, f.reloads)
+	}
+	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+		t.Errorf("after repair the host differs from the complete install:\n%s", diff)
+	}
+	// An inactive enabled unit is started (the watcher, once it exists).
+	for name, data := range mustUnits(t) {
+		if enabled(name, data) && name != units.Bootstrap {
+			delete(f.active, name)
+			f.reset()
+			if _, err := Run(t.Context(), f.deps(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(f.started, name) {
+				t.Errorf("inactive %s not started by a complete-host run (started %v)", name, f.started)
+			}
+		}
+	}
+}
+
+func TestRepairUsesAppliedConfig(t *testing.T) {
+	f := newFakes(t)
+	cfg := testConfig(t, "worker-1")
+	if _, err := Run(t.Context(), f.deps(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	var seen string
+	d := f.deps()
+	d.NewIsolation = func(c *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error) {
+		seen = c.Fingerprint()
+		return fakeBackend{f}, fakeBackend{f}, nil
+	}
+	// Same fingerprint (the token is not part of it), different secret: the
+	// repair must use what was applied, not the new input.
+	cfg2 := testConfig(t, "worker-1")
+	cfg2.Cluster.BootstrapToken = "zzzzzz.0123456789abcdef"
+	if _, err := Run(t.Context(), d, cfg2); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := state.NewStore(f.root).ActiveApplied()
+	if seen != a.Fingerprint || a.Config.Cluster.BootstrapToken.Reveal() != "abcdef.0123456789abcdef" {
+		t.Errorf("repair built its backend from %s; applied %s", seen, a.Fingerprint)
+	}
+}
+
+func TestDifferentMachineRefusedHostUntouched(t *testing.T) {
+	f := newFakes(t)
+	if _, err := Run(t.Context(), f.deps(), testConfig(t, "worker-1")); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, f.root.Prefix())
+	f.reset()
+	_, err := Run(t.Context(), f.deps(), testConfig(t, "worker-2"))
+	if !errors.Is(err, ownership.ErrDifferentInstallation) || exitcode.Of(err) != exitcode.Failure {
+		t.Fatalf("err %v (exit %d), want a refusal with exit 1", err, exitcode.Of(err))
+	}
+	if !strings.Contains(err.Error(), `"worker-1"`) || !strings.Contains(err.Error(), `"worker-2"`) {
+		t.Errorf("refusal does not name both machines: %v", err)
+	}
+	if got := f.Calls(); len(got) != 0 {
+		t.Errorf("refused run called %v", got)
+	}
+	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+		t.Errorf("refused run changed the host:\n%s", diff)
+	}
+}
+
+func TestResettingRefused(t *testing.T) {
+	f := newFakes(t)
+	cfg := testConfig(t, "worker-1")
+	if _, err := Run(t.Context(), f.deps(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := ownership.Load(f.root)
+	_ = rec.SetCheckpoint(ownership.CheckpointResetting)
+	if err := ownership.Save(f.root, rec); err != nil {
+		t.Fatal(err)
+	}
+	f.reset()
+	if _, err := Run(t.Context(), f.deps(), cfg); !errors.Is(err, ownership.ErrResetInProgress) {
+		t.Fatalf("err %v, want reset in progress", err)
+	}
+	if got := f.Calls(); len(got) != 0 {
+		t.Errorf("refused run called %v", got)
+	}
+}
+
+func TestLockHeldDefers(t *testing.T) {
+	f := newFakes(t)
+	lock, err := ownership.Acquire(t.Context(), f.root, ownership.Holder{Stage: "kubeslot-repaver"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	_, err = Run(t.Context(), f.deps(), testConfig(t, "worker-1"))
+	if exitcode.Of(err) != exitcode.Deferred || !strings.Contains(err.Error(), "kubeslot-repaver") {
+		t.Fatalf("err %v (exit %d), want 69 naming the holder", err, exitcode.Of(err))
+	}
+	if _, err := os.Stat(filepath.Join(f.root.Prefix(), "opt/kubeslot")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("deferred run created the host root: %v", err)
+	}
+}
+
+func TestPauseHook(t *testing.T) {
+	f := newFakes(t)
+	d := f.deps()
+	d.PauseAt = ownership.CheckpointStartingNode
+	ctx, cancel := context.WithCancel(t.Context())
+	d.Paused = func(ownership.Checkpoint) { cancel() }
+	_, err := Run(ctx, d, testConfig(t, "worker-1"))
+	if err == nil || !strings.Contains(err.Error(), "paused at starting-node") {
+		t.Fatalf("err %v", err)
+	}
+	if got := f.Calls(); len(got) != 3 || got[2] != "configure=a@preparing-slot" {
+		t.Errorf("paused run called %v, want up to configure", got)
+	}
+	rec, _ := ownership.Load(f.root)
+	if rec.Checkpoint != ownership.CheckpointStartingNode {
+		t.Errorf("checkpoint %s at the pause, want starting-node written before the phase", rec.Checkpoint)
+	}
+}
+
+func TestConditionMessageBounded(t *testing.T) {
+	c := Condition(Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: errors.New(strings.Repeat("é", 2000))})
+	if len(c.Message) > MaxMessage || c.Reason != "PreparingSlotFailed" {
+		t.Errorf("message %d bytes, reason %s", len(c.Message), c.Reason)
+	}
+	if c := Condition(Report{Phase: ownership.CheckpointComplete, State: Succeeded, Slot: "a"}); c.Status != "True" || c.Reason != ReasonSucceeded {
+		t.Errorf("success condition %+v", c)
+	}
+}
+
+func TestMachineFor(t *testing.T) {
+	cfg := testConfig(t, "worker-1")
+	m := MachineFor(cfg)
+	if m.Name != "worker-1" || m.Spec.NodeName != "worker-1" || m.Spec.Node.KubernetesVersion != "1.37.2" ||
+		string(m.Spec.Node.RootFS.SHA256) != cfg.RootFS.SHA256 || m.Spec.Node.Artifacts.Kubelet == nil {
+		t.Errorf("machine %+v", m)
+	}
+}
+
+func TestSettingsFromEnv(t *testing.T) {
+	env := map[string]string{EnvKubeletPort: "20250", EnvHealthzPort: "20248", EnvNodeIP: "127.0.0.1", EnvReadOnlyNetSysctl: "1"}
+	s, err := SettingsFromEnv(func(k string) string { return env[k] })
+	if err != nil || s.KubeletPort != 20250 || s.HealthzPort != 20248 || s.NodeIP != "127.0.0.1" || !s.ReadOnlyNetSysctl {
+		t.Errorf("settings %+v, %v", s, err)
+	}
+	env[EnvKubeletPort] = "x"
+	if _, err := SettingsFromEnv(func(k string) string { return env[k] }); err == nil {
+		t.Errorf("bad port accepted")
+	}
+	if _, err := PauseFromEnv(func(string) string { return "nope" }); err == nil {
+		t.Errorf("bad pause checkpoint accepted")
+	}
+}
+
+func mustUnits(t *testing.T) map[string][]byte {
+	all, err := units.All(units.Vars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
+// snapshot maps every path under dir to its type, mode and content hash
+// (or link target). The lock file's content says who held it last; it is
+// volatile and not part of the comparison.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		v := fi.Mode().String()
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			v += " -> " + target
+		case fi.Mode().IsRegular() && rel != "run/kubeslot/install.lock":
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += fmt.Sprintf(" %x", sha256.Sum256(b))
+		}
+		out[rel] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func diffSnapshots(a, b map[string]string) string {
+	var lines []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok {
+			lines = append(lines, "- "+k)
+		} else if w != v {
+			lines = append(lines, "~ "+k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			lines = append(lines, "+ "+k)
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,218 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostprep"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+)
+
+// fakes records every call with the checkpoint on disk at that moment, so
+// tests see both the order and that each checkpoint was written first.
+type fakes struct {
+	t    *testing.T
+	root *hostroot.Root
+
+	mu      sync.Mutex
+	calls   []string
+	reports []Report
+	started []string
+	reloads int
+	active  map[string]string // unit → ActiveState
+
+	failOn string // a call name that fails
+}
+
+func newFakes(t *testing.T) *fakes {
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakes{t: t, root: root, active: map[string]string{}}
+}
+
+func (f *fakes) call(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cp := "none"
+	if rec, err := ownership.Load(f.root); err != nil {
+		f.t.Errorf("%s: load record: %v", name, err)
+	} else if rec != nil {
+		cp = string(rec.Checkpoint)
+	}
+	f.calls = append(f.calls, name+"@"+cp)
+	if f.failOn == name {
+		return fmt.Errorf("fake %s failed", name)
+	}
+	return nil
+}
+
+func (f *fakes) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakes) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls, f.reports, f.started, f.reloads = nil, nil, nil, 0
+}
+
+func (f *fakes) deps() Deps {
+	return Deps{
+		Root:    f.root,
+		Log:     slog.New(slog.NewTextHandler(f.t.Output(), nil)),
+		Host:    fakeHost{f},
+		Systemd: fakeSystemd{f},
+		NewIsolation: func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error) {
+			if cfg == nil || rec == nil {
+				return nil, nil, errors.New("no config or record")
+			}
+			return fakeBackend{f}, fakeBackend{f}, nil
+		},
+		Cluster:  fakeCluster{f},
+		Releaser: fakeReleaser{f},
+	}
+}
+
+type fakeHost struct{ f *fakes }
+
+func (h fakeHost) Preflight(context.Context, *config.Config) (*hostprep.Plan, error) {
+	return &hostprep.Plan{}, h.f.call("preflight")
+}
+func (h fakeHost) Apply(context.Context, *config.Config, *ownership.Record) error {
+	return h.f.call("hostprep")
+}
+
+type fakeBackend struct{ f *fakes }
+
+func (b fakeBackend) Provision(_ context.Context, slot string) error {
+	return b.f.call("provision=" + slot)
+}
+func (b fakeBackend) Configure(_ context.Context, slot string) error {
+	return b.f.call("configure=" + slot)
+}
+func (b fakeBackend) Start(_ context.Context, slot string) error { return b.f.call("start=" + slot) }
+func (b fakeBackend) Stop(_ context.Context, slot string) error  { return b.f.call("stop=" + slot) }
+func (b fakeBackend) Remove(_ context.Context, slot string) error {
+	return b.f.call("remove=" + slot)
+}
+func (b fakeBackend) Exec(context.Context, string, ...string) ([]byte, error) { return nil, nil }
+func (b fakeBackend) KubeletHealthy(_ context.Context, slot string) error {
+	return b.f.call("healthy=" + slot)
+}
+func (b fakeBackend) EnsureHooks(context.Context) error { return b.f.call("hooks") }
+func (b fakeBackend) RestartNode(_ context.Context, slot string) error {
+	return b.f.call("restart=" + slot)
+}
+func (b fakeBackend) Repave(context.Context, string, string) error { return b.f.call("repave") }
+
+type fakeSystemd struct{ f *fakes }
+
+func (s fakeSystemd) StartUnit(_ context.Context, name string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	s.f.started = append(s.f.started, name)
+	s.f.active[name] = "active"
+	return nil
+}
+func (s fakeSystemd) StopUnit(context.Context, string) error { return nil }
+func (s fakeSystemd) Reload(context.Context) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	s.f.reloads++
+	return nil
+}
+func (s fakeSystemd) UnitState(_ context.Context, name string) (string, string, error) {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if a, ok := s.f.active[name]; ok {
+		return a, "running", nil
+	}
+	return "inactive", "dead", nil
+}
+func (s fakeSystemd) ResetFailed(context.Context, string) error { return nil }
+func (s fakeSystemd) Machine(context.Context, string) (isolation.Machine, error) {
+	return isolation.Machine{}, isolation.ErrNoMachine
+}
+func (s fakeSystemd) TerminateMachine(context.Context, string) error { return nil }
+
+type fakeCluster struct{ f *fakes }
+
+func (c fakeCluster) WaitNodeReady(context.Context, *config.Config) error {
+	return c.f.call("node-ready")
+}
+func (c fakeCluster) Report(_ context.Context, _ *config.Config, r Report) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.f.reports = append(c.f.reports, r)
+}
+
+type fakeReleaser struct{ f *fakes }
+
+func (r fakeReleaser) Ensure(context.Context) error { return r.f.call("release") }
+
+// testCA is a throwaway CA certificate, for a valid ca_pem.
+var testCA = func() string {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		panic(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}()
+
+func testConfigText(machine string) string {
+	sum := strings.Repeat("ab", 32)
+	return fmt.Sprintf(`[machine]
+name = %q
+
+[cluster]
+server = "https://127.0.0.1:6443"
+ca_pem = %q
+bootstrap_token = "abcdef.0123456789abcdef"
+
+[kubernetes]
+version = "1.37.2"
+
+[rootfs]
+source = "http://127.0.0.1/rootfs.tar.gz"
+sha256 = %q
+
+[artifacts.kubelet]
+url = "http://127.0.0.1/kubelet"
+sha256 = %q
+
+[timeouts]
+lock = "1s"
+node_ready = "10s"
+`, machine, testCA, sum, sum)
+}
+
+func testConfig(t *testing.T, machine string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("test.toml", []byte(testConfigText(machine)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}

@@ -1,0 +1,100 @@
+package release
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+)
+
+// fakeRelease writes a directory of scripts that answer --version like the
+// real binaries (exit 0), or fail for the names in broken.
+func fakeRelease(t *testing.T, broken ...string) string {
+	dir := t.TempDir()
+	for _, name := range Binaries {
+		script := "#!/bin/sh\necho " + name + " test\n"
+		for _, b := range broken {
+			if b == name {
+				script = "#!/bin/sh\nexit 3\n"
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func newRoot(t *testing.T) *hostroot.Root {
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestEnsureInstallsOnceAndLinksCurrent(t *testing.T) {
+	root := newRoot(t)
+	src := fakeRelease(t)
+	if err := Usable(t.Context(), root); err == nil {
+		t.Fatal("an empty root is usable")
+	}
+	installed, err := Ensure(t.Context(), root, src, nil)
+	if err != nil || !installed {
+		t.Fatalf("Ensure: %v installed=%v", err, installed)
+	}
+	cur := filepath.Join(root.Prefix(), "opt/kubeslot/current")
+	if target, err := os.Readlink(cur); err != nil || target != "releases/blue" {
+		t.Errorf("current -> %q (%v), want the relative releases/blue", target, err)
+	}
+	for _, name := range Binaries {
+		if fi, err := os.Stat(filepath.Join(root.Prefix(), "opt/kubeslot/releases/blue", name)); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root.Prefix(), "opt/kubeslot/releases")); len(ents) != 1 {
+		t.Errorf("releases holds %v, want blue only (no staging left)", ents)
+	}
+	if err := Usable(t.Context(), root); err != nil {
+		t.Errorf("not usable after Ensure: %v", err)
+	}
+	// A usable install is left alone, even when the source is gone.
+	installed, err = Ensure(t.Context(), root, filepath.Join(t.TempDir(), "gone"), nil)
+	if err != nil || installed {
+		t.Errorf("second Ensure: %v installed=%v, want a no-op", err, installed)
+	}
+}
+
+func TestEnsureReplacesBrokenInstall(t *testing.T) {
+	root := newRoot(t)
+	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(root.Prefix(), "opt/kubeslot/releases/blue/kubeslot-watcher")
+	if err := os.Remove(victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := Usable(t.Context(), root); err == nil || !strings.Contains(err.Error(), "kubeslot-watcher") {
+		t.Errorf("Usable with a missing binary: %v", err)
+	}
+	installed, err := Ensure(t.Context(), root, fakeRelease(t), nil)
+	if err != nil || !installed {
+		t.Fatalf("repair: %v installed=%v", err, installed)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("missing binary not restored: %v", err)
+	}
+}
+
+func TestEnsureRefusesBrokenSource(t *testing.T) {
+	root := newRoot(t)
+	_, err := Ensure(t.Context(), root, fakeRelease(t, "kubeslot-repaver"), nil)
+	if err == nil || !strings.Contains(err.Error(), "kubeslot-repaver") {
+		t.Fatalf("err %v, want the broken binary named", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root.Prefix(), "opt/kubeslot/current")); !os.IsNotExist(err) {
+		t.Errorf("current made from a broken source: %v", err)
+	}
+}
