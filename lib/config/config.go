@@ -60,9 +60,11 @@ type Kubernetes struct {
 
 // RootFS is the node root filesystem image installed into a slot.
 type RootFS struct {
-	// Source is an http(s) URL or an absolute local path.
+	// Source is an http(s) URL or an absolute local path of a tarball, or
+	// an OCI image "oci://<registry>/<repository>[:<tag>]" (lib/oci).
 	Source string `toml:"source" json:"source"`
-	// SHA256 is 64 lowercase hex digits.
+	// SHA256 is 64 lowercase hex digits: the tarball's digest, or for an
+	// OCI image its manifest (or index) digest, which is what is pulled.
 	SHA256 string `toml:"sha256" json:"sha256"`
 }
 

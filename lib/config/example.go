@@ -49,8 +49,12 @@ taints = ["dedicated=batch:NoSchedule"]
 "topology.kubernetes.io/zone" = "zone-a"
 
 [rootfs]
-# The node root filesystem image: an http(s) URL or an absolute path, and
-# its sha256 (64 hex digits; these are placeholders).
+# The node root filesystem: a tarball (an http(s) URL or an absolute path)
+# and its sha256 (64 hex digits; these are placeholders). Or an OCI image,
+# source = "oci://registry.example:5000/node/bookworm" (a tag may follow but
+# does not count), and then sha256 is the image MANIFEST digest (an index's
+# digest picks this host's architecture), as "crane digest" prints it: the
+# image is pulled by that digest, anonymously, and flattened.
 source = "https://images.example.com/kubeslot/node-rootfs-1.37.2.tar.zst"
 sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 

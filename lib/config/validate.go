@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kubeslot/kubeslot/lib/oci/ociref"
 )
 
 // Validate checks a configuration whose defaults have been applied and
@@ -23,7 +25,7 @@ func (c *Config) Validate() error {
 	v.machine(&c.Machine)
 	v.cluster(&c.Cluster)
 	v.kubernetes(&c.Kubernetes)
-	v.required([]string{"rootfs", "source"}, c.RootFS.Source, v.source)
+	v.required([]string{"rootfs", "source"}, c.RootFS.Source, v.rootfsSource(c.RootFS.SHA256))
 	v.required([]string{"rootfs", "sha256"}, c.RootFS.SHA256, v.sha256)
 	for _, a := range c.artifacts() {
 		if a.a == nil {
@@ -72,6 +74,7 @@ const (
 	dnsLabelHelp     = "must be a DNS-1123 label: at most 63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit"
 	dnsSubdomainHelp = "must be a DNS-1123 subdomain: dot-separated DNS-1123 labels (lowercase letters, digits and '-'), at most 253 characters"
 	sourceHelp       = "must be an http(s) URL with a host or an absolute path"
+	rootfsSourceHelp = sourceHelp + ", or an OCI image \"oci://<registry>/<repository>[:<tag>]\" (then rootfs.sha256 is the image manifest digest)"
 )
 
 func isDNSLabel(s string) bool { return len(s) <= 63 && labelRE.MatchString(s) }
@@ -145,7 +148,9 @@ func (v *validator) server(p []string, s string) {
 }
 
 // source checks an http(s) URL or absolute path to download from.
-func (v *validator) source(p []string, s string) {
+func (v *validator) source(p []string, s string) { v.sourceWithHelp(p, s, sourceHelp) }
+
+func (v *validator) sourceWithHelp(p []string, s, help string) {
 	if strings.HasPrefix(s, "/") {
 		v.absPath(p, s)
 		return
@@ -153,9 +158,27 @@ func (v *validator) source(p []string, s string) {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "":
-		v.fail(p, safeURL(s), "%s", sourceHelp)
+		v.fail(p, safeURL(s), "%s", help)
 	case u.User != nil:
 		v.fail(p, safeURL(s), "must not contain credentials")
+	}
+}
+
+// rootfsSource accepts, besides what source does, an OCI image reference
+// ("oci://registry/repo[:tag]"); any digest written in it must agree with
+// rootfs.sha256, which is then the image manifest digest.
+func (v *validator) rootfsSource(sha string) func([]string, string) {
+	return func(p []string, s string) {
+		if !ociref.Is(s) {
+			v.sourceWithHelp(p, s, rootfsSourceHelp)
+			return
+		}
+		if !sha256RE.MatchString(sha) {
+			sha = "" // reported on rootfs.sha256; check the form only
+		}
+		if _, err := ociref.Parse(s, sha); err != nil {
+			v.fail(p, safeURL(s), "%v", err)
+		}
 	}
 }
 

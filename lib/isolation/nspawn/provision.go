@@ -20,6 +20,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+	"github.com/kubeslot/kubeslot/lib/oci"
+	"github.com/kubeslot/kubeslot/lib/oci/ociref"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/unpack"
 )
@@ -96,7 +98,7 @@ func (b *Backend) Provisioned(slot string) (bool, error) {
 }
 
 // Provision builds slot's rootfs from the verified artifact cache: the
-// rootfs tarball unpacked into a fresh staging directory next to the slot,
+// rootfs tarball (or an OCI image's flattened tarball, lib/oci) unpacked into a fresh staging directory next to the slot,
 // the kubelet (and the optional containerd, runc and CNI plugins) installed
 // into it, the stamp written, then renamed into place, so a half-built tree
 // is never taken for a slot. Every artifact is fetched and verified before
@@ -194,7 +196,13 @@ func (b *Backend) fetchAll(ctx context.Context) (fetched, error) {
 		if it.a == nil {
 			continue
 		}
-		p, err := f.Ensure(ctx, it.a.URL, it.a.SHA256)
+		ensure := f.Ensure
+		if it.role == "rootfs" && ociref.Is(it.a.URL) {
+			// An image is pulled and flattened into a tarball in the
+			// cache; the slot is then built from it like from any rootfs.
+			ensure = (&oci.Fetcher{Root: b.root, Log: b.log, Timeout: f.Timeout}).Ensure
+		}
+		p, err := ensure(ctx, it.a.URL, it.a.SHA256)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", it.role, err)
 		}
