@@ -1,7 +1,6 @@
 package sdhost
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -333,31 +333,8 @@ func removeCgroupTree(dir string, self bool) error {
 	return nil
 }
 
-// mountsUnder lists the machine's mount points at or below dir.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
-}
-
 func isMountPoint(p string) (bool, error) {
-	mps, err := mountsUnder(p)
+	mps, err := mountinfo.Under(p)
 	if err != nil {
 		return false, err
 	}
@@ -367,25 +344,6 @@ func isMountPoint(p string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for space and so on).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmount unmounts p, retrying briefly while busy, and detaches it as a last resort.

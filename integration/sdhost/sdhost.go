@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/integration/leakcheck"
+	"github.com/kubeslot/kubeslot/lib/mountinfo"
 )
 
 // Bind is a bind mount from the machine into a host.
@@ -354,7 +355,7 @@ func (h *Host) cleanup() error {
 	}
 	h.diskUp = false
 	// Never RemoveAll through a mount: that would delete the mounted tree's files.
-	if under, err := mountsUnder(h.state); err != nil {
+	if under, err := mountinfo.Under(h.state); err != nil {
 		errs = append(errs, err)
 	} else if len(under) > 0 {
 		errs = append(errs, fmt.Errorf("host %s: mounts still under %s on the machine: %v", h.opts.Name, h.state, under))

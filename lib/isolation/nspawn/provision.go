@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/mountinfo"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/oci"
 	"github.com/kubeslot/kubeslot/lib/oci/ociref"
@@ -410,7 +410,7 @@ func removeTree(local string) error {
 	if _, err := os.Lstat(local); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	mounts, err := mountsUnder(local)
+	mounts, err := mountinfo.Under(local)
 	if err != nil {
 		return err
 	}
@@ -421,48 +421,6 @@ func removeTree(local string) error {
 		return fmt.Errorf("remove %s: %w", local, err)
 	}
 	return atomicfile.SyncDir(filepath.Dir(local))
-}
-
-// mountsUnder lists this mount namespace's mount points at or below dir.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Remove deletes slot's rootfs, staging tree, nspawn settings and unit
