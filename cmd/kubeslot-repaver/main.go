@@ -1,25 +1,198 @@
-// Command kubeslot-repaver moves the node onto the other slot, or restarts it in place.
+// Command kubeslot-repaver moves the node onto the other slot (repave), or
+// restarts it in place. The transition is in lib/repave; this file wires it
+// to the real host.
 //
-// Its logic has not been built yet: it parses its flags, then exits 2 with
-// "not implemented yet" so that no unit or script mistakes it for success.
+// What it does, in order: take the installation lock (busy → exit 69, the
+// request stays for the path unit); defer (69) unless the installation is
+// complete; resume an interrupted repave from <base>/state/repave.json; else
+// claim the pending request of its kind by rename (requests/repave.json or
+// restart.json); else work by hand. A repave by hand (`systemctl start
+// kubeslot-repave@b`, or `kubeslot-repaver b`) rebuilds the ACTIVE applied
+// configuration onto the target slot, or the configuration of --config.
+//
+// Kind and slot: --restart or KUBESLOT_REQUEST=restart restart in place;
+// otherwise a repave onto the slot argument, else KUBESLOT_SLOT, else "next"
+// (the slot that is not active). A run started by a path unit (systemd sets
+// TRIGGER_PATH) that finds no request to claim does nothing.
+//
+// Exit codes: 0 done; 1 failed (a rolled-back repave included: the status
+// file says why); 2 usage; 69 deferred (lock busy, bootstrap unfinished).
+//
+// Environment for tests and sandboxes only: those of kubeslot-bootstrap
+// (KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
+// KUBESLOT_NODE_READONLY_NET_SYSCTL=1), and the test hook
+// KUBESLOT_TEST_PAUSE_AT=<phase> (prepare, switch, start, verify, commit,
+// clean, rollback): the run stops after writing that phase's state and
+// waits to be killed.
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/cli"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/repave"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
 )
 
 const name = "kubeslot-repaver"
 
+// Environment set by the worker units (lib/requests).
+const (
+	envRequest = "KUBESLOT_REQUEST"
+	envSlot    = "KUBESLOT_SLOT"
+)
+
 type flags struct {
 	cli.Globals
-	Slot    string `arg:"" optional:"" help:"Target slot: a, b, or next (the slot that is not active)." default:"next"`
-	Restart bool   `help:"Restart the node in place instead of repaving."`
+	Slot     string        `arg:"" optional:"" help:"Target slot: a, b, or next (the slot that is not active). Default: $KUBESLOT_SLOT, else next."`
+	Restart  bool          `help:"Restart the node in place instead of repaving."`
+	Config   string        `help:"Desired configuration (TOML) of a repave by hand; default: the active applied configuration." type:"path" placeholder:"FILE"`
+	LockWait time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
 }
 
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
-	return cli.RunStub(name, "kubeslot-repaver moves the node onto the other slot, or restarts it in place.", &flags{}, args, stdio)
+	var f flags
+	if _, code, done := cli.Parse(name, "kubeslot-repaver moves the node onto the other slot, or restarts it in place.", &f, args, stdio); done {
+		return code
+	}
+	log, err := f.Logger(stdio.Stderr, name)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
+		return exitcode.Usage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cli.Exit(log, stage(ctx, &f, log, stdio, os.Getenv))
+}
+
+// job reads what to do from the flags and the unit's environment.
+func job(f *flags, getenv func(string) string) (repave.Job, error) {
+	j := repave.Job{Kind: requests.Repave, Slot: f.Slot, Triggered: getenv("TRIGGER_PATH") != ""}
+	switch r := getenv(envRequest); {
+	case f.Restart || r == string(requests.Restart):
+		j.Kind = requests.Restart
+	case r == "" || r == string(requests.Repave):
+	default:
+		return j, fmt.Errorf("%s=%q: the repaver handles repave and restart", envRequest, r)
+	}
+	if j.Slot == "" {
+		j.Slot = getenv(envSlot)
+	}
+	if j.Slot == "" {
+		j.Slot = repave.NextSlot
+	}
+	if f.Config != "" {
+		if j.Kind == requests.Restart {
+			return j, errors.New("--config applies to a repave, not to --restart")
+		}
+		cfg, err := bootstrap.LoadConfig(f.Config)
+		if err != nil {
+			return j, err
+		}
+		j.Config = cfg
+	}
+	return j, nil
+}
+
+func pauseHook(getenv func(string) string, stdio cli.IO) (func(context.Context, repave.Phase) error, error) {
+	at := repave.Phase(getenv(bootstrap.EnvPauseAt))
+	if at == "" {
+		return nil, nil
+	}
+	if !at.Valid() {
+		return nil, fmt.Errorf("%s=%q: not a repave phase", bootstrap.EnvPauseAt, at)
+	}
+	return func(ctx context.Context, p repave.Phase) error {
+		if p != at {
+			return nil
+		}
+		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
+		<-ctx.Done()
+		return fmt.Errorf("paused at %s: %w", p, context.Cause(ctx))
+	}, nil
+}
+
+// stage is the top-down list of what the binary does.
+func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
+	t0 := time.Now()
+	// 1. Input, before anything on the host is touched.
+	j, err := job(f, getenv)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	root, err := f.Root()
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	settings, err := bootstrap.SettingsFromEnv(getenv)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	hook, err := pauseHook(getenv, stdio)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	// 2. The installation lock, bounded; busy means deferred.
+	lctx, cancel := context.WithTimeout(ctx, f.LockWait)
+	lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
+	cancel()
+	if errors.Is(err, ownership.ErrLockTimeout) {
+		return exitcode.Defer(err)
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	// 3. Only a complete installation is repaved or restarted.
+	rec, err := ownership.Load(root)
+	if err != nil {
+		return err
+	}
+	if rec == nil || rec.Checkpoint != ownership.CheckpointComplete {
+		return exitcode.Defer(errors.New("the installation is not complete (bootstrap still to run)"))
+	}
+	if err := lock.SetInstallID(rec.InstallID); err != nil {
+		log.Warn("could not name the installation in the lock", "err", err)
+	}
+	// 4. Real collaborators: systemd over D-Bus on first use.
+	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	defer sd.Close()
+	d := &repave.Deps{
+		Root: root, Log: log, Store: state.NewStore(root), Requests: requests.New(root),
+		Isolation: func(m isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error) {
+			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
+				Log: log, Record: rec, Settings: settings})
+		},
+		Cluster:      &repave.NodeCluster{Root: root, Log: log},
+		Boot:         &repave.BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
+		AgentVersion: buildinfo.Version,
+		Hook:         hook,
+	}
+	// 5. Resume, claim, or work by hand.
+	s, err := repave.Execute(ctx, d, lock, j)
+	if s != nil {
+		fmt.Fprintf(stdio.Stdout, "%s %s: %s (active slot %s, node downtime %s, took %s)\n", s.Kind, s.RequestID, s.Phase,
+			s.ActiveSlot, s.Downtime.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+		if s.Message != "" {
+			fmt.Fprintf(stdio.Stdout, "  %s\n", s.Message)
+		}
+	}
+	return err
 }

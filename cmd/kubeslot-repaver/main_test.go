@@ -1,12 +1,85 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
 )
 
 func TestCommandLine(t *testing.T) {
 	clitest.CommonFlags(t, name, run)
-	clitest.NotImplemented(t, name, run)
+}
+
+// TestNotInstalledDefers: on a host root with no installation the repaver
+// exits 69 (deferred: the bootstrap has not finished), never 0, and leaves
+// no request or state behind.
+func TestNotInstalledDefers(t *testing.T) {
+	prefix := t.TempDir()
+	t.Setenv("KUBESLOT_ROOT_PREFIX", prefix)
+	for _, args := range [][]string{{"b"}, {"--restart"}} {
+		code, _, errs := clitest.Call(run, "", append(args, "--host-root", "/opt/kubeslot", "--lock-wait", "1s")...)
+		if code != exitcode.Deferred {
+			t.Errorf("%v: exit %d, want %d; stderr %q", args, code, exitcode.Deferred, errs)
+		}
+		if !strings.Contains(errs, "not complete") {
+			t.Errorf("%v: stderr %q does not say why", args, errs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(prefix, "opt/kubeslot/state/repave.json")); err == nil {
+		t.Error("a deferred run left a repave state file")
+	}
+}
+
+// TestUsage: bad input is a usage error before the host is touched.
+func TestUsage(t *testing.T) {
+	prefix := t.TempDir()
+	cases := []struct {
+		env  map[string]string
+		args []string
+	}{
+		{map[string]string{envRequest: "upgrade"}, nil},
+		{map[string]string{bootstrapPause: "nowhere"}, nil},
+		{nil, []string{"--restart", "--config", "/nonexistent.toml"}},
+	}
+	for _, c := range cases {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		code, _, errs := clitest.Call(run, "", append(c.args, "--root-prefix", prefix)...)
+		if code != exitcode.Usage {
+			t.Errorf("%v %v: exit %d, want %d; stderr %q", c.env, c.args, code, exitcode.Usage, errs)
+		}
+		for k := range c.env {
+			t.Setenv(k, "")
+		}
+	}
+	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
+		t.Errorf("a usage error touched the host root: %v", ents)
+	}
+}
+
+const bootstrapPause = "KUBESLOT_TEST_PAUSE_AT"
+
+func TestJob(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	j, err := job(&flags{}, getenv)
+	if err != nil || j.Kind != "repave" || j.Slot != "next" {
+		t.Errorf("no flags, no env: %+v, %v; want repave next", j, err)
+	}
+	env[envSlot] = "b"
+	if j, _ := job(&flags{}, getenv); j.Slot != "b" {
+		t.Errorf("KUBESLOT_SLOT=b: slot %q", j.Slot)
+	}
+	if j, _ := job(&flags{Slot: "a"}, getenv); j.Slot != "a" {
+		t.Errorf("argument a over KUBESLOT_SLOT=b: slot %q", j.Slot)
+	}
+	env[envRequest] = "restart"
+	if j, _ := job(&flags{}, getenv); j.Kind != "restart" {
+		t.Errorf("KUBESLOT_REQUEST=restart: kind %q", j.Kind)
+	}
 }

@@ -1,0 +1,176 @@
+package integration
+
+// Helpers of the repaver's rig tests (repave_test.go): a bootstrapped host (the bootstrap rig, bootstrap_rig_test.go,
+// used as it is), the sandbox environment given to the worker units by drop-ins, requests dropped as the watcher
+// drops them, and status files read back.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+type rpRig struct {
+	*bsRig
+}
+
+// newRepaveRig bootstraps a host onto slot a (artifacts cached) and gives the repaver's units the rig's sandbox
+// environment, as the bootstrap unit has it (the settings are not in the applied configuration yet).
+func newRepaveRig(t *testing.T, ctx context.Context, base string, persistent bool) *rpRig {
+	t.Helper()
+	r := &rpRig{newBootstrapRig(t, ctx, base, persistent)}
+	t.Cleanup(func() {
+		// The bootstrap rig's clean-up stops slot a only; the node may be on b by now.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if r.h.Running() {
+			_, _ = r.h.Run(sctx, "systemctl", "stop", "systemd-nspawn@b.service")
+		}
+	})
+	r.seedCache(ctx)
+	t0 := time.Now()
+	if err := r.startUnit(ctx); err != nil {
+		t.Fatalf("bootstrap unit: %v", err)
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, time.Time{}, 3*time.Minute, r.h)
+	rigTiming(t, "repave rig: bootstrap to Node Ready", time.Since(t0))
+	dropIn := "[Service]\n"
+	for _, e := range r.env {
+		dropIn += "Environment=" + e + "\n"
+	}
+	for _, u := range []string{"kubeslot-repave@.service", "kubeslot-restart.service"} {
+		if err := r.h.WriteFile("/etc/systemd/system/"+u+".d/rig.conf", []byte(dropIn), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v\n%s", err, out)
+	}
+	return r
+}
+
+// active reads applied/active and that slot's applied configuration.
+func (r *rpRig) active() (string, *state.Applied) {
+	r.t.Helper()
+	b, err := r.h.ReadFile("/opt/kubeslot/applied/active")
+	if err != nil {
+		r.t.Fatalf("applied/active: %v", err)
+	}
+	slot := strings.TrimSpace(string(b))
+	data, err := r.h.ReadFile("/opt/kubeslot/applied/" + slot + ".json")
+	if err != nil {
+		r.t.Fatalf("applied config of the active slot %s: %v", slot, err)
+	}
+	var a state.Applied
+	if err := json.Unmarshal(data, &a); err != nil {
+		r.t.Fatal(err)
+	}
+	return slot, &a
+}
+
+// drop writes a request as the watcher does: atomically (a temp file renamed into place), 0600.
+func (r *rpRig) drop(ctx context.Context, req *requests.Request) {
+	r.t.Helper()
+	req.CreatedAt = time.Now().UTC()
+	data, err := json.Marshal(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	tmp := "/opt/kubeslot/requests/.rig-" + string(req.Kind) + ".tmp"
+	if err := r.h.WriteFile(tmp, data, 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	if out, err := r.h.Run(ctx, "mv", tmp, "/opt/kubeslot/requests/"+string(req.Kind)+".json"); err != nil {
+		r.t.Fatalf("drop request: %v\n%s", err, out)
+	}
+}
+
+// waitStatus waits until status/<id>.json is finished, bounded.
+func (r *rpRig) waitStatus(ctx context.Context, id string, bound time.Duration) *requests.Status {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	last := "no status file"
+	for {
+		if data, err := r.h.ReadFile("/opt/kubeslot/status/" + id + ".json"); err == nil {
+			var s requests.Status
+			if err := json.Unmarshal(data, &s); err == nil {
+				last = fmt.Sprintf("%s: %s", s.Phase, s.Message)
+				if s.Phase.Finished() {
+					return &s
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			j, _ := r.h.Journal(context.Background(), "kubeslot-repave@next.service")
+			j2, _ := r.h.Journal(context.Background(), "kubeslot-restart.service")
+			r.t.Fatalf("request %s not finished within %s (last: %s)\nrepave journal:\n%s\nrestart journal:\n%s\n%s",
+				id, bound, last, tailLines(j, 60), tailLines(j2, 30), hostDiag(r.h))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// logStatus prints a finished status's phases, downtime and whole time.
+func (r *rpRig) logStatus(what string, s *requests.Status) time.Duration {
+	r.t.Helper()
+	var parts []string
+	var whole time.Duration
+	if len(s.Phases) > 0 {
+		whole = s.UpdatedAt.Sub(s.Phases[0].StartedAt)
+	}
+	for _, p := range s.Phases {
+		parts = append(parts, fmt.Sprintf("%s %s", p.Name, p.Duration.Round(time.Millisecond)))
+	}
+	r.t.Logf("%s: %s on slot %s, phases [%s]: %s", what, s.Phase, s.ActiveSlot, strings.Join(parts, ", "), s.Message)
+	rigTiming(r.t, what+": node downtime (old kubelet stopped -> Node Ready)", s.Downtime)
+	rigTiming(r.t, what+": whole operation", whole)
+	return whole
+}
+
+func (r *rpRig) phase(s *requests.Status, name string) time.Duration {
+	for _, p := range s.Phases {
+		if p.Name == name {
+			return p.Duration
+		}
+	}
+	return 0
+}
+
+// pauseRepaver starts the repaver by hand as a transient unit with the test hook at phase, and waits until it
+// paused there.
+func (r *rpRig) pauseRepaver(ctx context.Context, unit, phase string, args ...string) {
+	r.t.Helper()
+	cmd := []string{"systemd-run", "--unit=" + unit, "--collect", "--no-block"}
+	for _, e := range append(append([]string(nil), r.env...), bootstrap.EnvPauseAt+"="+phase) {
+		cmd = append(cmd, "--setenv="+e)
+	}
+	cmd = append(append(cmd, "/opt/kubeslot/current/kubeslot-repaver"), args...)
+	if out, err := r.h.Run(ctx, cmd...); err != nil {
+		r.t.Fatalf("start %s: %v\n%s", unit, err, out)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		j, _ := r.h.Journal(wctx, unit)
+		if strings.Contains(j, "paused at "+phase) {
+			return
+		}
+		if out, _ := r.h.Run(wctx, "systemctl", "is-active", unit); strings.TrimSpace(string(out)) == "failed" {
+			r.t.Fatalf("%s ended before pausing at %s:\n%s", unit, phase, tailLines(j, 40))
+		}
+		select {
+		case <-wctx.Done():
+			r.t.Fatalf("%s did not pause at %s:\n%s", unit, phase, tailLines(j, 40))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package repave
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+// Job is what the repaver was started for.
+type Job struct {
+	// Kind is requests.Repave or requests.Restart.
+	Kind requests.Kind
+	// Slot is the repave target: a slot name, or "next" (the one that is
+	// not active).
+	Slot string
+	// Config, when set, is the desired configuration of a repave started
+	// by hand (--config); otherwise a manual repave rebuilds the active
+	// applied configuration onto the target slot.
+	Config *config.Config
+	// Triggered: started by a path unit for a request (systemd sets
+	// TRIGGER_PATH). With no request left to claim (another run took it)
+	// there is nothing to do, rather than a repave by hand.
+	Triggered bool
+}
+
+// NextSlot is the Slot that names the slot that is not active.
+const NextSlot = "next"
+
+// Execute does one job while the caller holds lock: it resumes an
+// interrupted repave first (its state file wins over anything new), else it
+// claims the pending request of the job's kind (by rename, under the lock),
+// else it runs the job by hand. A claimed request is finished (removed)
+// after its final status is written, also when it failed validation, so a
+// bad request does not loop.
+func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*requests.Status, error) {
+	if st, err := LoadState(d.Root); err != nil {
+		return nil, err
+	} else if st != nil {
+		d.Log.Info("resuming an interrupted repave", "request", st.RequestID, "phase", st.Phase, "from", st.From, "to", st.To)
+		if st.Phase == Verify {
+			// The host may have rebooted since, with the old node booted
+			// and the target not running: verify again from start, which
+			// is idempotent for a target that still runs.
+			st.Phase = Start
+		}
+		s, err := Run(ctx, d, st)
+		if s != nil {
+			finishClaim(d, lock, requests.Repave, st.RequestID)
+		}
+		if j.Kind == requests.Repave || err != nil {
+			return s, err
+		}
+		// A restart asked for while a repave was interrupted: do it now.
+	}
+	active, err := d.Store.ActiveApplied()
+	if err != nil {
+		return nil, err
+	}
+	if active == nil {
+		return nil, exitcode.Defer(errors.New("no slot committed yet: the bootstrap has not finished"))
+	}
+	req, err := d.Requests.Claim(lock, j.Kind)
+	if errors.Is(err, requests.ErrNoRequest) {
+		req, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if req == nil && j.Triggered {
+		d.Log.Info("no request to claim: another run took it", "kind", j.Kind)
+		return nil, nil
+	}
+	id, op, gen := requests.NewID(j.Kind, 0, "manual-"+strconv.FormatInt(d.now().Unix(), 10)), "", int64(0)
+	if req != nil {
+		id, op, gen = req.ID, req.Operation, req.MachineGeneration
+		d.Log.Info("claimed request", "request", id, "kind", j.Kind, "reason", req.Reason)
+	}
+	if j.Kind == requests.Restart {
+		s, err := Restart(ctx, d, id, op, gen)
+		if req != nil && s != nil {
+			finishClaim(d, lock, requests.Restart, id)
+		}
+		return s, err
+	}
+	if j.Kind != requests.Repave {
+		return nil, exitcode.UsageError(fmt.Errorf("job kind %q: the repaver does repave and restart", j.Kind))
+	}
+	desired := active.Config
+	switch {
+	case req != nil:
+		desired = req.Desired
+	case j.Config != nil:
+		desired = j.Config
+	}
+	to, err := target(j.Slot, active.Slot, desired)
+	if err == nil {
+		err = desired.Validate()
+	}
+	if err != nil {
+		if req == nil {
+			return nil, exitcode.UsageError(err)
+		}
+		s := &requests.Status{RequestID: id, Kind: requests.Repave, Operation: op, MachineGeneration: gen,
+			Phase: requests.Failed, Message: "repave request refused: " + err.Error(), ActiveSlot: active.Slot}
+		if werr := d.Requests.WriteStatus(s); werr != nil {
+			return nil, errors.Join(err, werr)
+		}
+		finishClaim(d, lock, requests.Repave, id)
+		return s, err
+	}
+	st := NewState(d, id, op, gen, active.Slot, to, desired)
+	s, err := Run(ctx, d, st)
+	if req != nil && s != nil {
+		finishClaim(d, lock, requests.Repave, id)
+	}
+	return s, err
+}
+
+// target resolves the job's slot against the active one.
+func target(slot, active string, cfg *config.Config) (string, error) {
+	slots := cfg.Isolation.Slots
+	if len(slots) == 0 {
+		slots = config.DefaultSlots()
+	}
+	if !slices.Contains(slots, active) {
+		return "", fmt.Errorf("desired configuration: isolation.slots %v does not include the active slot %q", slots, active)
+	}
+	if slot == "" || slot == NextSlot {
+		for _, s := range slots {
+			if s != active {
+				return s, nil
+			}
+		}
+	}
+	if !slices.Contains(slots, slot) {
+		return "", fmt.Errorf("target slot %q: not one of %v or %q", slot, slots, NextSlot)
+	}
+	if slot == active {
+		return "", fmt.Errorf("target slot %q is the active slot; a repave moves the node onto the other slot (%q)", slot, NextSlot)
+	}
+	return slot, nil
+}
+
+// finishClaim removes the claimed request of kind when it is the one with
+// id (a claimed file of another request is left alone).
+func finishClaim(d *Deps, lock *ownership.Lock, kind requests.Kind, id string) {
+	c, err := d.Requests.Claimed(kind)
+	if err != nil || c == nil || c.ID != id {
+		return
+	}
+	if err := d.Requests.Finish(lock, kind); err != nil {
+		d.Log.Warn("could not remove the claimed request", "kind", kind, "err", err)
+	}
+}

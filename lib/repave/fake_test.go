@@ -1,0 +1,280 @@
+package repave
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// host is a fake host with two slots, shared by every backend built over
+// it (as the real host is shared by the old and the new configuration).
+type host struct {
+	mu          sync.Mutex
+	provisioned map[string]bool
+	running     map[string]bool
+	broken      map[string]bool   // kubelet never healthy
+	fail        map[string]error  // "op:slot" → error
+	calls       []string          // "op:slot"
+	cfgOf       map[string]string // slot → fingerprint it was provisioned with
+	moves       []string
+}
+
+func newHost() *host {
+	return &host{provisioned: map[string]bool{"a": true}, running: map[string]bool{"a": true},
+		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{}}
+}
+
+func (h *host) do(op, slot string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, op+":"+slot)
+	return h.fail[op+":"+slot]
+}
+
+func (h *host) callList() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.calls, " ")
+}
+
+func (h *host) count(call string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.calls {
+		if c == call {
+			n++
+		}
+	}
+	return n
+}
+
+type fakeBackend struct {
+	h   *host
+	cfg *config.Config
+}
+
+func (b *fakeBackend) Provision(ctx context.Context, slot string) error {
+	if err := b.h.do("provision", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if b.h.running[slot] {
+		return fmt.Errorf("provision %s: running", slot)
+	}
+	b.h.provisioned[slot], b.h.cfgOf[slot] = true, b.cfg.Fingerprint()
+	return nil
+}
+
+func (b *fakeBackend) Configure(ctx context.Context, slot string) error {
+	return b.h.do("configure", slot)
+}
+
+func (b *fakeBackend) Start(ctx context.Context, slot string) error {
+	if err := b.h.do("start", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if !b.h.provisioned[slot] {
+		return fmt.Errorf("start %s: not provisioned", slot)
+	}
+	b.h.running[slot] = true
+	return nil
+}
+
+func (b *fakeBackend) Stop(ctx context.Context, slot string) error {
+	if err := b.h.do("stop", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	b.h.running[slot] = false
+	return nil
+}
+
+func (b *fakeBackend) Remove(ctx context.Context, slot string) error {
+	if err := b.h.do("remove", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if b.h.running[slot] {
+		return fmt.Errorf("remove %s: running", slot)
+	}
+	b.h.provisioned[slot] = false
+	return nil
+}
+
+func (b *fakeBackend) Exec(ctx context.Context, slot string, args ...string) ([]byte, error) {
+	return nil, errors.New("no exec in the fake")
+}
+
+func (b *fakeBackend) KubeletHealthy(ctx context.Context, slot string) error {
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if !b.h.running[slot] || b.h.broken[slot] {
+		return fmt.Errorf("kubelet of %s not healthy", slot)
+	}
+	return nil
+}
+
+type fakeOperator struct{ b *fakeBackend }
+
+func (o *fakeOperator) EnsureHooks(ctx context.Context) error { return nil }
+func (o *fakeOperator) RestartNode(ctx context.Context, slot string) error {
+	if err := o.b.Stop(ctx, slot); err != nil {
+		return err
+	}
+	return o.b.Start(ctx, slot)
+}
+func (o *fakeOperator) Repave(ctx context.Context, from, to string) error {
+	return errors.New("the repaver drives the phases itself")
+}
+
+// fakeCluster: the Node is Ready once some slot's kubelet is healthy.
+type fakeCluster struct{ h *host }
+
+func (c *fakeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
+	for {
+		c.h.mu.Lock()
+		ok := false
+		for s, r := range c.h.running {
+			ok = ok || (r && !c.h.broken[s])
+		}
+		c.h.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+type fakeBoot struct{ h *host }
+
+func (f *fakeBoot) Move(ctx context.Context, from, to string) error {
+	if err := f.h.do("boot", to); err != nil {
+		return err
+	}
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	f.h.moves = append(f.h.moves, from+"->"+to)
+	return nil
+}
+
+var testCA = func() string {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}()
+
+func testConfig(t *testing.T, label string) *config.Config {
+	t.Helper()
+	sum := strings.Repeat("ab", 32)
+	cfg, err := config.Parse("test.toml", []byte(fmt.Sprintf(`[machine]
+name = "node1"
+[cluster]
+server = "https://127.0.0.1:6443"
+ca_pem = %q
+bootstrap_token = "abcdef.0123456789abcdef"
+[kubernetes]
+version = "1.37.2"
+labels = { "tier" = %q }
+[rootfs]
+source = "http://127.0.0.1/rootfs.tar.gz"
+sha256 = %q
+[artifacts.kubelet]
+url = "http://127.0.0.1/kubelet"
+sha256 = %q
+[timeouts]
+node_ready = "2s"
+`, testCA, label, sum, sum)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// rig is a host root with slot a committed and running.
+type rig struct {
+	h    *host
+	d    *Deps
+	root *hostroot.Root
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHost()
+	store := state.NewStore(root)
+	old := testConfig(t, "old")
+	a, err := isolation.NewApplied("a", old, "test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SaveApplied(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetActive("a"); err != nil {
+		t.Fatal(err)
+	}
+	d := &Deps{
+		Root: root, Log: slog.New(slog.DiscardHandler), Store: store, Requests: requests.New(root),
+		Isolation: func(m isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error) {
+			b := &fakeBackend{h: h, cfg: cfg}
+			return b, &fakeOperator{b: b}, nil
+		},
+		Cluster: &fakeCluster{h: h}, Boot: &fakeBoot{h: h}, AgentVersion: "test", Poll: 5 * time.Millisecond,
+	}
+	return &rig{h: h, d: d, root: root}
+}
+
+// request drops a repave request with a new label, as the watcher would.
+func (r *rig) request(t *testing.T, gen int64) *requests.Request {
+	t.Helper()
+	req := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""), MachineGeneration: gen,
+		Reason: "spec changed", Desired: testConfig(t, "new"), CreatedAt: time.Now()}
+	if _, err := r.d.Requests.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func (r *rig) active(t *testing.T) *state.Applied {
+	t.Helper()
+	a, err := r.d.Store.ActiveApplied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

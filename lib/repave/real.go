@@ -1,0 +1,175 @@
+package repave
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+)
+
+// NodeCluster is the real Cluster: the Node read with the node's own
+// identity (lib/bootstrap's NodeCluster builds the client).
+type NodeCluster struct {
+	Root *hostroot.Root
+	Log  *slog.Logger
+}
+
+// WaitReady polls the Node until it is Ready with a heartbeat newer than
+// since. Heartbeats have a resolution of one second, so "newer" means at
+// least the second after since: a heartbeat of the old kubelet in the same
+// second is never taken for the new one's.
+func (c *NodeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
+	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
+	node := cfg.Machine.NodeName
+	floor := since.Truncate(time.Second)
+	last := "no node identity yet"
+	var cs *kubernetes.Clientset
+	for {
+		if cs == nil {
+			rc, err := nc.RESTConfig(cfg)
+			if err == nil {
+				cs, err = kubernetes.NewForConfig(rc)
+			}
+			if err != nil {
+				last = err.Error()
+			}
+		}
+		if cs != nil {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				last = "Node " + node + " has no Ready condition yet"
+				for _, cond := range n.Status.Conditions {
+					if cond.Type != corev1.NodeReady {
+						continue
+					}
+					hb := cond.LastHeartbeatTime.Time
+					if cond.Status == corev1.ConditionTrue && hb.After(floor) {
+						return nil
+					}
+					last = fmt.Sprintf("Node %s Ready=%s (heartbeat %s, want after %s): %s", node, cond.Status,
+						hb.UTC().Format(time.RFC3339), floor.UTC().Format(time.RFC3339), cond.Message)
+				}
+			case apierrors.IsNotFound(err):
+				last = "Node " + node + " not registered"
+			default:
+				last = err.Error()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last: %s", context.Cause(ctx), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// vendorUnitDirs are where the host's systemd ships systemd-nspawn@.service.
+var vendorUnitDirs = []string{"/usr/lib/systemd/system", "/lib/systemd/system"}
+
+// BootLinks is the real Boot: the enable link of systemd-nspawn@<slot>
+// in machines.target.wants, moved from one slot to the other, journalled
+// in the ownership record before it is created (as the bootstrap does).
+type BootLinks struct {
+	Root    *hostroot.Root
+	Record  *ownership.Record
+	Systemd isolation.SystemdConn
+	Log     *slog.Logger
+}
+
+func bootLink(slot string) string {
+	return path.Join(hostroot.UnitDir, "machines.target.wants", "systemd-nspawn@"+slot+".service")
+}
+
+func (b *BootLinks) local(hostPath string) (string, error) {
+	dir, err := b.Root.Resolve(path.Dir(hostPath))
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, path.Base(hostPath)), nil
+}
+
+// Move implements Boot. It is idempotent: a re-run after a crash finds the
+// new link in place and the old one gone.
+func (b *BootLinks) Move(ctx context.Context, from, to string) error {
+	fromL, err := b.local(bootLink(from))
+	if err != nil {
+		return err
+	}
+	toL, err := b.local(bootLink(to))
+	if err != nil {
+		return err
+	}
+	changed := false
+	if _, err := os.Lstat(toL); errors.Is(err, fs.ErrNotExist) {
+		target := ""
+		if t, err := os.Readlink(fromL); err == nil {
+			target = t
+		} else {
+			for _, dir := range vendorUnitDirs {
+				if l, err := b.Root.Resolve(path.Join(dir, "systemd-nspawn@.service")); err == nil {
+					if _, err := os.Stat(l); err == nil {
+						target = path.Join(dir, "systemd-nspawn@.service")
+						break
+					}
+				}
+			}
+		}
+		if target == "" {
+			return fmt.Errorf("enable %s at boot: no systemd-nspawn@.service in %v", bootLink(to), vendorUnitDirs)
+		}
+		if _, found := b.Record.Lookup(ownership.KindUnit, bootLink(to)); !found {
+			prior, err := ownership.CapturePrior(b.Root, bootLink(to))
+			if err != nil {
+				return err
+			}
+			if err := b.Record.Record(b.Root, ownership.Change{Kind: ownership.KindUnit, Path: bootLink(to), Prior: prior}); err != nil {
+				return err
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(toL), 0o755); err != nil {
+			return fmt.Errorf("enable %s at boot: %w", bootLink(to), err)
+		}
+		tmp := toL + ".kubeslot-tmp"
+		_ = os.Remove(tmp)
+		if err := os.Symlink(target, tmp); err != nil {
+			return fmt.Errorf("enable %s at boot: %w", bootLink(to), err)
+		}
+		if err := atomicfile.Rename(tmp, toL); err != nil {
+			return fmt.Errorf("enable %s at boot: %w", bootLink(to), err)
+		}
+		changed = true
+	} else if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(fromL); err == nil {
+		if err := atomicfile.Remove(fromL); err != nil {
+			return fmt.Errorf("disable %s at boot: %w", bootLink(from), err)
+		}
+		changed = true
+	}
+	if changed {
+		b.Log.Info("node start at boot moved", "from", bootLink(from), "to", bootLink(to))
+		if b.Systemd != nil {
+			return b.Systemd.Reload(ctx)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+// Package repave is the repaver stage's logic: moving the node from the
+// active slot onto the other one as a durable transition of ordered, named,
+// idempotent phases (prepare → switch → start → verify → commit → clean,
+// or rollback), and restarting the node in place. Imported only by
+// cmd/kubeslot-repaver (and its tests).
+//
+// The transition lives in <base>/state/repave.json, written (atomically)
+// BEFORE each phase runs, so a repaver started after a crash resumes the
+// phase it was in. The file is a plain atomic JSON file rather than a
+// checksummed pair: it is rewritten at every phase, and a crash between a
+// data file and its sidecar would leave a mismatch that blocks the resume,
+// while an atomic rename leaves either the old or the new state.
+//
+// Rules kept (DESIGN.md): the running node is untouched until the target
+// slot is fully prepared; the applied configuration and applied/active name
+// the target only after its node passed verification (kubelet healthy and
+// the Node Ready with a heartbeat newer than the switch); the old slot is
+// kept until commit, and a start or verify failure rolls back to it.
+package repave
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+)
+
+// Phase is one step of the repave transition.
+type Phase string
+
+// Phases of a repave, in order, and the rollback.
+const (
+	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
+	Switch   Phase = "switch"   // stop the old node gracefully
+	Start    Phase = "start"    // boot the target with the kept identity
+	Verify   Phase = "verify"   // kubelet healthy, Node Ready with a fresh heartbeat
+	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
+	Clean    Phase = "clean"    // remove the old slot
+	Rollback Phase = "rollback" // stop the target, start and verify the old slot
+)
+
+// Phases lists the forward phases in order.
+func Phases() []Phase { return []Phase{Prepare, Switch, Start, Verify, Commit, Clean} }
+
+// Valid reports whether p is a forward phase or Rollback.
+func (p Phase) Valid() bool {
+	for _, x := range append(Phases(), Rollback) {
+		if p == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (p Phase) next() Phase {
+	ps := Phases()
+	for i, x := range ps {
+		if x == p && i+1 < len(ps) {
+			return ps[i+1]
+		}
+	}
+	return ""
+}
+
+// StateFile is the transition's file name in <base>/state/.
+const StateFile = "repave.json"
+
+// State is the durable repave transition.
+type State struct {
+	RequestID         string `json:"requestID"`
+	Operation         string `json:"operation,omitempty"`
+	MachineGeneration int64  `json:"machineGeneration"`
+	From              string `json:"from"`
+	To                string `json:"to"`
+	// Desired is the target's configuration. It holds the join secret,
+	// hence the file is 0600.
+	Desired *config.Config `json:"desired"`
+	// Phase is the phase being run (written before it runs).
+	Phase Phase `json:"phase"`
+	// Reason is why the repave rolls back (Rollback only).
+	Reason string `json:"reason,omitempty"`
+	// FailedIn is the phase that failed (Rollback only).
+	FailedIn  Phase     `json:"failedIn,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
+	// SwitchAt is when the old node began to stop: the start of the node
+	// downtime, and the time a Node heartbeat must be newer than.
+	SwitchAt time.Time              `json:"switchAt,omitzero"`
+	Phases   []requests.PhaseTiming `json:"phases,omitempty"`
+}
+
+func statePath(root *hostroot.Root) (string, error) {
+	return root.Path(hostroot.StateDir, StateFile)
+}
+
+// LoadState reads the transition; (nil, nil) when there is none.
+func LoadState(root *hostroot.Root) (*State, error) {
+	p, err := statePath(root)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("repave state: %w", err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("repave state %s: not valid JSON: %v; remove it only after checking which slot runs", p, err)
+	}
+	if !st.Phase.Valid() || st.From == "" || st.To == "" || st.From == st.To || st.Desired == nil || st.RequestID == "" {
+		return nil, fmt.Errorf("repave state %s: phase %q, from %q, to %q, request %q: incomplete or invalid", p, st.Phase, st.From, st.To, st.RequestID)
+	}
+	return &st, nil
+}
+
+func saveState(root *hostroot.Root, st *State) error {
+	p, err := statePath(root)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode repave state: %w", err)
+	}
+	if err := atomicfile.WriteFile(p, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("repave state %s: %w", p, err)
+	}
+	return nil
+}
+
+func removeState(root *hostroot.Root) error {
+	p, err := statePath(root)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Remove(p)
+}
+
+// Cluster is what the repaver asks of the control plane.
+type Cluster interface {
+	// WaitReady waits until cfg's Node is Ready with a heartbeat newer
+	// than since, bounded by ctx.
+	WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error
+}
+
+// Boot moves the node's start-at-boot link.
+type Boot interface {
+	// Move makes slot to's node start at host boot and slot from's not.
+	Move(ctx context.Context, from, to string) error
+}
+
+// Deps are the repaver's collaborators; tests pass fakes.
+type Deps struct {
+	Root     *hostroot.Root
+	Log      *slog.Logger
+	Store    *state.Store
+	Requests *requests.Dir
+	// Isolation builds the backend and operator of mode for cfg.
+	Isolation    func(mode isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error)
+	Cluster      Cluster
+	Boot         Boot
+	AgentVersion string
+	// Hook runs after the state of a phase is written and before the phase
+	// runs (test hook KUBESLOT_TEST_PAUSE_AT); an error aborts the run as a
+	// crash would, leaving the state for a resume.
+	Hook func(ctx context.Context, p Phase) error
+	// Poll is the health poll interval (0: 200 ms).
+	Poll time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+func (d *Deps) poll() time.Duration {
+	if d.Poll > 0 {
+		return d.Poll
+	}
+	return 200 * time.Millisecond
+}
+
+// backend builds the backend of cfg's own mode.
+func (d *Deps) backend(cfg *config.Config) (isolation.Backend, error) {
+	m, err := isolation.ParseMode(cfg.Isolation.Mode)
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := d.Isolation(m, cfg)
+	return b, err
+}
+
+// oldConfig is the old slot's applied configuration: what its node was
+// built from and must be restarted with.
+func (d *Deps) oldBackend(st *State) (isolation.Backend, error) {
+	a, err := d.Store.LoadApplied(st.From)
+	if errors.Is(err, state.ErrNotFound) {
+		// Clean already removed it: only Remove (absent is fine) is
+		// left, and the target's configuration names the same slots.
+		return d.backend(st.Desired)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := isolation.AppliedMode(a)
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := d.Isolation(m, a.Config)
+	return b, err
+}
+
+// waitNode waits for slot's kubelet health and then the Node Ready with a
+// heartbeat newer than since, together bounded by cfg's timeouts.node_ready.
+func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string, since time.Time) error {
+	bound := cfg.Timeouts.NodeReady.Duration
+	if bound <= 0 {
+		bound = config.DefaultNodeReady
+	}
+	wctx, cancel := context.WithTimeoutCause(ctx, bound,
+		fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
+	defer cancel()
+	for {
+		err := b.KubeletHealthy(wctx, slot)
+		if err == nil {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("kubelet of slot %s never healthy: %w; last: %v", slot, context.Cause(wctx), err)
+		case <-time.After(d.poll()):
+		}
+	}
+	return d.Cluster.WaitReady(wctx, cfg, since)
+}

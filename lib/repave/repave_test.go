@@ -1,0 +1,363 @@
+package repave
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+func lock(t *testing.T, r *rig) *ownership.Lock {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := ownership.Acquire(ctx, r.root, ownership.Holder{Stage: "test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release() })
+	return l
+}
+
+func execute(t *testing.T, r *rig, j Job) (*requests.Status, error) {
+	t.Helper()
+	l := lock(t, r)
+	defer l.Release()
+	return Execute(context.Background(), r.d, l, j)
+}
+
+// TestRepaveOrder: a request is claimed and run through the phases in
+// order, the state file naming each phase before it runs; the target is
+// committed, the boot link moved, the old slot removed, the claim finished.
+func TestRepaveOrder(t *testing.T) {
+	r := newRig(t)
+	req := r.request(t, 3)
+	var seen []Phase
+	r.d.Hook = func(ctx context.Context, p Phase) error {
+		st, err := LoadState(r.root)
+		if err != nil || st == nil || st.Phase != p {
+			t.Errorf("before phase %s the state file holds %+v (err %v)", p, st, err)
+		}
+		if p != Commit && p != Clean {
+			if a := r.active(t); a.Slot != "a" {
+				t.Errorf("before commit (phase %s) the active slot is %s", p, a.Slot)
+			}
+		}
+		seen = append(seen, p)
+		return nil
+	}
+	s, err := execute(t, r, Job{Kind: requests.Repave, Slot: NextSlot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(seen, Phases()) {
+		t.Errorf("phases %v, want %v", seen, Phases())
+	}
+	want := "provision:b configure:b stop:a stop:a start:b boot:b remove:a"
+	if got := r.h.callList(); got != want {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" || s.RequestID != req.ID || s.Downtime <= 0 || len(s.Phases) != 6 {
+		t.Errorf("status %+v", s)
+	}
+	if got, err := r.d.Requests.ReadStatus(req.ID); err != nil || got.Phase != requests.Succeeded {
+		t.Errorf("status file: %+v, %v", got, err)
+	}
+	if a := r.active(t); a.Slot != "b" || a.Config.Kubernetes.Labels["tier"] != "new" {
+		t.Errorf("active applied %s with labels %v", a.Slot, a.Config.Kubernetes.Labels)
+	}
+	if _, err := r.d.Store.LoadApplied("a"); err == nil {
+		t.Error("the old slot's applied configuration is still there")
+	}
+	if st, _ := LoadState(r.root); st != nil {
+		t.Errorf("state left: %+v", st)
+	}
+	if c, _ := r.d.Requests.Claimed(requests.Repave); c != nil {
+		t.Error("the claimed request was not finished")
+	}
+}
+
+var errCrash = errors.New("simulated crash")
+
+// TestResumeFromEveryPhase: a run that dies at the start of each phase (the
+// state written) is resumed by the next run, which completes the repave.
+func TestResumeFromEveryPhase(t *testing.T) {
+	for _, p := range Phases() {
+		t.Run(string(p), func(t *testing.T) {
+			r := newRig(t)
+			req := r.request(t, 5)
+			r.d.Hook = func(ctx context.Context, q Phase) error {
+				if q == p {
+					return errCrash
+				}
+				return nil
+			}
+			if _, err := execute(t, r, Job{Kind: requests.Repave, Slot: NextSlot}); !errors.Is(err, errCrash) {
+				t.Fatalf("first run: %v, want the crash", err)
+			}
+			st, err := LoadState(r.root)
+			if err != nil || st == nil || st.Phase != p {
+				t.Fatalf("after the crash the state is %+v (err %v), want phase %s", st, err, p)
+			}
+			if p != Commit && p != Clean {
+				if a := r.active(t); a.Slot != "a" {
+					t.Errorf("crash before commit: active slot %s", a.Slot)
+				}
+			}
+			r.d.Hook = nil
+			// A manual start (another kind of job, another slot) resumes
+			// the interrupted transition first.
+			s, err := execute(t, r, Job{Kind: requests.Repave, Slot: "b"})
+			if err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			if s.RequestID != req.ID || s.Phase != requests.Succeeded {
+				t.Errorf("resume status %+v", s)
+			}
+			if a := r.active(t); a.Slot != "b" {
+				t.Errorf("active %s after the resume", a.Slot)
+			}
+			if r.h.running["a"] || !r.h.running["b"] || r.h.provisioned["a"] {
+				t.Errorf("host after the resume: running %v provisioned %v", r.h.running, r.h.provisioned)
+			}
+			if c, _ := r.d.Requests.Claimed(requests.Repave); c != nil {
+				t.Error("claimed request left")
+			}
+		})
+	}
+}
+
+func checkRolledBack(t *testing.T, r *rig, s *requests.Status, err error, reason string) {
+	t.Helper()
+	if !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("error %v, want a rollback", err)
+	}
+	if s.Phase != requests.Failed || s.ActiveSlot != "a" || !strings.Contains(s.Message, reason) || s.Downtime <= 0 {
+		t.Errorf("status %+v, want Failed on a naming %q", s, reason)
+	}
+	if a := r.active(t); a.Slot != "a" || a.Config.Kubernetes.Labels["tier"] != "old" {
+		t.Errorf("active %s %v after a rollback", a.Slot, a.Config.Kubernetes.Labels)
+	}
+	if _, lerr := r.d.Store.LoadApplied("b"); lerr == nil {
+		t.Error("the failed target has an applied configuration")
+	}
+	if !r.h.running["a"] || r.h.running["b"] || len(r.h.moves) != 0 {
+		t.Errorf("host: running %v, boot moves %v", r.h.running, r.h.moves)
+	}
+	if st, _ := LoadState(r.root); st != nil {
+		t.Errorf("state left: %+v", st)
+	}
+}
+
+func TestRollbackOnStartFailure(t *testing.T) {
+	r := newRig(t)
+	r.request(t, 2)
+	r.h.fail["start:b"] = errors.New("machine b did not boot")
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	checkRolledBack(t, r, s, err, "machine b did not boot")
+}
+
+func TestRollbackOnVerifyTimeout(t *testing.T) {
+	r := newRig(t)
+	req := r.request(t, 2)
+	req.Desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
+	if _, err := r.d.Requests.Write(&requests.Request{Kind: req.Kind, ID: requests.NewID(requests.Repave, 9, ""),
+		MachineGeneration: 9, Desired: req.Desired, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r.h.broken["b"] = true
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	checkRolledBack(t, r, s, err, "not Ready within 300ms")
+	if !strings.Contains(s.Message, "verify") {
+		t.Errorf("message %q does not name the phase", s.Message)
+	}
+}
+
+// TestPrepareFailureKeepsOldNode: a bad rootfs fails in prepare; the old
+// node was never stopped and nothing is committed.
+func TestPrepareFailureKeepsOldNode(t *testing.T) {
+	r := newRig(t)
+	r.request(t, 2)
+	r.h.fail["provision:b"] = errors.New("rootfs sha256 mismatch")
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	if err == nil || errors.Is(err, ErrRolledBack) {
+		t.Fatalf("error %v", err)
+	}
+	if s.Phase != requests.Failed || !strings.Contains(s.Message, "sha256 mismatch") || !strings.Contains(s.Message, "prepare") {
+		t.Errorf("status %+v", s)
+	}
+	if r.h.count("stop:a") != 0 || !r.h.running["a"] {
+		t.Errorf("the old node was touched: %s", r.h.callList())
+	}
+	if a := r.active(t); a.Slot != "a" {
+		t.Errorf("active %s", a.Slot)
+	}
+	if st, _ := LoadState(r.root); st != nil {
+		t.Errorf("state left: %+v", st)
+	}
+	if c, _ := r.d.Requests.Claimed(requests.Repave); c != nil {
+		t.Error("a failed request stays claimed")
+	}
+}
+
+// TestRollbackFailureKeepsState: when the old slot cannot come back either,
+// the state stays so that a re-run retries the rollback, and nothing names b.
+func TestRollbackFailureKeepsState(t *testing.T) {
+	r := newRig(t)
+	r.request(t, 2)
+	r.h.fail["start:b"] = errors.New("b broken")
+	r.h.fail["start:a"] = errors.New("a broken too")
+	if _, err := execute(t, r, Job{Kind: requests.Repave}); err == nil {
+		t.Fatal("no error")
+	}
+	st, err := LoadState(r.root)
+	if err != nil || st == nil || st.Phase != Rollback || st.FailedIn != Start {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+	delete(r.h.fail, "start:a")
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	checkRolledBack(t, r, s, err, "b broken")
+}
+
+// TestTwoTriggersOneRepave: two workers started for one request (two path
+// unit firings, or a watcher and a person) serialise on the lock; the
+// request is claimed once, and the second finds nothing to do.
+func TestTwoTriggersOneRepave(t *testing.T) {
+	r := newRig(t)
+	r.request(t, 4)
+	var wg sync.WaitGroup
+	results := make([]*requests.Status, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l, err := ownership.Acquire(ctx, r.root, ownership.Holder{Stage: "test"}, nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer l.Release()
+			results[i], errs[i] = Execute(ctx, r.d, l, Job{Kind: requests.Repave, Slot: NextSlot, Triggered: true})
+		}()
+	}
+	wg.Wait()
+	done := 0
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Errorf("worker %d: %v", i, errs[i])
+		}
+		if results[i] != nil {
+			done++
+		}
+	}
+	if done != 1 || r.h.count("provision:b") != 1 || r.h.count("start:b") != 1 {
+		t.Errorf("%d repaves ran; calls %s", done, r.h.callList())
+	}
+}
+
+// TestManualRepaveRebuildsActive: by hand, without a request, the active
+// applied configuration is rebuilt onto the named slot.
+func TestManualRepaveRebuildsActive(t *testing.T) {
+	r := newRig(t)
+	s, err := execute(t, r, Job{Kind: requests.Repave, Slot: "b"})
+	if err != nil || s.Phase != requests.Succeeded || !strings.HasPrefix(s.RequestID, "repave-0-manual-") {
+		t.Fatalf("%+v, %v", s, err)
+	}
+	if a := r.active(t); a.Slot != "b" || a.Config.Kubernetes.Labels["tier"] != "old" {
+		t.Errorf("active %s %v", a.Slot, a.Config.Kubernetes.Labels)
+	}
+	// The active slot is not a target.
+	if _, err := execute(t, r, Job{Kind: requests.Repave, Slot: "b"}); err == nil {
+		t.Error("a repave onto the active slot was accepted")
+	}
+	// A triggered run with nothing to claim does nothing.
+	if s, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true}); s != nil || err != nil {
+		t.Errorf("triggered without a request: %+v, %v", s, err)
+	}
+}
+
+// TestBadRequestFinished: a claimed request that fails validation is
+// reported Failed and removed, so the path unit does not loop on it.
+func TestBadRequestFinished(t *testing.T) {
+	r := newRig(t)
+	req := r.request(t, 2)
+	req.Desired.Isolation.Slots = []string{"x", "y"}
+	req.ID = requests.NewID(requests.Repave, 3, "")
+	if _, err := r.d.Requests.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	if err == nil || s == nil || s.Phase != requests.Failed || !strings.Contains(s.Message, "isolation.slots") {
+		t.Fatalf("%+v, %v", s, err)
+	}
+	if c, _ := r.d.Requests.Claimed(requests.Repave); c != nil {
+		t.Error("bad request still claimed")
+	}
+	if r.h.callList() != "" {
+		t.Errorf("the host was touched: %s", r.h.callList())
+	}
+}
+
+func TestRestartInPlace(t *testing.T) {
+	r := newRig(t)
+	req := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 7, "op1"), MachineGeneration: 7,
+		Operation: "op1", CreatedAt: time.Now()}
+	if _, err := r.d.Requests.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	s, err := execute(t, r, Job{Kind: requests.Restart})
+	if err != nil || s.Phase != requests.Succeeded || s.RequestID != req.ID || s.ActiveSlot != "a" || s.Operation != "op1" {
+		t.Fatalf("%+v, %v", s, err)
+	}
+	if got := r.h.callList(); got != "stop:a start:a" {
+		t.Errorf("calls %q", got)
+	}
+	if c, _ := r.d.Requests.Claimed(requests.Restart); c != nil {
+		t.Error("claimed restart left")
+	}
+	r.h.fail["start:a"] = errors.New("no boot")
+	s, err = execute(t, r, Job{Kind: requests.Restart})
+	if err == nil || s.Phase != requests.Failed || !strings.Contains(s.Message, "no boot") {
+		t.Errorf("failed restart: %+v, %v", s, err)
+	}
+}
+
+// TestResumeAfterReboot: a power cut in switch, start or verify boots the
+// old node again (it stays enabled at boot until commit) with the target
+// down; the resume stops the old node before it starts the target, and
+// verifies the target again.
+func TestResumeAfterReboot(t *testing.T) {
+	for _, p := range []Phase{Switch, Start, Verify} {
+		t.Run(string(p), func(t *testing.T) {
+			r := newRig(t)
+			r.request(t, 5)
+			r.d.Hook = func(ctx context.Context, q Phase) error {
+				if q == p {
+					return errCrash
+				}
+				return nil
+			}
+			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
+				t.Fatalf("first run: %v", err)
+			}
+			r.h.running = map[string]bool{"a": true} // the host booted: only the enabled slot runs
+			r.d.Hook = nil
+			s, err := execute(t, r, Job{Kind: requests.Repave})
+			if err != nil || s.Phase != requests.Succeeded {
+				t.Fatalf("resume after the reboot: %+v, %v", s, err)
+			}
+			if r.h.running["a"] || !r.h.running["b"] {
+				t.Errorf("running %v after the resume; calls %s", r.h.running, r.h.callList())
+			}
+		})
+	}
+}

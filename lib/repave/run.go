@@ -1,0 +1,237 @@
+package repave
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+// ErrRolledBack wraps the failure of a repave that was rolled back: the old
+// slot's node is Ready again and nothing was committed.
+var ErrRolledBack = errors.New("repave rolled back")
+
+// NewState starts a transition of request id (operation op, Machine
+// generation gen) from slot from to slot to with desired.
+func NewState(d *Deps, id, op string, gen int64, from, to string, desired *config.Config) *State {
+	return &State{RequestID: id, Operation: op, MachineGeneration: gen, From: from, To: to,
+		Desired: desired, Phase: Prepare, StartedAt: d.now().UTC()}
+}
+
+func (d *Deps) status(st *State, phase requests.Phase, msg string) *requests.Status {
+	return &requests.Status{RequestID: st.RequestID, Kind: requests.Repave, Operation: st.Operation,
+		MachineGeneration: st.MachineGeneration, Phase: phase, Message: msg, Phases: st.Phases}
+}
+
+// Run drives the transition st from its recorded phase to the end and
+// writes the final status. It returns that status and, when the repave
+// failed, an error (wrapping ErrRolledBack after a rollback). An error from
+// the Hook, or a failure in commit, clean or rollback, leaves the state file
+// for a resume.
+func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
+	log := d.Log.With("request", st.RequestID, "from", st.From, "to", st.To)
+	for {
+		if err := saveState(d.Root, st); err != nil {
+			return nil, err
+		}
+		if d.Hook != nil {
+			if err := d.Hook(ctx, st.Phase); err != nil {
+				return nil, err
+			}
+		}
+		if err := d.Requests.WriteStatus(d.status(st, requests.InProgress, "repave "+st.From+" -> "+st.To+": "+string(st.Phase))); err != nil {
+			log.Warn("could not write progress", "err", err)
+		}
+		t0 := d.now()
+		log.Info("repave phase", "phase", st.Phase)
+		err := d.runPhase(ctx, st)
+		st.Phases = append(st.Phases, requests.PhaseTiming{Name: string(st.Phase), StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
+		log.Info("repave phase done", "phase", st.Phase, "took", d.now().Sub(t0).Round(time.Millisecond), "err", err)
+		switch {
+		case err == nil && st.Phase == Rollback:
+			msg := fmt.Sprintf("repave to slot %s failed in %s: %s; rolled back to slot %s, its node is Ready", st.To, st.FailedIn, st.Reason, st.From)
+			var down time.Duration
+			if !st.SwitchAt.IsZero() { // the old node was stopped: down until it was Ready again
+				down = d.now().Sub(st.SwitchAt)
+			}
+			return d.finish(st, requests.Failed, msg, st.From, down, fmt.Errorf("%w: %s", ErrRolledBack, msg))
+		case err == nil && st.Phase == Clean:
+			var down time.Duration
+			for _, p := range st.Phases {
+				if p.Name == string(Verify) {
+					down = p.StartedAt.Add(p.Duration).Sub(st.SwitchAt)
+				}
+			}
+			msg := fmt.Sprintf("repaved from slot %s to slot %s", st.From, st.To)
+			return d.finish(st, requests.Succeeded, msg, st.To, down, nil)
+		case err == nil:
+			st.Phase = st.Phase.next()
+		case st.Phase == Prepare:
+			// The old node was never touched: nothing to roll back.
+			msg := fmt.Sprintf("repave to slot %s failed in prepare (the node on slot %s kept running): %v", st.To, st.From, err)
+			return d.finish(st, requests.Failed, msg, st.From, 0, errors.New(msg))
+		case st.Phase == Switch || st.Phase == Start || st.Phase == Verify:
+			log.Error("repave failed; rolling back", "phase", st.Phase, "err", err)
+			st.FailedIn, st.Reason, st.Phase = st.Phase, err.Error(), Rollback
+		default:
+			// commit, clean, rollback: the state stays; a re-run retries.
+			msg := fmt.Sprintf("repave %s -> %s: %s: %v (a re-run resumes it)", st.From, st.To, st.Phase, err)
+			if werr := d.Requests.WriteStatus(d.status(st, requests.InProgress, msg)); werr != nil {
+				log.Warn("could not write progress", "err", werr)
+			}
+			return nil, errors.New(msg)
+		}
+	}
+}
+
+func (d *Deps) finish(st *State, phase requests.Phase, msg, active string, down time.Duration, err error) (*requests.Status, error) {
+	s := d.status(st, phase, msg)
+	s.ActiveSlot, s.Downtime = active, down
+	if werr := d.Requests.WriteStatus(s); werr != nil {
+		return s, errors.Join(err, fmt.Errorf("write status: %w", werr))
+	}
+	if rerr := removeState(d.Root); rerr != nil {
+		return s, errors.Join(err, rerr)
+	}
+	return s, err
+}
+
+func (d *Deps) runPhase(ctx context.Context, st *State) error {
+	target, err := d.backend(st.Desired)
+	if err != nil {
+		return err
+	}
+	switch st.Phase {
+	case Prepare:
+		if err := target.Provision(ctx, st.To); err != nil {
+			return err
+		}
+		return target.Configure(ctx, st.To)
+	case Switch:
+		if st.SwitchAt.IsZero() {
+			st.SwitchAt = d.now().UTC()
+			if err := saveState(d.Root, st); err != nil {
+				return err
+			}
+		}
+		old, err := d.oldBackend(st)
+		if err != nil {
+			return err
+		}
+		return old.Stop(ctx, st.From)
+	case Start:
+		// After a power cut the old node may run again (its machine is
+		// enabled at boot until commit): stopping it is a no-op otherwise,
+		// and two nodes must never share the kubelet's ports.
+		old, err := d.oldBackend(st)
+		if err != nil {
+			return err
+		}
+		if err := old.Stop(ctx, st.From); err != nil {
+			return err
+		}
+		return target.Start(ctx, st.To)
+	case Verify:
+		return d.waitNode(ctx, target, st.Desired, st.To, st.SwitchAt)
+	case Commit:
+		a, err := isolation.NewApplied(st.To, st.Desired, d.AgentVersion, d.now())
+		if err != nil {
+			return err
+		}
+		if err := d.Store.SaveApplied(a); err != nil {
+			return err
+		}
+		if err := d.Store.SetActive(st.To); err != nil {
+			return err
+		}
+		return d.Boot.Move(ctx, st.From, st.To)
+	case Clean:
+		old, err := d.oldBackend(st)
+		if err != nil {
+			return err
+		}
+		if err := old.Remove(ctx, st.From); err != nil {
+			return err
+		}
+		return d.Store.RemoveApplied(st.From)
+	case Rollback:
+		return d.rollback(ctx, st, target)
+	}
+	return fmt.Errorf("repave state: unknown phase %q", st.Phase)
+}
+
+// rollback stops the target and brings the old slot back, verified.
+func (d *Deps) rollback(ctx context.Context, st *State, target isolation.Backend) error {
+	if err := target.Stop(ctx, st.To); err != nil {
+		return fmt.Errorf("stop the target slot %s: %w", st.To, err)
+	}
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return err
+	}
+	since := d.now()
+	if err := old.Start(ctx, st.From); err != nil {
+		return fmt.Errorf("start the old slot %s again: %w", st.From, err)
+	}
+	a, err := d.Store.LoadApplied(st.From)
+	if err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, old, a.Config, st.From, since); err != nil {
+		return fmt.Errorf("old slot %s after rollback: %w", st.From, err)
+	}
+	// The failed target is removed; the next repave prepares it afresh.
+	if err := target.Remove(ctx, st.To); err != nil {
+		d.Log.Warn("could not remove the failed target slot", "slot", st.To, "err", err)
+	}
+	return nil
+}
+
+// Restart restarts the active slot's node in place through its mode's
+// operator, waits for kubelet health and Node Ready, and writes the status
+// of request id.
+func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.Status, error) {
+	a, err := d.Store.ActiveApplied()
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, exitcode.Defer(errors.New("restart: no slot committed yet (the bootstrap has not finished)"))
+	}
+	m, err := isolation.AppliedMode(a)
+	if err != nil {
+		return nil, err
+	}
+	b, o, err := d.Isolation(m, a.Config)
+	if err != nil {
+		return nil, err
+	}
+	st := &requests.Status{RequestID: id, Kind: requests.Restart, Operation: op, MachineGeneration: gen,
+		Phase: requests.InProgress, Message: "restarting the node on slot " + a.Slot}
+	if err := d.Requests.WriteStatus(st); err != nil {
+		d.Log.Warn("could not write progress", "err", err)
+	}
+	t0 := d.now()
+	err = o.RestartNode(ctx, a.Slot)
+	st.Phases = append(st.Phases, requests.PhaseTiming{Name: "restart", StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
+	if err == nil {
+		t1 := d.now()
+		err = d.waitNode(ctx, b, a.Config, a.Slot, t0)
+		st.Phases = append(st.Phases, requests.PhaseTiming{Name: string(Verify), StartedAt: t1.UTC(), Duration: d.now().Sub(t1)})
+	}
+	st.ActiveSlot = a.Slot
+	if err != nil {
+		st.Phase, st.Message = requests.Failed, "restart of the node on slot "+a.Slot+" failed: "+err.Error()
+	} else {
+		st.Phase, st.Message, st.Downtime = requests.Succeeded, "node on slot "+a.Slot+" restarted", d.now().Sub(t0)
+	}
+	if werr := d.Requests.WriteStatus(st); werr != nil {
+		err = errors.Join(err, fmt.Errorf("write status: %w", werr))
+	}
+	return st, err
+}
