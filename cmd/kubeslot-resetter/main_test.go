@@ -1,12 +1,74 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
 func TestCommandLine(t *testing.T) {
 	clitest.CommonFlags(t, name, run)
-	clitest.NotImplemented(t, name, run)
+}
+
+// envRun is run with a fixed environment.
+func envRun(env map[string]string) clitest.Run {
+	return func(args []string, stdio cli.IO) int {
+		return runEnv(args, stdio, func(k string) string { return env[k] })
+	}
+}
+
+func TestNothingToReset(t *testing.T) {
+	prefix := t.TempDir()
+	for _, args := range [][]string{{"--yes"}, {}, {"--dry-run"}} {
+		code, out, errs := clitest.Call(envRun(nil), "", append(args, "--root-prefix", prefix)...)
+		if code != exitcode.OK || !strings.Contains(out, "nothing to reset") {
+			t.Errorf("%v without a record: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	prefix := t.TempDir()
+	for _, env := range []map[string]string{{envRequest: "repave"}, {"KUBESLOT_TEST_PAUSE_AT": "nowhere"}} {
+		if code, _, errs := clitest.Call(envRun(env), "", "--yes", "--root-prefix", prefix); code != exitcode.Usage {
+			t.Errorf("env %v: exit %d, want %d: %s", env, code, exitcode.Usage, errs)
+		}
+	}
+}
+
+// TestConfirmation: with an installation, a run by hand without --yes asks; anything but "yes" changes nothing.
+func TestConfirmation(t *testing.T) {
+	prefix := t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ownership.New("m1", "abcd", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ownership.Save(root, rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, stdin := range []string{"", "no\n", "y\n"} {
+		code, out, errs := clitest.Call(envRun(nil), stdin, "--root-prefix", prefix)
+		if code != exitcode.Usage || !strings.Contains(out, "Type yes") || !strings.Contains(errs, "nothing was changed") {
+			t.Errorf("stdin %q: exit %d, stdout %q, stderr %q", stdin, code, out, errs)
+		}
+		if got, err := ownership.Load(root); err != nil || got == nil || got.Checkpoint != rec.Checkpoint {
+			t.Errorf("stdin %q: record %+v %v", stdin, got, err)
+		}
+	}
+	code, out, _ := clitest.Call(envRun(nil), "", "--dry-run", "--root-prefix", prefix)
+	if code != exitcode.OK || !strings.Contains(out, "remove-record") || !strings.Contains(out, "nothing was changed") {
+		t.Errorf("--dry-run: exit %d:\n%s", code, out)
+	}
 }

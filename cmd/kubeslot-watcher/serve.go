@@ -60,7 +60,7 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger) error {
 	for {
 		loopCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		cfg, err := loadREST(st.kubeconfig)
+		cfg, err := st.rest()
 		if err != nil {
 			cancel()
 			return err

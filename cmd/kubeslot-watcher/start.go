@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -26,6 +27,23 @@ type started struct {
 	machineName string
 	nodeName    string
 	kubeconfig  string // local path
+	// identity is set when no kubeconfig file names the identity: the
+	// client is then built from the applied configuration's server and CA
+	// and the kubelet's current client pair in <base>/identity, which is
+	// what a bootstrapped host has.
+	identity func() (*rest.Config, error)
+}
+
+// rest builds the cluster client configuration, again after each rotation.
+func (st *started) rest() (*rest.Config, error) {
+	if st.identity != nil {
+		cfg, err := st.identity()
+		if err != nil {
+			return nil, err
+		}
+		return tuneREST(cfg), nil
+	}
+	return loadREST(st.kubeconfig)
 }
 
 // start runs the phases under the installation lock and releases it.
@@ -67,15 +85,24 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := loadREST(local)
+	st := &started{root: root, machineName: rec.Machine, kubeconfig: local}
+	if _, err := os.Stat(local); f.Kubeconfig == "" && errors.Is(err, os.ErrNotExist) {
+		// No kubeconfig file: use the node identity the bootstrap left.
+		applied, err := state.NewStore(root).ActiveApplied()
+		if err != nil || applied == nil {
+			return nil, fmt.Errorf("no kubeconfig %s and no trusted applied configuration to build the node identity from: %v", kc, err)
+		}
+		nc := &bootstrap.NodeCluster{Root: root}
+		st.identity = func() (*rest.Config, error) { return nc.RESTConfig(applied.Config) }
+	}
+	cfg, err := st.rest()
 	if err != nil {
 		return nil, err
 	}
-	node, err := nodeName(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kc, err)
+	if st.nodeName, err = nodeName(cfg); err != nil {
+		return nil, fmt.Errorf("node identity (%s): %w", kc, err)
 	}
-	return &started{root: root, machineName: rec.Machine, nodeName: node, kubeconfig: local}, nil
+	return st, nil
 }
 
 // loadREST reads the kubeconfig at path (a local path).
@@ -84,13 +111,18 @@ func loadREST(path string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node identity kubeconfig %s: %w", path, err)
 	}
+	return tuneREST(cfg), nil
+}
+
+// tuneREST sets the watcher's user agent and rate limits.
+func tuneREST(cfg *rest.Config) *rest.Config {
 	cfg.UserAgent = name
 	// client-go's default (5 QPS, burst 10) makes a burst of spec changes
 	// queue behind the status writes of the previous ones (each decision
 	// reads and writes the Machine's status), delaying the next request file
 	// by ~0.4 s. The watcher touches one Machine and is idle otherwise.
 	cfg.QPS, cfg.Burst = 20, 40
-	return cfg, nil
+	return cfg
 }
 
 // nodeName reads the node from the client certificate's subject: the agent

@@ -1,0 +1,287 @@
+package integration
+
+// The resetter stage for real (issue 9): a host bootstrapped by its first-boot unit, with foreign files next to
+// kubeslot's, is reset by hand: every kubeslot artifact goes, the foreign ones stay, no node machine runs; after a
+// power cut nothing bootstraps again; a bootstrap afterwards works (reinstall on the same host). Then kill -9 at
+// several steps and a re-run that finishes, and a reset through a real AgentReset operation.
+// Rig setup: bootstrap_rig_test.go (shared, unchanged); helpers for the reset in this file.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/reset"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// rsBinary is the resetter from the freshly built binaries bound into the host: a reset removes the host root, and
+// with it <base>/current, so a re-run after a kill cannot run from there.
+const rsBinary = bsBinsPath + "/kubeslot-resetter"
+
+// Foreign files a reset must leave alone: a .nspawn file, a unit with its enable link, a sysctl file, a drop-in of
+// the node's unit, another machine's tree.
+var rsForeign = map[string]string{
+	"/etc/systemd/nspawn/foreign.nspawn":                    "[Exec]\nBoot=yes\n",
+	"/etc/systemd/system/foreign-test.service":              "[Service]\nType=oneshot\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+	"/etc/sysctl.d/99-foreign-test.conf":                    "vm.swappiness = 10\n",
+	"/etc/systemd/system/systemd-nspawn@b.service.d/x.conf": "[Service]\nNice=1\n",
+	"/var/lib/machines/foreign/etc/os-release":              "ID=foreign\n",
+}
+
+// rsGone are the kubeslot artifacts of a bootstrapped host.
+var rsGone = []string{
+	"/opt/kubeslot",
+	"/var/lib/machines/a",
+	"/etc/systemd/nspawn/a.nspawn",
+	"/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf",
+	"/etc/systemd/system/machines.target.wants/systemd-nspawn@a.service",
+	"/etc/systemd/system/multi-user.target.wants/" + units.Bootstrap,
+	"/etc/systemd/system/multi-user.target.wants/" + units.Watcher,
+	"/etc/systemd/system/multi-user.target.wants/kubeslot-reset.path",
+}
+
+// bootstrapForReset boots a rig host, adds the foreign files and bootstraps it through the first-boot unit.
+func bootstrapForReset(t *testing.T, ctx context.Context, base string, persistent bool) *bsRig {
+	t.Helper()
+	r := newBootstrapRig(t, ctx, base, persistent)
+	for p, c := range rsForeign {
+		if err := r.h.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "enable", "foreign-test.service"); err != nil {
+		t.Fatalf("enable the foreign unit: %v\n%s", err, out)
+	}
+	r.seedCache(ctx)
+	t0 := time.Now()
+	if err := r.startUnit(ctx); err != nil {
+		t.Fatalf("bootstrap unit: %v", err)
+	}
+	rigTiming(t, "reset rig: bootstrap to complete (artifacts cached)", time.Since(t0))
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, time.Time{}, 3*time.Minute, r.h)
+	return r
+}
+
+// resetByHand runs the resetter with --yes and the given environment; it returns the exit code and output.
+func (r *bsRig) resetByHand(ctx context.Context, env ...string) (int, string) {
+	r.t.Helper()
+	args := append([]string{"env"}, env...)
+	out, err := r.h.Run(ctx, append(args, rsBinary, "--yes")...)
+	return exitCodeOf(err), string(out)
+}
+
+// checkReset: every kubeslot artifact is gone, the foreign files are intact, no node machine runs, and no kubeslot
+// unit is known to systemd.
+func (r *bsRig) checkReset(ctx context.Context) {
+	t := r.t
+	t.Helper()
+	for _, p := range rsGone {
+		if out, err := r.h.Run(ctx, "test", "-e", p); err == nil {
+			t.Errorf("%s still there after the reset %s", p, out)
+		}
+	}
+	for p, c := range rsForeign {
+		if got, err := r.h.ReadFile(p); err != nil || string(got) != c {
+			t.Errorf("foreign %s after the reset: %q %v", p, got, err)
+		}
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "is-enabled", "foreign-test.service"); err != nil || strings.TrimSpace(string(out)) != "enabled" {
+		t.Errorf("foreign unit no longer enabled: %v %s", err, out)
+	}
+	if _, err := r.h.ReadFile(bsConfigPath); err != nil {
+		t.Errorf("the operator's %s was removed: %v", bsConfigPath, err)
+	}
+	out, _ := r.h.Run(ctx, "sh", "-c", "ls /etc/systemd/system | grep kubeslot; true")
+	// The rig's own drop-in of the first-boot unit (rig.conf) is not kubeslot's: it stays.
+	if s := strings.TrimSpace(string(out)); s != units.Bootstrap+".d" {
+		t.Errorf("kubeslot entries left in /etc/systemd/system: %q", s)
+	}
+	out, _ = r.h.Run(ctx, "systemctl", "list-units", "--all", "--plain", "--no-legend", "systemd-nspawn@*", "kubeslot-*")
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[2] != "inactive" {
+			t.Errorf("unit left active after the reset: %s", l)
+		}
+	}
+	if out, err := r.h.Run(ctx, "machinectl", "list", "--no-legend"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("machines after the reset: %v %q", err, out)
+	}
+}
+
+func TestResetOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := bootstrapForReset(t, ctx, "rs", true)
+
+	// --dry-run lists, changes nothing.
+	before := r.tree(ctx)
+	out, err := r.h.Run(ctx, rsBinary, "--dry-run")
+	if err != nil || !strings.Contains(string(out), "/etc/systemd/nspawn/a.nspawn") || strings.Contains(string(out), "foreign") {
+		t.Errorf("dry run: %v\n%s", err, out)
+	}
+	if after := r.tree(ctx); after != before {
+		t.Errorf("--dry-run changed the host:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+
+	// The reset by hand.
+	t0 := time.Now()
+	code, text := r.resetByHand(ctx)
+	took := time.Since(t0)
+	t.Logf("reset output:\n%s", tailLines(text, 40))
+	if code != 0 || !strings.Contains(text, "kubeslot removed from this host") {
+		t.Fatalf("reset: exit %d:\n%s\n%s", code, text, hostDiag(r.h))
+	}
+	rigTiming(t, "reset: bootstrapped host to nothing (target < 15 s)", took)
+	r.checkReset(ctx)
+	if code, text := r.resetByHand(ctx); code != 0 || !strings.Contains(text, "nothing to reset") {
+		t.Errorf("second reset: exit %d:\n%s", code, text)
+	}
+
+	// A power cut: nothing bootstraps at the next boot.
+	if err := r.h.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.Boot(ctx); err != nil {
+		t.Fatalf("boot after the reset: %v", err)
+	}
+	time.Sleep(3 * time.Second) // give a (wrongly) enabled first-boot unit time to start
+	if out, _ := r.h.Run(ctx, "systemctl", "show", "-p", "LoadState", "-p", "ActiveState", units.Bootstrap); !strings.Contains(string(out), "LoadState=not-found") {
+		t.Errorf("first-boot unit after the reboot: %s", out)
+	}
+	r.checkReset(ctx)
+
+	// Reinstall on the same host: what Ignition lays down, then the first-boot unit.
+	r.layDown(ctx)
+	r.seedCache(ctx)
+	t1 := time.Now()
+	if err := r.startUnit(ctx); err != nil {
+		t.Fatalf("bootstrap after the reset: %v", err)
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 3*time.Minute, r.h)
+	rigTiming(t, "reset: reinstall to Node Ready with a new heartbeat", time.Since(t1))
+	r.checkComplete(ctx, t1)
+}
+
+// TestResetKillAtSteps: kill -9 of the resetter while it waits before several steps (KUBESLOT_TEST_PAUSE_AT), each
+// time resuming the reset the kill interrupted; the last run finishes it.
+func TestResetKillAtSteps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := bootstrapForReset(t, ctx, "rsk", false)
+	for i, step := range []string{reset.StepStopMachines, reset.StepRemoveRootfs, reset.StepRemoveBootstrapUnit,
+		reset.StepRemoveHostRoot, reset.StepRemoveRecord} {
+		unit := fmt.Sprintf("kubeslot-rs-pause-%d", i)
+		if out, err := r.h.Run(ctx, "systemd-run", "--unit="+unit, "--collect", "--no-block",
+			"--setenv="+reset.EnvPauseAt+"="+step, rsBinary, "--yes"); err != nil {
+			t.Fatalf("start %s: %v\n%s", unit, err, out)
+		}
+		waitJournal(t, ctx, r, unit, "paused before "+step)
+		if i > 0 {
+			if rec, err := r.record(); err != nil || rec.Checkpoint != "resetting" {
+				t.Errorf("record while paused before %s: %+v %v", step, rec, err)
+			}
+		}
+		if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", unit); err != nil {
+			t.Fatalf("kill -9 before %s: %v\n%s", step, err, out)
+		}
+		t.Logf("killed the resetter before %s", step)
+	}
+	code, text := r.resetByHand(ctx)
+	if code != 0 || !strings.Contains(text, "kubeslot removed from this host") {
+		t.Fatalf("reset after the kills: exit %d:\n%s", code, text)
+	}
+	r.checkReset(ctx)
+}
+
+// TestResetThroughOperation: an AgentReset MachineOperation; the watcher drops the request, kubeslot-reset.path
+// starts the resetter, the operation ends Succeeded for this Machine, and the host is clean.
+func TestResetThroughOperation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := bootstrapForReset(t, ctx, "rso", false)
+	// The watcher the bootstrap started must be serving with the node identity the bootstrap left (it registers the
+	// Machine and watches operations).
+	rsEventually(t, ctx, 2*time.Minute, "watcher active", func() (bool, string) {
+		out, _ := r.h.Run(ctx, "systemctl", "is-active", units.Watcher)
+		if s := strings.TrimSpace(string(out)); s != "active" {
+			j, _ := r.h.Journal(ctx, units.Watcher)
+			return false, s + "\n" + tailLines(j, 30)
+		}
+		return true, ""
+	})
+	op := &v1alpha1.MachineOperation{ObjectMeta: metav1.ObjectMeta{Name: "reset-" + r.node},
+		Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationAgentReset, MachineRef: &v1alpha1.MachineReference{Name: r.node}}}
+	if _, err := r.mc.CreateOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.mc.DeleteOperation(context.Background(), op.Name) })
+	t0 := time.Now()
+	var phase string
+	rsEventually(t, ctx, 3*time.Minute, "operation Succeeded for the Machine", func() (bool, string) {
+		got, err := r.mc.GetOperation(ctx, op.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		if e := got.Status.Target(r.node, r.node); e != nil {
+			phase = string(e.Phase)
+			return phase == "Succeeded", phase + ": " + e.Message
+		}
+		return false, "no entry"
+	})
+	rsEventually(t, ctx, 2*time.Minute, "host root gone", func() (bool, string) {
+		_, err := r.h.Run(ctx, "test", "-e", "/opt/kubeslot")
+		out, _ := r.h.Run(ctx, "systemctl", "is-active", "kubeslot-reset.service")
+		return err != nil && strings.TrimSpace(string(out)) != "active", string(out)
+	})
+	rigTiming(t, "reset: AgentReset operation created to host clean", time.Since(t0))
+	j, _ := r.h.Journal(ctx, "kubeslot-reset.service")
+	if !strings.Contains(j, "published the reset's result") {
+		t.Errorf("the resetter did not see its result published:\n%s", tailLines(j, 30))
+	}
+	r.checkReset(ctx)
+}
+
+// waitJournal waits (bounded) until unit's journal contains want.
+func waitJournal(t *testing.T, ctx context.Context, r *bsRig, unit, want string) {
+	t.Helper()
+	var j string
+	rsEventually(t, ctx, 3*time.Minute, unit+": "+want, func() (bool, string) {
+		j, _ = r.h.Journal(ctx, unit)
+		return strings.Contains(j, want), tailLines(j, 30)
+	})
+}
+
+// rsEventually polls cond every 300 ms until it holds, failing the test after bound.
+func rsEventually(t *testing.T, ctx context.Context, bound time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	last := ""
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v (last: %s)", what, bound, last)
+}
+
+// exitCodeOf is the exit code of a command run in the host: 0, the process's code, or -1.
+func exitCodeOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}

@@ -1,0 +1,367 @@
+package reset
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/hostprep"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// fakeSystemd keeps unit states and machines in memory and records calls.
+type fakeSystemd struct {
+	mu       sync.Mutex
+	active   map[string]string // unit → ActiveState; missing means inactive
+	machines map[string]bool   // running machines
+	calls    []string
+	fail     map[string]error // "stop <unit>" → error
+}
+
+func newFakeSystemd() *fakeSystemd {
+	return &fakeSystemd{active: map[string]string{}, machines: map[string]bool{}, fail: map[string]error{}}
+}
+
+func (f *fakeSystemd) call(s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+	return f.fail[s]
+}
+
+func (f *fakeSystemd) StartUnit(ctx context.Context, name string) error {
+	return f.call("start " + name)
+}
+
+func (f *fakeSystemd) StopUnit(ctx context.Context, name string) error {
+	if err := f.call("stop " + name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active[name] = "inactive"
+	if slot, ok := strings.CutPrefix(name, "systemd-nspawn@"); ok {
+		delete(f.machines, strings.TrimSuffix(slot, ".service"))
+	}
+	return nil
+}
+
+func (f *fakeSystemd) Reload(ctx context.Context) error { return f.call("reload") }
+
+func (f *fakeSystemd) UnitState(ctx context.Context, name string) (string, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a, ok := f.active[name]; ok {
+		return a, "", nil
+	}
+	return "inactive", "dead", nil
+}
+
+func (f *fakeSystemd) ResetFailed(ctx context.Context, name string) error { return nil }
+
+func (f *fakeSystemd) Machine(ctx context.Context, name string) (isolation.Machine, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.machines[name] {
+		return isolation.Machine{Name: name, State: "running", Leader: 42}, nil
+	}
+	return isolation.Machine{}, fmt.Errorf("machine %s: %w", name, isolation.ErrNoMachine)
+}
+
+func (f *fakeSystemd) TerminateMachine(ctx context.Context, name string) error {
+	if err := f.call("terminate " + name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.machines, name)
+	return nil
+}
+
+func (f *fakeSystemd) callList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// fakeSys is a hostprep.System with installed packages in memory.
+type fakeSys struct {
+	mu       sync.Mutex
+	packages map[string]bool
+	removed  []string
+}
+
+func (s *fakeSys) PackageInstalled(ctx context.Context, name string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.packages[name], nil
+}
+func (s *fakeSys) InstallPackages(ctx context.Context, names ...string) error {
+	return fmt.Errorf("unexpected install")
+}
+func (s *fakeSys) RemovePackages(ctx context.Context, names ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		delete(s.packages, n)
+		s.removed = append(s.removed, n)
+	}
+	return nil
+}
+func (s *fakeSys) Module(name string) (hostprep.ModuleState, error) {
+	return hostprep.ModuleAbsent, nil
+}
+func (s *fakeSys) LoadModule(ctx context.Context, name string) error { return nil }
+func (s *fakeSys) ReadSysctl(key string) (string, error)             { return "", fs.ErrNotExist }
+func (s *fakeSys) WriteSysctl(key, value string) error               { return nil }
+func (s *fakeSys) ActiveSwaps() ([]hostprep.Swap, error)             { return nil, nil }
+func (s *fakeSys) SwapOff(ctx context.Context, dev string) error     { return nil }
+func (s *fakeSys) SwapOn(ctx context.Context, dev string, p int) error {
+	return nil
+}
+
+// host is a temporary root laid out like a bootstrapped host, with foreign
+// files next to kubeslot's.
+type host struct {
+	t    *testing.T
+	root *hostroot.Root
+	rec  *ownership.Record
+	sd   *fakeSystemd
+	sys  *fakeSys
+}
+
+// Paths a bootstrapped host has that a reset must remove.
+var kubeslotPaths = []string{
+	"/opt/kubeslot",
+	"/etc/sysctl.d/90-kubeslot.conf",
+	"/etc/systemd/nspawn/a.nspawn",
+	"/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf",
+	"/etc/systemd/system/machines.target.wants/systemd-nspawn@a.service",
+	"/etc/systemd/system/multi-user.target.wants/machines.target",
+	"/var/lib/machines/a",
+	"/etc/systemd/system/kubeslot-watcher.service",
+	"/etc/systemd/system/multi-user.target.wants/kubeslot-watcher.service",
+	"/etc/systemd/system/kubeslot-reset.path",
+	"/etc/systemd/system/multi-user.target.wants/kubeslot-reset.path",
+	"/etc/systemd/system/kubeslot-bootstrap.service",
+	"/etc/systemd/system/multi-user.target.wants/kubeslot-bootstrap.service",
+	"/etc/systemd/system/kubeslot-repave@.service",
+}
+
+// Foreign paths that must stay, with their content.
+var foreignFiles = map[string]string{
+	"/etc/systemd/nspawn/foreign.nspawn":                           "[Exec]\nBoot=yes\n",
+	"/etc/systemd/system/foreign.service":                          "[Service]\nExecStart=/bin/true\n",
+	"/etc/systemd/system/systemd-nspawn@a.service.d/operator.conf": "[Service]\nNice=1\n",
+	"/etc/sysctl.d/99-foreign.conf":                                "vm.swappiness = 1\n",
+	"/var/lib/machines/other/etc/os-release":                       "ID=other\n",
+	"/etc/kubeslot/config.toml":                                    "operator's config\n",
+}
+
+func newHost(t *testing.T) *host {
+	t.Helper()
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &host{t: t, root: root, sd: newFakeSystemd(), sys: &fakeSys{packages: map[string]bool{"systemd-container": true}}}
+	// Before kubeslot: the host's own files, and what Ignition laid down.
+	for p, c := range foreignFiles {
+		h.write(p, c)
+	}
+	h.write("/etc/modules-load.d/kubeslot.conf", "# the admin's own\nloop\n")
+	h.write("/etc/systemd/system/custom.service", "[Service]\nExecStart=/bin/false\n")
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	h.write("/opt/kubeslot/releases/blue/kubeslot-resetter", "binary")
+	h.link("/opt/kubeslot/current", "releases/blue")
+	bs, err := units.Render(units.Bootstrap, units.Vars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write("/etc/systemd/system/"+units.Bootstrap, string(bs))
+	h.link("/etc/systemd/system/multi-user.target.wants/"+units.Bootstrap, "/etc/systemd/system/"+units.Bootstrap)
+
+	// The bootstrap: record, then each change journalled before it is made.
+	if h.rec, err = ownership.New("m1", "abcdef", "test"); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.SetCheckpoint(ownership.CheckpointComplete)
+	if err := ownership.Save(root, h.rec); err != nil {
+		t.Fatal(err)
+	}
+	h.journal(ownership.KindPackage, "systemd-container", func() {})
+	h.journal(ownership.KindModuleFile, "/etc/modules-load.d/kubeslot.conf", func() { h.write("/etc/modules-load.d/kubeslot.conf", "overlay\n") })
+	h.journal(ownership.KindSysctlFile, "/etc/sysctl.d/90-kubeslot.conf", func() { h.write("/etc/sysctl.d/90-kubeslot.conf", "net.ipv4.ip_forward = 1\n") })
+	for _, p := range []string{"/var/lib/machines/.a.partial", "/var/lib/machines/a"} {
+		h.journal(ownership.KindMachineRootfs, p, func() {})
+	}
+	h.write("/var/lib/machines/a/etc/os-release", "ID=debian\n")
+	h.journal(ownership.KindNspawnSettings, "/etc/systemd/nspawn/a.nspawn", func() { h.write("/etc/systemd/nspawn/a.nspawn", "[Exec]\n") })
+	h.journal(ownership.KindDir, "/etc/systemd/system/systemd-nspawn@a.service.d", func() { h.mkdir("/etc/systemd/system/systemd-nspawn@a.service.d") })
+	h.journal(ownership.KindUnit, "/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf", func() {
+		h.write("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf", "[Service]\n")
+	})
+	h.journal(ownership.KindDir, "/etc/systemd/system/machines.target.wants", func() { h.mkdir("/etc/systemd/system/machines.target.wants") })
+	h.journal(ownership.KindUnit, "/etc/systemd/system/machines.target.wants/systemd-nspawn@a.service", func() {
+		h.link("/etc/systemd/system/machines.target.wants/systemd-nspawn@a.service", "/lib/systemd/system/systemd-nspawn@.service")
+	})
+	h.journal(ownership.KindUnit, "/etc/systemd/system/multi-user.target.wants/machines.target", func() {
+		h.link("/etc/systemd/system/multi-user.target.wants/machines.target", "/lib/systemd/system/machines.target")
+	})
+	all, err := units.All(units.Vars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range units.Names() {
+		if n == units.Bootstrap {
+			continue // laid down by Ignition, identical: never journalled
+		}
+		p := "/etc/systemd/system/" + n
+		h.journal(ownership.KindUnit, p, func() { h.write(p, string(all[n])) })
+		for _, l := range installLinks(n, all[n]) {
+			if strings.Contains(n, "@.") {
+				continue
+			}
+			h.journal(ownership.KindUnit, l, func() { h.link(l, p) })
+		}
+	}
+	// A unit kubeslot replaced: its prior content comes back.
+	h.journal(ownership.KindUnit, "/etc/systemd/system/custom.service", func() { h.write("/etc/systemd/system/custom.service", "kubeslot's\n") })
+	h.write("/opt/kubeslot/applied/a.json", "{}")
+	h.sd.active[units.Watcher] = "active"
+	h.sd.active[units.PathUnit("reset")] = "active"
+	h.sd.active[units.Bootstrap] = "active"
+	h.sd.active["systemd-nspawn@a.service"] = "active"
+	h.sd.machines["a"] = true
+	return h
+}
+
+func (h *host) local(p string) string {
+	l, err := localEntry(h.root, p)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return l
+}
+
+func (h *host) write(p, content string) {
+	h.t.Helper()
+	l := h.local(p)
+	if err := os.MkdirAll(filepath.Dir(l), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.WriteFile(l, []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *host) mkdir(p string) {
+	h.t.Helper()
+	if err := os.MkdirAll(h.local(p), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *host) link(p, target string) {
+	h.t.Helper()
+	l := h.local(p)
+	if err := os.MkdirAll(filepath.Dir(l), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.Symlink(target, l); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *host) journal(kind ownership.Kind, target string, change func()) {
+	h.t.Helper()
+	c := ownership.Change{Kind: kind}
+	if kind.UsesName() {
+		c.Name, c.Prior.State = target, ownership.PriorAbsent
+	} else {
+		prior, err := ownership.CapturePrior(h.root, target)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		c.Path, c.Prior = target, prior
+	}
+	if err := h.rec.Record(h.root, c); err != nil {
+		h.t.Fatal(err)
+	}
+	change()
+}
+
+func (h *host) exists(p string) bool {
+	_, err := os.Lstat(h.local(p))
+	return err == nil
+}
+
+func (h *host) read(p string) string {
+	b, err := os.ReadFile(h.local(p))
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(b)
+}
+
+func (h *host) deps() Deps {
+	return Deps{Root: h.root, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9}
+}
+
+// tree snapshots every path under the prefix (except the volatile lock)
+// with its type, mode and content digest.
+func (h *host) tree() string {
+	h.t.Helper()
+	var lines []string
+	prefix := h.root.Prefix()
+	err := filepath.WalkDir(prefix, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := "/" + strings.TrimPrefix(strings.TrimPrefix(p, prefix), "/")
+		if rel == "/run" {
+			return filepath.SkipDir // volatile: the lock
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		line := fmt.Sprintf("%s %v", rel, fi.Mode())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, _ := os.Readlink(p)
+			line += " -> " + t
+		case fi.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			sum := sha256.Sum256(b)
+			line += " " + hex.EncodeToString(sum[:6])
+		}
+		lines = append(lines, line)
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func hostRootWithBase(h *host, base string) (*hostroot.Root, error) {
+	return hostroot.New(h.root.Prefix(), base)
+}

@@ -1,0 +1,150 @@
+package reset
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// DryRun writes what a reset would do, step by step, to w, changing
+// nothing: no lock, no systemd, no writes. It reports false when no
+// installation owns the host (nothing to reset).
+func DryRun(root *hostroot.Root, w io.Writer) (bool, error) {
+	rec, err := ownership.Load(root)
+	if err != nil {
+		return false, fmt.Errorf("cannot plan a reset from the ownership record: %w", err)
+	}
+	if rec == nil {
+		writeLine(w, "nothing to reset: no installation owns this host (%s)", root.HostPath(hostroot.OwnershipFile))
+		return false, nil
+	}
+	writeLine(w, "installation %s of machine %q (checkpoint %s); a reset would:", rec.InstallID, rec.Machine, rec.Checkpoint)
+	r := &runner{d: Deps{Root: root}, rec: rec}
+	for i, s := range Steps() {
+		writeLine(w, "%2d. %s: %s", i+1, s.Name, s.What)
+		for _, line := range r.planStep(s.Name) {
+			writeLine(w, "      %s", line)
+		}
+	}
+	writeLine(w, "kept: %s (the operator's configuration) and every file, unit and machine kubeslot did not make", units.ConfigPath)
+	writeLine(w, "dry run: nothing was changed")
+	return true, nil
+}
+
+func (r *runner) planStep(step string) []string {
+	var out []string
+	for _, c := range Group(r.rec, step) {
+		out = append(out, describe(c))
+	}
+	switch step {
+	case StepStopWatcher:
+		out = append(out, "stop "+units.Watcher)
+	case StepStopUnits:
+		for _, n := range units.Names() {
+			if strings.HasSuffix(n, ".path") || n == units.Recovery {
+				out = append(out, "stop "+n)
+			}
+		}
+		for _, n := range units.Names() {
+			if strings.HasSuffix(n, ".path") {
+				out = append(out, r.presentLinks(n)...)
+			}
+		}
+	case StepStopMachines:
+		for _, s := range slotsOf(r.rec) {
+			out = append(out, "stop "+machineUnit(s))
+		}
+	case StepRemoveBootstrapUnit:
+		out = append(out, "stop "+units.Bootstrap)
+		out = append(out, r.presentUnit(units.Bootstrap)...)
+	case StepRemoveUnits:
+		for _, n := range units.Names() {
+			if n != units.Bootstrap {
+				out = append(out, r.presentUnit(n)...)
+			}
+		}
+	case StepRemoveHostRoot:
+		if base, err := r.base(); err == nil {
+			ents, _ := os.ReadDir(base)
+			for _, e := range ents {
+				if e.Name() != hostroot.OwnershipFile {
+					out = append(out, "remove "+path.Join(r.d.Root.Base(), e.Name()))
+				}
+			}
+		} else {
+			out = append(out, "BLOCKED: "+err.Error())
+		}
+	case StepRemoveRecord:
+		out = append(out, "remove "+r.d.Root.HostPath(hostroot.OwnershipFile), "remove "+r.d.Root.Base()+" (when empty)")
+	}
+	return out
+}
+
+// presentLinks lists the not-journalled links of unit name that exist.
+func (r *runner) presentLinks(name string) []string {
+	var out []string
+	links, _ := r.unitLinks(name)
+	for _, l := range links {
+		if _, found := r.rec.Lookup(ownership.KindUnit, l); found {
+			continue
+		}
+		if local, err := localEntry(r.d.Root, l); err == nil {
+			if _, err := os.Lstat(local); err == nil {
+				out = append(out, "remove link "+l)
+			}
+		}
+	}
+	return out
+}
+
+// presentUnit lists the not-journalled file and links of unit name that exist.
+func (r *runner) presentUnit(name string) []string {
+	var out []string
+	if !strings.Contains(name, "@.") && !strings.HasSuffix(name, ".path") {
+		out = append(out, r.presentLinks(name)...)
+	}
+	p := path.Join(hostroot.UnitDir, name)
+	if _, found := r.rec.Lookup(ownership.KindUnit, p); !found {
+		if local, err := localEntry(r.d.Root, p); err == nil {
+			if _, err := os.Lstat(local); err == nil {
+				out = append(out, "remove "+p)
+			}
+		}
+	}
+	return out
+}
+
+// describe says what undoing c does.
+func describe(c ownership.Change) string {
+	target := c.Path
+	if c.Kind.UsesName() {
+		target = c.Name
+	}
+	action := "remove"
+	switch c.Prior.State {
+	case ownership.PriorFile:
+		action = "restore the prior file"
+	case ownership.PriorSymlink:
+		action = "restore the prior link to " + c.Prior.Value
+	case ownership.PriorDir:
+		action = "keep (was there before kubeslot)"
+	case ownership.PriorPresent:
+		action = "turn back on"
+		if c.Kind == ownership.KindPackage {
+			action = "keep (installed before kubeslot)"
+		}
+	}
+	switch {
+	case c.Kind == ownership.KindPackage && c.Prior.State == ownership.PriorAbsent:
+		action = "apt-get remove"
+	case c.Kind == ownership.KindDir && c.Prior.State == ownership.PriorAbsent:
+		action = "remove if empty"
+	}
+	return fmt.Sprintf("%s %s: %s", c.Kind, target, action)
+}

@@ -1,0 +1,291 @@
+// Package reset is the logic of the resetter stage (cmd/kubeslot-resetter):
+// it removes kubeslot from a host in a fixed order of named, idempotent
+// steps, under the installation lock, from the ownership record's journal.
+// Imported by cmd/kubeslot-resetter only.
+//
+// Order (Steps): mark the record resetting → report the AgentReset request
+// Succeeded (request path only; the watcher gets a bounded moment to publish
+// it) → stop the watcher → stop and disable the path units, the recovery unit
+// and the idle workers → stop the slots' node machines → remove nspawn
+// settings, drop-ins and the machines' boot links → remove the slots' rootfs
+// → undo the rest of the journal, newest first → stop, disable and remove the
+// first-boot unit → remove every kubeslot unit file and reload systemd →
+// remove the host root (all but the record) → remove the record, then the
+// empty base directory. Each step ends with a syncfs of the filesystems it
+// touched.
+//
+// Resumable: the record stays `resetting` until the last step, and every
+// step treats "already gone" as done, so a re-run after a crash or a kill at
+// any point finishes the job. Any other failure stops the run and names what
+// to fix; the record stays `resetting`, and bootstrap refuses the host until
+// a reset finishes.
+//
+// Only what kubeslot made: host paths outside the base are changed only
+// through the journal (each entry restored to its recorded prior state), with
+// one exception by exact name, never by pattern: kubeslot's own unit files
+// (units.Names) in /etc/systemd/system and their enablement links, which
+// Ignition may have laid down before any journal existed. The base directory
+// is kubeslot's own by definition (DESIGN.md, "Host layout"). The bootstrap
+// configuration /etc/kubeslot/config.toml is the operator's input and stays;
+// with the first-boot unit gone, nothing re-bootstraps the host from it.
+package reset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostprep"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+// Stage is the holder name written into the installation lock.
+const Stage = "kubeslot-resetter"
+
+// Defaults of the bounded waits.
+const (
+	DefaultLockWait    = 30 * time.Second
+	DefaultPublishWait = 20 * time.Second
+	DefaultStopWait    = 2 * time.Minute
+	unitWait           = time.Minute
+	goneWait           = 15 * time.Second
+)
+
+// EnvPauseAt=<step> is test-only: the run stops before that step (after the
+// steps before it finished) and waits to be killed.
+const EnvPauseAt = "KUBESLOT_TEST_PAUSE_AT"
+
+// Deps is everything a run is built from. Root, Log, Systemd and Sys are
+// required.
+type Deps struct {
+	Root    *hostroot.Root
+	Log     *slog.Logger
+	Systemd isolation.SystemdConn
+	// Sys undoes host preparation (hostprep.ExecSystem on a host).
+	Sys hostprep.System
+	// Request: the run serves an AgentReset request (KUBESLOT_REQUEST=reset,
+	// from kubeslot-reset.service): the request is claimed and reported
+	// Succeeded before the watcher is stopped.
+	Request bool
+	// LockWait, PublishWait and StopWait bound the lock, the watcher's
+	// publication of the request's result, and stopping one node machine;
+	// zero means the defaults.
+	LockWait, PublishWait, StopWait time.Duration
+	// Before is called before each step with its name (tests inject
+	// failures; the binary implements KUBESLOT_TEST_PAUSE_AT with it). An
+	// error stops the run there.
+	Before func(ctx context.Context, step string) error
+}
+
+func (d *Deps) wait(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// Step is one named, idempotent step of a reset.
+type Step struct {
+	Name string
+	// What says what the step removes, for messages.
+	What string
+	run  func(r *runner, ctx context.Context) error
+}
+
+// Step names, in order.
+const (
+	StepMarkResetting       = "mark-resetting"
+	StepReportRequest       = "report-request"
+	StepStopWatcher         = "stop-watcher"
+	StepStopUnits           = "stop-units"
+	StepStopMachines        = "stop-machines"
+	StepRemoveNspawn        = "remove-nspawn"
+	StepRemoveRootfs        = "remove-rootfs"
+	StepUndoJournal         = "undo-journal"
+	StepRemoveBootstrapUnit = "remove-bootstrap-unit"
+	StepRemoveUnits         = "remove-units"
+	StepRemoveHostRoot      = "remove-host-root"
+	StepRemoveRecord        = "remove-record"
+)
+
+// Steps returns the steps in the order a reset runs them. A fresh slice
+// each call.
+func Steps() []Step {
+	return []Step{
+		{StepMarkResetting, "mark the ownership record resetting", (*runner).markResetting},
+		{StepReportRequest, "report the AgentReset request Succeeded (request path only)", (*runner).reportRequest},
+		{StepStopWatcher, "stop the watcher", (*runner).stopWatcher},
+		{StepStopUnits, "stop and disable the path units, the recovery unit and idle workers", (*runner).stopUnits},
+		{StepStopMachines, "stop the slots' node machines", (*runner).stopMachines},
+		{StepRemoveNspawn, "remove nspawn settings, drop-ins and boot links", (*runner).removeNspawn},
+		{StepRemoveRootfs, "remove the slots' rootfs", (*runner).removeRootfs},
+		{StepUndoJournal, "undo the remaining host changes of the journal, newest first", (*runner).undoJournal},
+		{StepRemoveBootstrapUnit, "stop, disable and remove the first-boot unit", (*runner).removeBootstrapUnit},
+		{StepRemoveUnits, "remove every kubeslot unit file and reload systemd", (*runner).removeUnits},
+		{StepRemoveHostRoot, "remove the host root (all but the ownership record)", (*runner).removeHostRoot},
+		{StepRemoveRecord, "remove the ownership record, then the empty host root", (*runner).removeRecord},
+	}
+}
+
+// StepNames lists the step names in order.
+func StepNames() []string {
+	var out []string
+	for _, s := range Steps() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// ValidStep reports whether name is a step.
+func ValidStep(name string) bool {
+	for _, s := range Steps() {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Result says what a run did.
+type Result struct {
+	// Nothing: no ownership record, nothing was reset.
+	Nothing   bool
+	InstallID string
+	// Resumed: the record was already resetting.
+	Resumed bool
+	// RequestID is the AgentReset request served (request path).
+	RequestID string
+	Steps     []StepTiming
+}
+
+// StepTiming is how long one step took.
+type StepTiming struct {
+	Name string
+	Took time.Duration
+}
+
+// StepError is a failed step; the record stays resetting.
+type StepError struct {
+	Step string
+	Err  error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("reset step %s: %v; the ownership record stays \"resetting\": fix that and run kubeslot-resetter again, it resumes", e.Step, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Run resets the host: installation lock (busy → exit 69), the record
+// (none → Nothing), then every step in order.
+func Run(ctx context.Context, d Deps) (*Result, error) {
+	if d.Root == nil || d.Systemd == nil || d.Sys == nil {
+		return nil, errors.New("reset: Root, Systemd and Sys are required")
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	lockWait := d.wait(d.LockWait, DefaultLockWait)
+	lctx, cancel := context.WithTimeout(ctx, lockWait)
+	lock, err := ownership.Acquire(lctx, d.Root, ownership.Holder{Stage: Stage}, d.Log)
+	cancel()
+	if err != nil {
+		if errors.Is(err, ownership.ErrLockTimeout) {
+			return nil, exitcode.Defer(fmt.Errorf("%w (lock wait %s)", err, lockWait))
+		}
+		return nil, err
+	}
+	defer func() {
+		if err := lock.Release(); err != nil {
+			d.Log.Warn("release the installation lock", "err", err)
+		}
+	}()
+	rec, err := ownership.Load(d.Root)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reset from the ownership record: %w", err)
+	}
+	res := &Result{}
+	if rec == nil {
+		res.Nothing = true
+		if err := removeEmptyBase(d.Root, d.Log); err != nil {
+			return res, err
+		}
+		return res, nil
+	}
+	_ = lock.SetInstallID(rec.InstallID)
+	res.InstallID, res.Resumed = rec.InstallID, rec.Checkpoint == ownership.CheckpointResetting
+	r := &runner{d: d, rec: rec, lock: lock, log: d.Log.With("install_id", rec.InstallID)}
+	if d.Request {
+		req, err := requests.New(d.Root).Claim(lock, requests.Reset)
+		switch {
+		case errors.Is(err, requests.ErrNoRequest):
+			r.log.Info("no reset request to serve: nothing done (run kubeslot-resetter by hand to reset anyway)")
+			res.Nothing = true
+			return res, nil
+		case err != nil:
+			return res, fmt.Errorf("claim the reset request: %w", err)
+		}
+		r.req, res.RequestID = req, req.ID
+	}
+	if res.Resumed {
+		r.log.Info("resuming an unfinished reset")
+	} else {
+		r.log.Info("reset started", "machine", rec.Machine, "checkpoint", rec.Checkpoint)
+	}
+	for _, s := range Steps() {
+		if d.Before != nil {
+			if err := d.Before(ctx, s.Name); err != nil {
+				return res, &StepError{Step: s.Name, Err: err}
+			}
+		}
+		t0 := time.Now()
+		if err := s.run(r, ctx); err != nil {
+			return res, &StepError{Step: s.Name, Err: err}
+		}
+		if err := r.sync(); err != nil {
+			return res, &StepError{Step: s.Name, Err: err}
+		}
+		took := time.Since(t0)
+		res.Steps = append(res.Steps, StepTiming{s.Name, took})
+		r.log.Info("reset step done", "step", s.Name, "took", took.Round(time.Millisecond))
+	}
+	return res, nil
+}
+
+// runner carries one reset through its steps.
+type runner struct {
+	d    Deps
+	rec  *ownership.Record
+	lock *ownership.Lock
+	log  *slog.Logger
+	req  *requests.Request
+}
+
+// PauseHook returns a Deps.Before that pauses before step (the test hook
+// KUBESLOT_TEST_PAUSE_AT): it calls paused, then waits until ctx ends.
+func PauseHook(step string, paused func(string)) func(context.Context, string) error {
+	return func(ctx context.Context, s string) error {
+		if s != step {
+			return nil
+		}
+		if paused != nil {
+			paused(s)
+		}
+		<-ctx.Done()
+		return fmt.Errorf("paused before %s (%s): %w", s, EnvPauseAt, context.Cause(ctx))
+	}
+}
+
+// writeLine writes to w, ignoring errors (reports only).
+func writeLine(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+
+// isNotExist is errors.Is(err, fs.ErrNotExist).
+func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }

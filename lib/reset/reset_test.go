@@ -1,0 +1,364 @@
+package reset
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+func TestStepOrder(t *testing.T) {
+	want := []string{"mark-resetting", "report-request", "stop-watcher", "stop-units", "stop-machines", "remove-nspawn",
+		"remove-rootfs", "undo-journal", "remove-bootstrap-unit", "remove-units", "remove-host-root", "remove-record"}
+	if got := StepNames(); !slices.Equal(got, want) {
+		t.Errorf("steps:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestJournalGroups: each journal entry is undone by exactly the step that owns it, directories with the step that
+// empties them.
+func TestJournalGroups(t *testing.T) {
+	h := newHost(t)
+	want := map[string]string{
+		"/etc/modules-load.d/kubeslot.conf":                                    StepUndoJournal,
+		"/var/lib/machines/a":                                                  StepRemoveRootfs,
+		"/etc/systemd/nspawn/a.nspawn":                                         StepRemoveNspawn,
+		"/etc/systemd/system/systemd-nspawn@a.service.d":                       StepRemoveNspawn,
+		"/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf":         StepRemoveNspawn,
+		"/etc/systemd/system/machines.target.wants":                            StepRemoveNspawn,
+		"/etc/systemd/system/multi-user.target.wants/machines.target":          StepRemoveNspawn,
+		"/etc/systemd/system/multi-user.target.wants/kubeslot-reset.path":      StepStopUnits,
+		"/etc/systemd/system/kubeslot-reset.path":                              StepRemoveUnits,
+		"/etc/systemd/system/multi-user.target.wants/kubeslot-watcher.service": StepRemoveUnits,
+		"/etc/systemd/system/custom.service":                                   StepUndoJournal,
+	}
+	for _, c := range h.rec.Journal {
+		if w, ok := want[c.Path]; ok {
+			if g := groupOf(c, h.rec.Journal); g != w {
+				t.Errorf("%s %s: undone in %s, want %s", c.Kind, c.Path, g, w)
+			}
+			delete(want, c.Path)
+		}
+	}
+	for p := range want {
+		t.Errorf("%s: not in the journal", p)
+	}
+}
+
+func checkReset(t *testing.T, h *host) {
+	t.Helper()
+	for _, p := range kubeslotPaths {
+		if h.exists(p) {
+			t.Errorf("%s still there after the reset", p)
+		}
+	}
+	for p, c := range foreignFiles {
+		if got := h.read(p); got != c {
+			t.Errorf("foreign %s: %q, want %q", p, got, c)
+		}
+	}
+	if got := h.read("/etc/modules-load.d/kubeslot.conf"); got != "# the admin's own\nloop\n" {
+		t.Errorf("module file kubeslot replaced not restored: %q", got)
+	}
+	if got := h.read("/etc/systemd/system/custom.service"); got != "[Service]\nExecStart=/bin/false\n" {
+		t.Errorf("unit kubeslot replaced not restored: %q", got)
+	}
+	if !h.exists("/etc/systemd/system/multi-user.target.wants") {
+		t.Errorf("multi-user.target.wants, there before kubeslot, was removed")
+	}
+	if h.exists("/etc/systemd/system/machines.target.wants") {
+		t.Errorf("machines.target.wants, made by kubeslot, is still there")
+	}
+	if rec, err := ownership.Load(h.root); err != nil || rec != nil {
+		t.Errorf("ownership record after the reset: %+v %v", rec, err)
+	}
+}
+
+func TestResetRemovesOnlyWhatItMade(t *testing.T) {
+	h := newHost(t)
+	res, err := Run(t.Context(), h.deps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Nothing || res.Resumed || len(res.Steps) != len(Steps()) {
+		t.Errorf("result %+v", res)
+	}
+	checkReset(t, h)
+	if !slices.Equal(h.sys.removed, []string{"systemd-container"}) {
+		t.Errorf("packages removed: %v, want the one kubeslot installed", h.sys.removed)
+	}
+	calls := h.sd.callList()
+	idx := func(s string) int {
+		i := slices.Index(calls, s)
+		if i < 0 {
+			t.Errorf("no %q in %v", s, calls)
+		}
+		return i
+	}
+	w, p, m, b := idx("stop "+units.Watcher), idx("stop kubeslot-reset.path"), idx("stop systemd-nspawn@a.service"), idx("stop "+units.Bootstrap)
+	if !(w < p && p < m && m < b) {
+		t.Errorf("stop order: watcher %d, path unit %d, machine %d, bootstrap %d: %v", w, p, m, b, calls)
+	}
+	if !slices.Contains(calls, "reload") {
+		t.Errorf("systemd never reloaded: %v", calls)
+	}
+	// A second run finds nothing.
+	res, err = Run(t.Context(), h.deps())
+	if err != nil || !res.Nothing {
+		t.Errorf("second run: %+v %v, want nothing to reset", res, err)
+	}
+}
+
+// TestEachStepIdempotent runs every step twice: the second run succeeds and changes nothing.
+func TestEachStepIdempotent(t *testing.T) {
+	h := newHost(t)
+	r := &runner{d: h.deps(), rec: h.rec, log: discard()}
+	r.d.Log = discard()
+	for _, s := range Steps() {
+		if err := s.run(r, t.Context()); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+		after := h.tree()
+		if err := s.run(r, t.Context()); err != nil {
+			t.Errorf("%s again: %v", s.Name, err)
+		}
+		if again := h.tree(); again != after {
+			t.Errorf("%s again changed the host:\n%s\n---\n%s", s.Name, after, again)
+		}
+	}
+	checkReset(t, h)
+}
+
+// TestResumeAfterFailureAtEachStep: a failure before each step (and one inside a step) stops the run with the record
+// resetting; a re-run finishes, with the same result as an uninterrupted reset.
+func TestResumeAfterFailureAtEachStep(t *testing.T) {
+	ref := newHost(t)
+	if _, err := Run(t.Context(), ref.deps()); err != nil {
+		t.Fatal(err)
+	}
+	want := strip(ref.tree(), ref.root.Prefix())
+	for i, step := range StepNames() {
+		t.Run(step, func(t *testing.T) {
+			h := newHost(t)
+			d := h.deps()
+			injected := errors.New("injected")
+			d.Before = func(ctx context.Context, s string) error {
+				if s == step {
+					return injected
+				}
+				return nil
+			}
+			_, err := Run(t.Context(), d)
+			var se *StepError
+			if !errors.As(err, &se) || se.Step != step || !errors.Is(err, injected) || exitcode.Of(err) != exitcode.Failure {
+				t.Fatalf("run with a failure at %s: %v", step, err)
+			}
+			if !strings.Contains(err.Error(), "run kubeslot-resetter again") {
+				t.Errorf("error does not say what to do: %v", err)
+			}
+			rec, lerr := ownership.Load(h.root)
+			if lerr != nil || rec == nil {
+				t.Fatalf("record after a failure at %s: %v %v", step, rec, lerr)
+			}
+			if i > 0 && rec.Checkpoint != ownership.CheckpointResetting {
+				t.Errorf("checkpoint after a failure at %s: %s, want resetting", step, rec.Checkpoint)
+			}
+			res, err := Run(t.Context(), h.deps())
+			if err != nil {
+				t.Fatalf("re-run after a failure at %s: %v", step, err)
+			}
+			if i > 0 && !res.Resumed {
+				t.Errorf("re-run did not resume")
+			}
+			checkReset(t, h)
+			if got := strip(h.tree(), h.root.Prefix()); got != want {
+				t.Errorf("after a failure at %s and a re-run the host differs from an uninterrupted reset:\n%s\n---\n%s", step, got, want)
+			}
+		})
+	}
+	t.Run("inside stop-machines", func(t *testing.T) {
+		h := newHost(t)
+		h.sd.fail["stop systemd-nspawn@a.service"] = errors.New("job failed")
+		h.sd.fail["terminate a"] = errors.New("no permission")
+		_, err := Run(t.Context(), h.deps())
+		if err == nil || !strings.Contains(err.Error(), "stop-machines") || !strings.Contains(err.Error(), "no permission") {
+			t.Fatalf("machine that cannot be stopped: %v", err)
+		}
+		if !h.exists("/var/lib/machines/a") {
+			t.Errorf("rootfs removed although its machine did not stop")
+		}
+		if rec, _ := ownership.Load(h.root); rec == nil || rec.Checkpoint != ownership.CheckpointResetting {
+			t.Errorf("record: %+v", rec)
+		}
+		h.sd.fail = map[string]error{}
+		if _, err := Run(t.Context(), h.deps()); err != nil {
+			t.Fatal(err)
+		}
+		checkReset(t, h)
+	})
+}
+
+func strip(tree, prefix string) string { return strings.ReplaceAll(tree, prefix, "") }
+
+func TestDryRunChangesNothing(t *testing.T) {
+	h := newHost(t)
+	before := h.tree()
+	var out bytes.Buffer
+	found, err := DryRun(h.root, &out)
+	if err != nil || !found {
+		t.Fatalf("dry run: %v %v", found, err)
+	}
+	if after := h.tree(); after != before {
+		t.Errorf("dry run changed the host:\n%s\n---\n%s", before, after)
+	}
+	s := out.String()
+	for _, want := range []string{"/etc/systemd/nspawn/a.nspawn", "remove /etc/systemd/system/kubeslot-bootstrap.service",
+		"stop systemd-nspawn@a.service", "package systemd-container: apt-get remove", "custom.service: restore the prior file",
+		"/opt/kubeslot/releases", "nothing was changed"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("dry run does not mention %q:\n%s", want, s)
+		}
+	}
+	for _, foreign := range []string{"foreign", "operator.conf", "/var/lib/machines/other", "99-"} {
+		if strings.Contains(s, foreign) {
+			t.Errorf("dry run lists the foreign %q:\n%s", foreign, s)
+		}
+	}
+	if len(h.sd.callList()) != 0 {
+		t.Errorf("dry run called systemd: %v", h.sd.callList())
+	}
+}
+
+func TestNothingToReset(t *testing.T) {
+	h := newHost(t)
+	if err := ownership.Remove(h.root); err != nil {
+		t.Fatal(err)
+	}
+	before := h.tree()
+	res, err := Run(t.Context(), h.deps())
+	if err != nil || !res.Nothing {
+		t.Fatalf("no record: %+v %v", res, err)
+	}
+	if after := h.tree(); after != before {
+		t.Errorf("a run without a record changed the host:\n%s\n---\n%s", before, after)
+	}
+	var out bytes.Buffer
+	if found, err := DryRun(h.root, &out); err != nil || found || !strings.Contains(out.String(), "nothing to reset") {
+		t.Errorf("dry run without a record: %v %v %s", found, err, out.String())
+	}
+}
+
+func TestLockBusyDefers(t *testing.T) {
+	h := newHost(t)
+	l, err := ownership.Acquire(t.Context(), h.root, ownership.Holder{Stage: "kubeslot-test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	d := h.deps()
+	d.LockWait = 200 * time.Millisecond
+	before := h.tree()
+	_, err = Run(t.Context(), d)
+	if exitcode.Of(err) != exitcode.Deferred || !strings.Contains(err.Error(), "kubeslot-test") {
+		t.Errorf("busy lock: %v (exit %d), want 69 naming the holder", err, exitcode.Of(err))
+	}
+	if after := h.tree(); after != before {
+		t.Errorf("a deferred run changed the host")
+	}
+}
+
+// TestRequestPath: the request is claimed and reported Succeeded before the watcher stops; the watcher's
+// publication is waited for; the reset service itself is never stopped.
+func TestRequestPath(t *testing.T) {
+	h := newHost(t)
+	h.sd.active["kubeslot-reset.service"] = "activating"
+	dir := requests.New(h.root)
+	req := &requests.Request{Kind: requests.Reset, ID: requests.NewID(requests.Reset, 4, "wipe"), Operation: "wipe", MachineGeneration: 4, Reason: "test"}
+	if _, err := dir.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher: publishes the status once it appears.
+	published := make(chan time.Time, 1)
+	go func() {
+		for range 200 {
+			if st, err := dir.ReadStatus(req.ID); err == nil && st.Phase == requests.Succeeded {
+				p, _ := dir.LoadPublished()
+				p[req.ID] = st.Phase
+				_ = dir.SavePublished(p)
+				published <- time.Now()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	d := h.deps()
+	d.Request = true
+	var watcherStopped time.Time
+	d.Before = func(ctx context.Context, s string) error {
+		if s == StepStopWatcher {
+			watcherStopped = time.Now()
+			st, err := dir.ReadStatus(req.ID)
+			if err != nil || st.Phase != requests.Succeeded || st.Operation != "wipe" {
+				return fmt.Errorf("status before the watcher stops: %+v %v", st, err)
+			}
+		}
+		return nil
+	}
+	res, err := Run(t.Context(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequestID != req.ID {
+		t.Errorf("request served: %q", res.RequestID)
+	}
+	select {
+	case at := <-published:
+		if at.After(watcherStopped) {
+			t.Errorf("the watcher was stopped before it published the result")
+		}
+	default:
+		t.Errorf("the result was never published")
+	}
+	if slices.Contains(h.sd.callList(), "stop kubeslot-reset.service") {
+		t.Errorf("the reset service stopped itself: %v", h.sd.callList())
+	}
+	checkReset(t, h)
+
+	// No request: nothing is done.
+	h2 := newHost(t)
+	d2 := h2.deps()
+	d2.Request = true
+	before := h2.tree()
+	res, err = Run(t.Context(), d2)
+	if err != nil || !res.Nothing {
+		t.Errorf("request path without a request: %+v %v", res, err)
+	}
+	if after := h2.tree(); strip(after, h2.root.Prefix()) != strip(before, h2.root.Prefix()) {
+		// Claim creates requests/ and state/, which exist already.
+		t.Errorf("request path without a request changed the host")
+	}
+}
+
+func TestRefusesSystemDirAsBase(t *testing.T) {
+	h := newHost(t)
+	r := &runner{d: h.deps()}
+	for _, b := range []string{"/opt", "/var/lib", "/usr"} {
+		root, err := hostRootWithBase(h, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.d.Root = root
+		if _, err := r.base(); err == nil {
+			t.Errorf("base %s accepted for removal", b)
+		}
+	}
+}

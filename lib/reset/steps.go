@@ -1,0 +1,387 @@
+package reset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/mountinfo"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// workerServices are the kubeslot services a path unit starts (the repave
+// template's one known instance included); a run that waits for the lock is
+// stopped so it does not start on a half-removed host.
+var workerServices = []string{"kubeslot-repave@next.service", "kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service"}
+
+func (r *runner) markResetting(ctx context.Context) error {
+	if r.rec.Checkpoint == ownership.CheckpointResetting {
+		return nil
+	}
+	if err := r.rec.SetCheckpoint(ownership.CheckpointResetting); err != nil {
+		return err
+	}
+	return ownership.Save(r.d.Root, r.rec)
+}
+
+// reportRequest writes the request's final status first, because after the
+// watcher is stopped nobody publishes it, and waits (bounded) until the
+// watcher has published it.
+func (r *runner) reportRequest(ctx context.Context) error {
+	if r.req == nil {
+		return nil
+	}
+	dir := requests.New(r.d.Root)
+	now := time.Now().UTC()
+	st := &requests.Status{RequestID: r.req.ID, Kind: requests.Reset, Operation: r.req.Operation,
+		MachineGeneration: r.req.MachineGeneration, Phase: requests.Succeeded,
+		Message: "kubeslot is being removed from this host; this is the last report it sends",
+		Phases:  []requests.PhaseTiming{{Name: "reset", StartedAt: now}}}
+	if err := dir.WriteStatus(st); err != nil {
+		return err
+	}
+	if err := dir.Finish(r.lock, requests.Reset); err != nil && !isNotExist(err) {
+		return err
+	}
+	active, _, err := r.d.Systemd.UnitState(ctx, units.Watcher)
+	if err != nil || (active != "active" && active != "activating" && active != "reloading") {
+		r.log.Warn("the watcher is not running: the reset's result is not published", "state", active, "err", err)
+		return nil
+	}
+	bound := r.d.wait(r.d.PublishWait, DefaultPublishWait)
+	deadline := time.Now().Add(bound)
+	for {
+		p, err := dir.LoadPublished()
+		if err == nil && p[r.req.ID] == requests.Succeeded {
+			r.log.Info("the watcher published the reset's result", "request", r.req.ID)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn("the watcher did not publish the reset's result in time; going on", "request", r.req.ID, "waited", bound)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (r *runner) stopWatcher(ctx context.Context) error { return r.stopUnit(ctx, units.Watcher) }
+
+// stopUnits stops the path units, the recovery unit and waiting workers
+// (never the reset service this run may be), then removes the path units'
+// enablement links.
+func (r *runner) stopUnits(ctx context.Context) error {
+	var names []string
+	for _, k := range requests.Kinds() {
+		names = append(names, units.PathUnit(string(k)))
+	}
+	names = append(names, units.Recovery)
+	for _, w := range workerServices {
+		if r.d.Request && w == "kubeslot-reset.service" {
+			continue
+		}
+		names = append(names, w)
+	}
+	for _, n := range names {
+		if err := r.stopUnit(ctx, n); err != nil {
+			return err
+		}
+	}
+	changed, err := r.undoGroup(ctx, StepStopUnits)
+	if err != nil {
+		return err
+	}
+	for _, k := range requests.Kinds() {
+		c, err := r.removeLinks(units.PathUnit(string(k)))
+		if err != nil {
+			return err
+		}
+		changed = changed || c
+	}
+	return r.reloadIf(ctx, changed)
+}
+
+// stopMachines stops the node machine of every slot the journal shows
+// kubeslot made, gracefully and bounded, terminating it if that fails.
+func (r *runner) stopMachines(ctx context.Context) error {
+	for _, slot := range slotsOf(r.rec) {
+		if err := r.stopMachine(ctx, slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func machineUnit(slot string) string { return "systemd-nspawn@" + slot + ".service" }
+
+func (r *runner) stopMachine(ctx context.Context, slot string) error {
+	unit := machineUnit(slot)
+	active, _, err := r.d.Systemd.UnitState(ctx, unit)
+	if err != nil {
+		return fmt.Errorf("stop the node of slot %s: %w", slot, err)
+	}
+	_, merr := r.d.Systemd.Machine(ctx, slot)
+	running := merr == nil
+	if merr != nil && !isNoMachine(merr) {
+		return fmt.Errorf("stop the node of slot %s: %w", slot, merr)
+	}
+	if !running && (active == "inactive" || active == "failed" || active == "") {
+		_ = r.d.Systemd.ResetFailed(ctx, unit)
+		return nil
+	}
+	t0 := time.Now()
+	bound := r.d.wait(r.d.StopWait, DefaultStopWait)
+	sctx, cancel := context.WithTimeout(ctx, bound)
+	stopErr := r.d.Systemd.StopUnit(sctx, unit)
+	cancel()
+	if stopErr == nil {
+		stopErr = r.waitGone(ctx, slot)
+	}
+	if stopErr != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stop %s: %w", unit, stopErr)
+		}
+		r.log.Warn("graceful stop failed; terminating the machine", "slot", slot, "err", stopErr)
+		if err := r.d.Systemd.TerminateMachine(ctx, slot); err != nil && !isNoMachine(err) {
+			return fmt.Errorf("stop %s: %v; terminate machine %s: %w", unit, stopErr, slot, err)
+		}
+		if err := r.waitGone(ctx, slot); err != nil {
+			return fmt.Errorf("stop %s: %v; machine %s still there after terminate: %w", unit, stopErr, slot, err)
+		}
+	}
+	_ = r.d.Systemd.ResetFailed(ctx, unit)
+	r.log.Info("node machine stopped", "slot", slot, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+func (r *runner) waitGone(ctx context.Context, slot string) error {
+	deadline := time.Now().Add(goneWait)
+	for {
+		_, err := r.d.Systemd.Machine(ctx, slot)
+		if isNoMachine(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s still registered after %s", slot, goneWait)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (r *runner) removeNspawn(ctx context.Context) error {
+	changed, err := r.undoGroup(ctx, StepRemoveNspawn)
+	if err != nil {
+		return err
+	}
+	return r.reloadIf(ctx, changed)
+}
+
+func (r *runner) removeRootfs(ctx context.Context) error {
+	_, err := r.undoGroup(ctx, StepRemoveRootfs)
+	return err
+}
+
+func (r *runner) undoJournal(ctx context.Context) error {
+	changed, err := r.undoGroup(ctx, StepUndoJournal)
+	if err != nil {
+		return err
+	}
+	return r.reloadIf(ctx, changed)
+}
+
+// removeBootstrapUnit stops the first-boot unit, removes its enablement
+// links and its file (restoring a journalled prior state), then reloads:
+// from here on, nothing bootstraps the host at boot.
+func (r *runner) removeBootstrapUnit(ctx context.Context) error {
+	if err := r.stopUnit(ctx, units.Bootstrap); err != nil {
+		return err
+	}
+	changed, err := r.undoGroup(ctx, StepRemoveBootstrapUnit)
+	if err != nil {
+		return err
+	}
+	c, err := r.removeUnitByName(units.Bootstrap)
+	if err != nil {
+		return err
+	}
+	return r.reloadIf(ctx, changed || c)
+}
+
+// removeUnits removes every kubeslot unit file and its links, then the
+// directories kubeslot made for them, reloads systemd and clears the units'
+// failed state.
+func (r *runner) removeUnits(ctx context.Context) error {
+	changed, err := r.undoGroup(ctx, StepRemoveUnits)
+	if err != nil {
+		return err
+	}
+	for _, n := range units.Names() {
+		c, err := r.removeUnitByName(n)
+		if err != nil {
+			return err
+		}
+		changed = changed || c
+	}
+	if err := r.reloadIf(ctx, changed); err != nil {
+		return err
+	}
+	for _, n := range units.Names() {
+		if !strings.Contains(n, "@.") {
+			_ = r.d.Systemd.ResetFailed(ctx, n)
+		}
+	}
+	return nil
+}
+
+// removeHostRoot removes everything in the base but the ownership record,
+// which goes last.
+func (r *runner) removeHostRoot(ctx context.Context) error {
+	base, err := r.base()
+	if err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(base)
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", base, err)
+	}
+	if m, err := mountinfo.Under(base); err != nil {
+		return err
+	} else if len(m) > 0 {
+		return fmt.Errorf("%s: mount points inside (%s): unmount them, then run kubeslot-resetter again", base, strings.Join(m, ", "))
+	}
+	for _, e := range ents {
+		if e.Name() == hostroot.OwnershipFile {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+			return fmt.Errorf("remove %s: %w", filepath.Join(base, e.Name()), err)
+		}
+	}
+	r.log.Info("host root removed", "base", r.d.Root.Base())
+	return atomicfile.SyncDir(base)
+}
+
+func (r *runner) removeRecord(ctx context.Context) error {
+	if err := ownership.Remove(r.d.Root); err != nil {
+		return err
+	}
+	return removeEmptyBase(r.d.Root, r.log)
+}
+
+// base resolves the host root, refusing one that is a system directory
+// (a mistaken --host-root must not make reset delete /opt).
+func (r *runner) base() (string, error) {
+	b := r.d.Root.Base()
+	if slices.Contains(systemDirs, b) {
+		return "", fmt.Errorf("host root %s is a system directory: refusing to remove it; remove kubeslot's files by hand", b)
+	}
+	return r.d.Root.Resolve(b)
+}
+
+var systemDirs = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt", "/opt", "/proc",
+	"/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib"}
+
+// removeEmptyBase removes the base directory when it is empty: what a reset
+// killed between removing the record and the directory leaves.
+func removeEmptyBase(root *hostroot.Root, log interface{ Info(string, ...any) }) error {
+	if slices.Contains(systemDirs, root.Base()) {
+		return nil
+	}
+	base, err := root.Resolve(root.Base())
+	if err != nil {
+		return err
+	}
+	err = os.Remove(base)
+	switch {
+	case err == nil:
+		log.Info("empty host root removed", "base", root.Base())
+		return atomicfile.SyncDir(filepath.Dir(base))
+	case isNotExist(err), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTDIR):
+		return nil
+	}
+	return fmt.Errorf("remove %s: %w", base, err)
+}
+
+// stopUnit stops a unit if it is active; an unknown or inactive unit is
+// success.
+func (r *runner) stopUnit(ctx context.Context, name string) error {
+	uctx, cancel := context.WithTimeout(ctx, unitWait)
+	defer cancel()
+	active, _, err := r.d.Systemd.UnitState(uctx, name)
+	if err != nil {
+		return fmt.Errorf("state of %s: %w", name, err)
+	}
+	switch active {
+	case "inactive", "failed", "":
+		_ = r.d.Systemd.ResetFailed(uctx, name)
+		return nil
+	}
+	if err := r.d.Systemd.StopUnit(uctx, name); err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	r.log.Info("unit stopped", "unit", name)
+	return nil
+}
+
+func (r *runner) reloadIf(ctx context.Context, changed bool) error {
+	if !changed {
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(ctx, unitWait)
+	defer cancel()
+	return r.d.Systemd.Reload(uctx)
+}
+
+// sync flushes the filesystems a reset touches (syncfs on each one once).
+func (r *runner) sync() error {
+	seen := map[uint64]bool{}
+	for _, p := range []string{"/", hostroot.UnitDir, hostroot.MachinesDir, path.Dir(r.d.Root.Base())} {
+		local, err := r.d.Root.Resolve(p)
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(local)
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err == nil && !seen[st.Dev] {
+			seen[st.Dev] = true
+			if err := unix.Syncfs(int(f.Fd())); err != nil {
+				f.Close()
+				return fmt.Errorf("syncfs %s: %w", local, err)
+			}
+		}
+		f.Close()
+	}
+	return nil
+}
