@@ -63,8 +63,8 @@ test-integration:
 	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) $(GO) test -race -count=1 -p 1 -timeout 40m $$($(GO) list ./... | grep /integration)
 
 demo:
-	@echo "make demo: the whole life cycle arrives with the bootstrap, repaver, upgrader and resetter stages (issues 5-10)." >&2
-	@echo "Today: make build && bin/kubeslot config example | bin/kubeslot config check -" >&2
+	@echo "make demo: the whole life cycle on one machine arrives with the upgrader and the demo itself." >&2
+	@echo "Today each stage runs for real in the rig tests: make test-integration (bootstrap, watcher, repave, reset)." >&2
 	@exit 2
 
 clean:
