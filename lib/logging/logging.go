@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/coreos/go-systemd/v22/journal"
@@ -45,7 +46,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 	ho := &slog.HandlerOptions{Level: level}
 	switch {
 	case o.Journal:
-		h = &journalHandler{level: level}
+		h = &journalHandler{level: level, unit: ownUnit()}
 	case o.Format == "json":
 		h = slog.NewJSONHandler(w, ho)
 	case o.Format == "text" || o.Format == "":
@@ -72,7 +73,13 @@ func UnderJournal() bool {
 // only A–Z, 0–9 and '_'; MESSAGE keeps the attributes as key=value too, so a
 // plain `journalctl -u` shows everything.
 type journalHandler struct {
-	level  slog.Leveler
+	level slog.Leveler
+	// unit is the service this process runs in, sent as
+	// OBJECT_SYSTEMD_UNIT: journald reads _SYSTEMD_UNIT from the sender's
+	// cgroup when it processes the record, so a run that exits within
+	// milliseconds can lose it, and `journalctl -u` also matches
+	// OBJECT_SYSTEMD_UNIT= of root senders.
+	unit   string
 	attrs  []slog.Attr
 	groups []string
 }
@@ -104,6 +111,9 @@ func (h *journalHandler) Handle(_ context.Context, r slog.Record) error {
 		walk(nil, a)
 	}
 	r.Attrs(func(a slog.Attr) bool { walk(h.groups, a); return true })
+	if h.unit != "" {
+		vars["OBJECT_SYSTEMD_UNIT"] = h.unit
+	}
 	return journal.Send(msg.String(), priority(r.Level), vars)
 }
 
@@ -147,4 +157,42 @@ func fieldName(key string) string {
 		}
 	}
 	return string(b)
+}
+
+// ownUnit names the systemd service or scope this process runs in, read
+// from /proc/self/cgroup; "" when there is none.
+func ownUnit() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	return unitFromCgroup(string(b))
+}
+
+// unitFromCgroup finds the unit in /proc/self/cgroup content: the last
+// .service or .scope component of the systemd hierarchy (the unified "0::"
+// line, or "name=systemd" on a v1 or hybrid layout). Units nested in a
+// delegated subtree end at the innermost one.
+func unitFromCgroup(content string) string {
+	var path string
+	for _, line := range strings.Split(content, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" && path == "" {
+			path = parts[2]
+		}
+		if parts[1] == "name=systemd" {
+			path = parts[2]
+		}
+	}
+	comps := strings.Split(path, "/")
+	for i := len(comps) - 1; i >= 0; i-- {
+		c := comps[i]
+		if strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".scope") {
+			return c
+		}
+	}
+	return ""
 }

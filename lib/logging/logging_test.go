@@ -46,3 +46,21 @@ func TestFieldName(t *testing.T) {
 		}
 	}
 }
+
+func TestUnitFromCgroup(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		// cgroup v2
+		{"0::/system.slice/kubeslot-bootstrap.service\n", "kubeslot-bootstrap.service"},
+		// v1 / hybrid: the name=systemd line wins
+		{"12:memory:/system.slice/x.service\n1:name=systemd:/system.slice/kubeslot-repave@next.service\n0::/system.slice/kubeslot-repave@next.service\n", "kubeslot-repave@next.service"},
+		// a transient unit in a delegated subtree
+		{"0::/machine.slice/ks-h.scope/system.slice/ks-log-probe.service/payload\n", "ks-log-probe.service"},
+		{"0::/user.slice/user-0.slice/session-3.scope\n", "session-3.scope"},
+		{"0::/\n", ""},
+		{"", ""},
+	} {
+		if got := unitFromCgroup(c.in); got != c.want {
+			t.Errorf("unitFromCgroup(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package requests
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+)
+
+// UpgradeSignal is the pending-upgrade signal, <base>/state/upgrade-pending.json.
+// The upgrader writes it before it switches releases; a rollback (by the
+// upgrader or by the recovery unit) records Failure in it; the watcher that
+// runs afterwards turns it into the request's final status and removes it:
+// Failed with Failure when set, Succeeded when the watcher runs ToVersion and
+// has stayed up for its settle time. Because the outcome is decided by the
+// watcher that actually runs, an upgrade is reported Succeeded only by the
+// new release and Failed only by the old one.
+type UpgradeSignal struct {
+	RequestID         string `json:"requestID"`
+	Operation         string `json:"operation,omitempty"`
+	MachineGeneration int64  `json:"machineGeneration"`
+	// FromRelease and ToRelease are release directory names (blue, green);
+	// the versions are the manifests' versions.
+	FromRelease string    `json:"fromRelease"`
+	FromVersion string    `json:"fromVersion"`
+	ToRelease   string    `json:"toRelease"`
+	ToVersion   string    `json:"toVersion"`
+	SwitchedAt  time.Time `json:"switchedAt,omitzero"`
+	// Verified is set by the upgrader once the new watcher passed its
+	// health gate.
+	Verified bool `json:"verified,omitempty"`
+	// Failure is why the upgrade was rolled back; the old release runs.
+	Failure string `json:"failure,omitempty"`
+	// Phases carries the upgrader's progress, for the final status.
+	Phases    []PhaseTiming `json:"phases,omitempty"`
+	UpdatedAt time.Time     `json:"updatedAt"`
+}
+
+// UpgradeSignalPath is the local path of the pending-upgrade signal.
+func (d *Dir) UpgradeSignalPath() (string, error) {
+	dir, err := d.dir(hostroot.StateDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "upgrade-pending.json"), nil
+}
+
+// WriteUpgradeSignal writes s atomically (UpdatedAt stamped, Failure bounded).
+func (d *Dir) WriteUpgradeSignal(s *UpgradeSignal) error {
+	if !idRE.MatchString(s.RequestID) {
+		return fmt.Errorf("upgrade signal: request id %q: want <kind>-<generation>-<operation>", s.RequestID)
+	}
+	if len(s.Failure) > MaxMessage {
+		s.Failure = s.Failure[:MaxMessage]
+	}
+	s.UpdatedAt = time.Now().UTC()
+	p, err := d.UpgradeSignalPath()
+	if err != nil {
+		return err
+	}
+	return writeJSON(p, s)
+}
+
+// ReadUpgradeSignal returns the pending-upgrade signal, or nil when there is
+// none.
+func (d *Dir) ReadUpgradeSignal() (*UpgradeSignal, error) {
+	p, err := d.UpgradeSignalPath()
+	if err != nil {
+		return nil, err
+	}
+	var s UpgradeSignal
+	if err := readJSON(p, &s); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if !idRE.MatchString(s.RequestID) {
+		return nil, fmt.Errorf("%s: request id %q: want <kind>-<generation>-<operation>", p, s.RequestID)
+	}
+	return &s, nil
+}
+
+// RemoveUpgradeSignal removes the signal (no error when it is absent).
+func (d *Dir) RemoveUpgradeSignal() error {
+	p, err := d.UpgradeSignalPath()
+	if err != nil {
+		return err
+	}
+	return atomicfile.Remove(p)
+}
