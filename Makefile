@@ -17,13 +17,18 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build generate deps kube-bins node-rootfs test test-unit test-integration fmt-check vet demo clean
+.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-integration fmt-check vet demo clean
 
 all: build
 
 build:
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+# The release bundle (binaries, unit templates, manifest) the upgrader
+# installs; prints "<sha256>  <path>".
+bundle: build
+	bin/kubeslot bundle create --bins bin --units units --release-version $(VERSION) --out dist/kubeslot-$(VERSION)-$$($(GO) env GOARCH).tar.gz
 
 # Regenerate lib/api/v1alpha1's deep copies and CRDs with the pinned
 # controller-gen (fetched through the Go module proxy). A test fails when the
@@ -68,4 +73,4 @@ demo:
 	@exit 2
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

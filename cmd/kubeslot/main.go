@@ -19,6 +19,7 @@ type flags struct {
 	Status   statusCmd   `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
 	Cluster  clusterCmd  `cmd:"" help:"Install kubeslot's cluster API (CRDs, agent RBAC, admission policies) into a cluster, or remove it."`
 	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
+	Bundle   bundleCmd   `cmd:"" help:"Build a release bundle: the binaries, unit templates and a manifest in one tarball."`
 }
 
 // env is what every command's Run receives from kong.
