@@ -17,7 +17,7 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-integration fmt-check vet demo clean
+.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-integration bench fmt-check vet demo clean
 
 all: build
 
@@ -66,6 +66,11 @@ test-unit:
 # real nspawn node machines.
 test-integration:
 	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) $(GO) test -race -count=1 -p 1 -timeout 40m $$($(GO) list ./... | grep /integration)
+
+# The performance suite (issue 10): the rig tests that measure the stage targets and the fleet benchmarks in one
+# run, then one table of the figures with the targets next to them (scripts/bench.sh; ~15-20 minutes).
+bench:
+	@scripts/bench.sh
 
 demo:
 	@echo "make demo: the whole life cycle on one machine arrives with the upgrader and the demo itself." >&2

@@ -15,6 +15,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -197,23 +198,75 @@ func rigUnavailable(ctx context.Context) (host, bins string) {
 	return host, bins
 }
 
-// figureTable records named durations of the rig (boot times, readiness) for the summary at the end. Durations are
-// printed, never asserted.
+// figureTable records the rig's named measurements (boot times, readiness, benchmark figures) for the summary at the
+// end. Figures are printed, never asserted. With KUBESLOT_FIGURES_FILE set, each figure is also appended to that file
+// as one JSON line ({"name", "value", "unit", "at", "pid"}), so several test binaries and runs feed one table
+// (scripts/bench.sh, scripts/benchtable).
 type figureTable struct {
-	mu   sync.Mutex
-	rows []figure
+	mu      sync.Mutex
+	rows    []figure
+	fileErr error // the first failure to append to KUBESLOT_FIGURES_FILE, reported once
 }
 
 type figure struct {
-	name string
-	d    time.Duration
+	name  string
+	value float64
+	unit  string
 }
 
-// Add records one measurement; a name may be added several times (one row each).
-func (f *figureTable) Add(name string, d time.Duration) {
+// Units of figures; the table printer (scripts/benchtable) knows these.
+const (
+	unitSeconds   = "s"
+	unitMiB       = "MiB"
+	unitKiB       = "KiB"
+	unitPerMinute = "requests/min"
+	unitRatio     = "ratio"
+	unitCPUPct    = "CPU %"
+	unitCPUms     = "CPU ms/min"
+)
+
+// figureLine is one line of KUBESLOT_FIGURES_FILE.
+type figureLine struct {
+	Name  string    `json:"name"`
+	Value float64   `json:"value"`
+	Unit  string    `json:"unit"`
+	At    time.Time `json:"at"`
+	PID   int       `json:"pid"`
+}
+
+// Add records one duration (in seconds); a name may be added several times (one row each).
+func (f *figureTable) Add(name string, d time.Duration) { f.AddValue(name, d.Seconds(), unitSeconds) }
+
+// AddValue records one measurement with its unit (see the unit constants; any short string works).
+func (f *figureTable) AddValue(name string, value float64, unit string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rows = append(f.rows, figure{name, d})
+	f.rows = append(f.rows, figure{name, value, unit})
+	path := os.Getenv("KUBESLOT_FIGURES_FILE")
+	if path == "" || f.fileErr != nil {
+		return
+	}
+	line, err := json.Marshal(figureLine{Name: name, Value: value, Unit: unit, At: time.Now().UTC(), PID: os.Getpid()})
+	if err == nil {
+		err = appendLine(path, append(line, '\n'))
+	}
+	if err != nil {
+		f.fileErr = err
+		fmt.Fprintf(os.Stderr, "rig: figures file KUBESLOT_FIGURES_FILE=%s: %v (figures only printed from now on)\n", path, err)
+	}
+}
+
+// appendLine appends one line in a single write: O_APPEND keeps concurrent writers' lines whole.
+func appendLine(path string, line []byte) error {
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fh.Write(line); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
 }
 
 func (f *figureTable) print() {
@@ -229,7 +282,11 @@ func (f *figureTable) print() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rig figures:\n")
 	for _, r := range f.rows {
-		fmt.Fprintf(&b, "  %-*s  %7.2fs\n", w, r.name, r.d.Seconds())
+		if r.unit == unitSeconds {
+			fmt.Fprintf(&b, "  %-*s  %7.2fs\n", w, r.name, r.value)
+		} else {
+			fmt.Fprintf(&b, "  %-*s  %7.2f %s\n", w, r.name, r.value, r.unit)
+		}
 	}
 	fmt.Print(b.String())
 }

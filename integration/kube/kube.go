@@ -373,3 +373,17 @@ func (c *ControlPlane) CheckRunning() error {
 	}
 	return nil
 }
+
+// PID is the process ID of a running component ("etcd", "kube-apiserver",
+// "kube-controller-manager"), or 0 when it is not running: benchmarks read
+// its CPU time and resident memory from /proc.
+func (c *ControlPlane) PID(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name == name && !p.hasExited() {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}

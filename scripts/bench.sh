@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench.sh: `make bench` (issue 10). One go test run of the rig that measures every stage target of issues 5-9 and
+# the agent's idle cost, then one table of the figures (scripts/benchtable) with the targets next to them. Figures
+# are printed, never asserted: the run fails only when a test or benchmark fails, and the table is printed anyway,
+# with "n/a (not measured: <why>)" for what is missing.
+#
+#   scripts/bench.sh
+#
+# What runs (one test binary, one control plane):
+#   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime, slot prepare
+#               vs cp -a, whole repave), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
+#               (upgrade, rollback; matched loosely, may not exist yet)
+#   benchmarks  BenchmarkFleet (N in-process watchers against one apiserver; N=1 gives the idle requests per minute
+#               counted at the client transport), BenchmarkWatcherIdle (the real kubeslot-watcher binary's RSS)
+# Without -race, unlike make test-integration: the race detector inflates the in-process fleet's memory and CPU.
+#
+# Environment (defaults in brackets):
+#   KUBESLOT_BENCH_OUT      directory for go-test.log and figures.jsonl [a new /tmp/kubeslot-bench.XXXXXX]
+#   KUBESLOT_BENCH_TESTS    go test -run pattern [the tests above]
+#   KUBESLOT_BENCH_BENCHES  go test -bench pattern [^(BenchmarkFleet|BenchmarkWatcherIdle)$]
+#   KUBESLOT_FLEET_N        fleet sizes, comma-separated [1,200]
+#   KUBESLOT_BENCH_WINDOW, KUBESLOT_BENCH_BASELINE, KUBESLOT_BENCH_SETTLE  idle window [60s], apiserver baseline
+#                           window [30s], pause before each [10s] (integration/bench_fleet_test.go)
+#   KUBESLOT_KUBE_BIN, KUBESLOT_REQUIRE_RIG  as for make test-integration
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+
+out=${KUBESLOT_BENCH_OUT:-$(mktemp -d /tmp/kubeslot-bench.XXXXXX)}
+mkdir -p "$out"
+log=$out/go-test.log
+figures=$out/figures.jsonl
+: >"$figures"
+tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*)$'}
+benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle)$'}
+
+export KUBESLOT_FIGURES_FILE=$figures
+export KUBESLOT_FLEET_N=${KUBESLOT_FLEET_N:-1,200}
+if [ "$(id -u)" = 0 ]; then
+	export KUBESLOT_REQUIRE_RIG=${KUBESLOT_REQUIRE_RIG:-1}
+fi
+KUBESLOT_KUBE_BIN=${KUBESLOT_KUBE_BIN:-$(scripts/kube-bins.sh)}
+export KUBESLOT_KUBE_BIN
+
+echo "bench: full log in $log, figures in $figures (about 15-20 minutes)"
+# The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
+set +e
+$GO test -count=1 -p 1 -timeout 60m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |
+	tee "$log" |
+	grep --line-buffered -E '^(=== RUN +[^/]+$|--- (PASS|FAIL|SKIP)|rig: |Benchmark[^ ]+ |ok |FAIL|PASS)'
+rc=${PIPESTATUS[0]}
+set -e
+
+echo
+echo "kubeslot bench ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs):"
+$GO run ./scripts/benchtable -figures "$figures" -log "$log"
+echo
+if [ "$rc" -ne 0 ]; then
+	echo "bench: go test failed (exit $rc); see $log" >&2
+fi
+exit "$rc"

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const figuresIn = `{"name":"fleet N=200: apiserver memory growth per agent","value":61.5,"unit":"KiB","at":"2026-12-02T17:00:00Z","pid":1}
+{"name":"repave: cp -a of the same rootfs","value":4,"unit":"s"}
+{"name":"watcher: spec update -> request file, p99 of 50","value":0.2,"unit":"s"}
+{"name":"reset: bootstrapped host to nothing (target < 15 s)","value":5,"unit":"s"}
+{"name":"reset: bootstrapped host to nothing (target < 15 s)","value":9,"unit":"s"}
+{"name":"reset: bootstrapped host to nothing (target < 15 s)","value":7,"unit":"s"}
+`
+
+const logIn = `=== RUN   TestRepaveOnRig
+rig: repave: target slot prepared from the cache (prepare phase) 1.00s
+rig: repave: cp -a of the same rootfs 99.00s
+rig: leakcheck: machine unchanged
+--- PASS: TestRepaveOnRig (120.00s)
+=== RUN   TestResetOnRig
+--- PASS: TestResetOnRig (60.00s)
+=== RUN   TestWatcherOnRig
+=== RUN   TestWatcherOnRig/SpecChangeGivesOneRepave
+    --- FAIL: TestWatcherOnRig/SpecChangeGivesOneRepave (3.00s)
+--- FAIL: TestWatcherOnRig (30.00s)
+=== RUN   TestWatcherIdle
+rig: watcher RSS 36864 kB
+rig: watcher idle API requests in 15 s: 2
+--- PASS: TestWatcherIdle (1.00s)
+=== RUN   TestBootstrapOnRig
+--- SKIP: TestBootstrapOnRig (0.00s)
+`
+
+func TestTable(t *testing.T) {
+	r := newRun()
+	if err := r.readFigures(strings.NewReader(figuresIn), "in"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.readLog(strings.NewReader(logIn)); err != nil {
+		t.Fatal(err)
+	}
+	out := r.table()
+	// Compare with runs of spaces collapsed: column widths follow the longest cell.
+	var norm []string
+	for _, l := range strings.Split(out, "\n") {
+		norm = append(norm, strings.Join(strings.Fields(l), " "))
+	}
+	flat := strings.Join(norm, "\n")
+	for _, want := range []string{
+		"target slot preparation, ours (prepare phase) 1.00 s",
+		// the figures file wins over the log for the same name
+		"target slot preparation, plain copy (cp -a) 4.00 s",
+		"target slot preparation, ours / plain copy 0.250",
+		"7.00 s (median of 3)",
+		"watcher reaction latency p50 (spec change -> request file) n/a (not measured: TestWatcherIdle passed without reporting it; TestWatcherOnRig failed before reporting it)",
+		"watcher reaction latency p99 (spec change -> request file) 200 ms",
+		"watcher RSS (real binary under systemd, TestWatcherOnRig) 36.0 MiB",
+		"watcher idle API requests (client transport, TestWatcherOnRig) 8.00 requests/min",
+		"n/a (not measured: TestBootstrapOnRig skipped)",
+		"n/a (not measured: no test matching TestUpgrade.* ran",
+		"n/a (not measured: no test matching BenchmarkWatcherIdle ran",
+		"fleet N=200: apiserver memory growth per agent",
+		"61.5 KiB",
+	} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "leakcheck") {
+		t.Errorf("a rig: line that is no duration became a figure:\n%s", out)
+	}
+}
+
+func TestReadFiguresRejectsDamage(t *testing.T) {
+	for _, in := range []string{"{not json\n", `{"name":"x","value":1}` + "\n"} {
+		if err := newRun().readFigures(strings.NewReader(in), "in"); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
