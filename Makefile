@@ -72,10 +72,15 @@ test-integration:
 bench:
 	@scripts/bench.sh
 
-demo:
-	@echo "make demo: the whole life cycle on one machine arrives with the upgrader and the demo itself." >&2
-	@echo "Today each stage runs for real in the rig tests: make test-integration (bootstrap, watcher, repave, reset)." >&2
-	@exit 2
+# The whole life cycle on this machine (integration/demo): a local control plane, an isolated systemd host, the
+# real binaries and units; a timeline with durations, everything cleaned up at the end (also on Ctrl-C).
+# make demo KEEP=1 stops before the reset, keeps the rig running and prints how to reach it.
+KEEP ?=
+demo: deps build bundle
+	@$(GO) run ./integration/demo -bins bin \
+		-kube-bin "$$(scripts/kube-bins.sh | tail -1)" \
+		-node-rootfs "$$(scripts/node-rootfs.sh | tail -1)" \
+		-bundle dist/kubeslot-$(VERSION)-$$($(GO) env GOARCH).tar.gz $(if $(filter 1,$(KEEP)),-keep)
 
 clean:
 	rm -rf bin dist
