@@ -143,3 +143,54 @@ func All(v Vars) (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// Templates returns every embedded unit template, unrendered, by file name:
+// what the bootstrap writes into a release directory's units/ when it
+// installs the release it runs from.
+func Templates() map[string][]byte {
+	out := make(map[string][]byte)
+	for _, name := range Names() {
+		b, err := files.ReadFile(name)
+		if err != nil {
+			panic(err) // listed by Names, so present
+		}
+		out[name] = b
+	}
+	return out
+}
+
+// RenderFrom renders templates given by file name (a release directory's
+// units/, which may differ from the embedded ones) with v. A name that is
+// not a unit file (see Suffixes) is an error, so a bundle cannot drop
+// anything else into the unit directory.
+func RenderFrom(templates map[string][]byte, v Vars) (map[string][]byte, error) {
+	r, err := v.replacer()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(templates))
+	for name, t := range templates {
+		if !validName(name) {
+			return nil, fmt.Errorf("units: %q: not a kubeslot unit file name (kubeslot-*%s)", name, strings.Join(Suffixes, ", "))
+		}
+		if out[name], err = render(name, t, r); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// nameRE keeps rendered names plain file names under /etc/systemd/system.
+var nameRE = regexp.MustCompile(`^kubeslot-[a-z0-9-]+@?\.[a-z]+$`)
+
+func validName(name string) bool {
+	if !nameRE.MatchString(name) {
+		return false
+	}
+	for _, s := range Suffixes {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -105,6 +105,11 @@ func checkStageUnit(data []byte) (isStage bool, problems []string) {
 		}
 	}
 	for _, c := range cmds {
+		// The recovery unit alone runs the last good release's upgrader:
+		// current is what it repairs.
+		if c == "@BASE@/last-good/kubeslot-upgrader" {
+			continue
+		}
 		if !strings.HasPrefix(c, "@BASE@/current/") {
 			problems = append(problems, fmt.Sprintf("command %s: every stage runs through @BASE@/current/ (the link the upgrader flips)", c))
 		}

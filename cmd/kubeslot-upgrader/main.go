@@ -1,24 +1,237 @@
-// Command kubeslot-upgrader replaces kubeslot itself with a new release bundle.
+// Command kubeslot-upgrader replaces kubeslot itself (every binary and unit
+// file, as one bundle) on a running host, and `kubeslot-upgrader recover`
+// falls back to the last good release. The transition is in lib/upgrade;
+// this file wires it to the real host.
 //
-// Its logic has not been built yet: it parses its flags, then exits 2 with
-// "not implemented yet" so that no unit or script mistakes it for success.
+// Upgrade (the default command), in order: take the installation lock (busy
+// → exit 69, the request stays for the path unit); defer (69) unless the
+// installation is complete; finish an interrupted upgrade (the pending-
+// upgrade signal, or a claimed request); else claim the pending request
+// (requests/upgrade.json, from an AgentUpgrade operation), or upgrade by
+// hand from --bundle FILE [--sha256 HEX]; then download → last-good →
+// unpack → smoke test → signal → switch → units → restart the watcher →
+// health gate, or roll back. --preflight says what would change and
+// changes nothing. KUBESLOT_REQUEST=upgrade (set by kubeslot-upgrade.service)
+// means a run for a request: finding none is nothing to do.
+//
+// Recover (kubeslot-recovery.service, the watcher's OnFailure=, runs it from
+// <base>/last-good): when current is not last-good, point it back, reinstall
+// the last-good release's units, record the failure, restart the watcher.
+//
+// Exit codes: 0 done or nothing to do; 1 failed (refused before the switch,
+// or rolled back: the status or the signal says why); 2 usage; 69 deferred.
+//
+// Test hook: KUBESLOT_TEST_PAUSE_AT=<phase> (download, last-good, unpack,
+// smoke-test, signal, switch, units, restart, health, rollback) stops the
+// run after that phase did its work and waits to be killed.
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/cli"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/upgrade"
 )
 
 const name = "kubeslot-upgrader"
 
+// envRequest is set by the worker unit (lib/requests).
+const envRequest = "KUBESLOT_REQUEST"
+
+// Bounds of a bundle download.
+const (
+	maxBundle       = 1 << 30
+	downloadTimeout = 10 * time.Minute
+)
+
+type upgradeCmd struct {
+	Bundle        string        `help:"Upgrade by hand from this bundle file instead of the pending request." type:"path" placeholder:"FILE"`
+	SHA256        string        `name:"sha256" help:"Expected sha256 of --bundle (hex)." placeholder:"HEX"`
+	Preflight     bool          `help:"Say what the upgrade would do and change nothing."`
+	JSON          bool          `name:"json" help:"With --preflight: print the plan as JSON."`
+	HealthWindow  time.Duration `help:"How long the new watcher must stay up, same PID and no restart, to pass." default:"5s"`
+	HealthTimeout time.Duration `help:"How long the new watcher has to pass the health gate before the upgrade rolls back." default:"45s"`
+	LockWait      time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
+}
+
+type recoverCmd struct {
+	LockWait time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
+}
+
 type flags struct {
 	cli.Globals
-	Bundle string `help:"Upgrade from this bundle file instead of the pending request." type:"path"`
+	Upgrade upgradeCmd `cmd:"" default:"withargs" help:"Upgrade kubeslot from the pending request or --bundle (the default)."`
+	Recover recoverCmd `cmd:"" help:"Point current back at last-good and restart the watcher (kubeslot-recovery.service)."`
 }
 
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
-	return cli.RunStub(name, "kubeslot-upgrader replaces kubeslot itself with a new release bundle.", &flags{}, args, stdio)
+	var f flags
+	kctx, code, done := cli.Parse(name, "kubeslot-upgrader replaces kubeslot itself with a new release bundle.", &f, args, stdio)
+	if done {
+		return code
+	}
+	log, err := f.Logger(stdio.Stderr, name)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
+		return exitcode.Usage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if kctx.Command() == "recover" {
+		return cli.Exit(log, recoverStage(ctx, &f, log, stdio))
+	}
+	return cli.Exit(log, upgradeStage(ctx, &f, log, stdio, os.Getenv))
+}
+
+// job reads what to do from the flags and the unit's environment.
+func job(f *flags, getenv func(string) string) (upgrade.Job, error) {
+	u := f.Upgrade
+	j := upgrade.Job{Stage: name, Bundle: u.Bundle, SHA256: u.SHA256,
+		HealthWindow: u.HealthWindow, HealthTimeout: u.HealthTimeout, LockWait: u.LockWait}
+	switch r := getenv(envRequest); r {
+	case "":
+	case string(requests.Upgrade):
+		j.Triggered = true
+	default:
+		return j, fmt.Errorf("%s=%q: the upgrader handles upgrade requests only", envRequest, r)
+	}
+	if u.SHA256 != "" {
+		if u.Bundle == "" {
+			return j, errors.New("--sha256 goes with --bundle")
+		}
+		if err := bundle.CheckSHA256(u.SHA256); err != nil {
+			return j, fmt.Errorf("--sha256: %w", err)
+		}
+	}
+	if u.JSON && !u.Preflight {
+		return j, errors.New("--json goes with --preflight")
+	}
+	if u.HealthWindow <= 0 || u.HealthTimeout <= u.HealthWindow || u.LockWait <= 0 {
+		return j, fmt.Errorf("--health-window %s, --health-timeout %s, --lock-wait %s: want positive bounds, the timeout longer than the window",
+			u.HealthWindow, u.HealthTimeout, u.LockWait)
+	}
+	return j, nil
+}
+
+func pauseHook(getenv func(string) string, stdio cli.IO) (func(context.Context, upgrade.Phase) error, error) {
+	at := upgrade.Phase(getenv(bootstrap.EnvPauseAt))
+	if at == "" {
+		return nil, nil
+	}
+	if !at.Valid() {
+		return nil, fmt.Errorf("%s=%q: not an upgrade phase", bootstrap.EnvPauseAt, at)
+	}
+	return func(ctx context.Context, p upgrade.Phase) error {
+		if p != at {
+			return nil
+		}
+		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
+		<-ctx.Done()
+		return fmt.Errorf("paused at %s: %w", p, context.Cause(ctx))
+	}, nil
+}
+
+// deps are the real collaborators; systemd over D-Bus on first use.
+func deps(ctx context.Context, root *hostroot.Root, log *slog.Logger) (*upgrade.Deps, func()) {
+	sd := &upgrade.DBus{Life: ctx}
+	return &upgrade.Deps{
+		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
+		Fetcher: upgrade.CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
+		Bundles: upgrade.BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
+		Exec:    upgrade.ExecRunner{}, Exe: upgrade.ProcExe, Arch: buildinfo.Arch,
+	}, sd.Close
+}
+
+// upgradeStage is the top-down list of what the default command does.
+func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
+	// 1. Input, before anything on the host is touched.
+	j, err := job(f, getenv)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	root, err := f.Root()
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	hook, err := pauseHook(getenv, stdio)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	d, closeBus := deps(ctx, root, log)
+	defer closeBus()
+	d.Hook = hook
+	// 2. Preflight: report and change nothing.
+	if f.Upgrade.Preflight {
+		p, err := upgrade.PreflightPlan(ctx, d, j)
+		if err != nil {
+			return err
+		}
+		if f.Upgrade.JSON {
+			return p.WriteJSON(stdio.Stdout)
+		}
+		p.WriteText(stdio.Stdout)
+		return nil
+	}
+	// 3. Lock, admission, resume or claim, the phases, the health gate or
+	// the rollback: lib/upgrade.
+	res, err := upgrade.Run(ctx, d, j)
+	// 4. Report.
+	report(stdio, res)
+	return err
+}
+
+// recoverStage is the recovery unit's command.
+func recoverStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO) error {
+	if f.Recover.LockWait <= 0 {
+		return exitcode.UsageError(fmt.Errorf("--lock-wait %s: want a positive bound", f.Recover.LockWait))
+	}
+	root, err := f.Root()
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	d, closeBus := deps(ctx, root, log)
+	defer closeBus()
+	res, err := upgrade.Recover(ctx, d, upgrade.Job{Stage: name + " recover", LockWait: f.Recover.LockWait})
+	report(stdio, res)
+	return err
+}
+
+func report(stdio cli.IO, res *upgrade.Result) {
+	if res == nil {
+		return
+	}
+	fmt.Fprintf(stdio.Stdout, "%s", res.Outcome)
+	if res.RequestID != "" {
+		fmt.Fprintf(stdio.Stdout, " %s", res.RequestID)
+	}
+	if res.FromVersion != "" || res.ToVersion != "" {
+		fmt.Fprintf(stdio.Stdout, ": %s (%s) -> %s (%s)", res.FromVersion, res.FromRelease, res.ToVersion, res.ToRelease)
+	}
+	fmt.Fprintf(stdio.Stdout, " (took %s", res.Took.Round(time.Millisecond))
+	if res.Healthy > 0 {
+		fmt.Fprintf(stdio.Stdout, ", switch to healthy %s", res.Healthy.Round(time.Millisecond))
+	}
+	if res.RolledBack > 0 {
+		fmt.Fprintf(stdio.Stdout, ", switch to rolled back %s", res.RolledBack.Round(time.Millisecond))
+	}
+	fmt.Fprintln(stdio.Stdout, ")")
+	if res.Message != "" {
+		fmt.Fprintf(stdio.Stdout, "  %s\n", res.Message)
+	}
 }

@@ -1,12 +1,90 @@
 package main
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
 )
 
 func TestCommandLine(t *testing.T) {
 	clitest.CommonFlags(t, name, run)
-	clitest.NotImplemented(t, name, run)
+	for _, args := range [][]string{{"recover", "--help"}, {"upgrade", "--help"}} {
+		if code, out, errs := clitest.Call(run, "", args...); code != exitcode.OK || !strings.Contains(out, name) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+}
+
+// TestNotInstalledDefers: on a host root with no installation both
+// commands exit 69 (deferred), never 0, and leave no request state behind.
+func TestNotInstalledDefers(t *testing.T) {
+	prefix := t.TempDir()
+	t.Setenv("KUBESLOT_ROOT_PREFIX", prefix)
+	bundle := prefix + "/b.tar.gz"
+	if err := os.WriteFile(bundle, []byte("not a bundle"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--bundle", bundle}, {"recover"}} {
+		code, _, errs := clitest.Call(run, "", append(args, "--lock-wait", "1s")...)
+		if code != exitcode.Deferred {
+			t.Errorf("%v: exit %d, want %d; stderr %q", args, code, exitcode.Deferred, errs)
+		}
+		if !strings.Contains(errs, "not complete") {
+			t.Errorf("%v: stderr %q does not say why", args, errs)
+		}
+	}
+	if _, err := os.Stat(prefix + "/opt/kubeslot/state/upgrade-pending.json"); err == nil {
+		t.Error("a deferred run left a signal")
+	}
+}
+
+// TestUsage: bad input is a usage error before the host is touched.
+func TestUsage(t *testing.T) {
+	prefix := t.TempDir()
+	cases := []struct {
+		env  map[string]string
+		args []string
+	}{
+		{map[string]string{envRequest: "repave"}, nil},
+		{map[string]string{"KUBESLOT_TEST_PAUSE_AT": "nowhere"}, nil},
+		{nil, []string{"--sha256", strings.Repeat("a", 64)}},
+		{nil, []string{"--bundle", "/x.tar.gz", "--sha256", "xyz"}},
+		{nil, []string{"--json"}},
+		{nil, []string{"--health-window", "10s", "--health-timeout", "5s"}},
+		{nil, []string{"recover", "--lock-wait", "0s"}},
+		{nil, []string{"recover", "--bundle", "/x.tar.gz"}},
+	}
+	for _, c := range cases {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		code, _, errs := clitest.Call(run, "", append(c.args, "--root-prefix", prefix)...)
+		if code != exitcode.Usage {
+			t.Errorf("%v %v: exit %d, want %d; stderr %q", c.env, c.args, code, exitcode.Usage, errs)
+		}
+		for k := range c.env {
+			t.Setenv(k, "")
+		}
+	}
+	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
+		t.Errorf("a usage error touched the host root: %v", ents)
+	}
+}
+
+func TestJob(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	f := &flags{}
+	f.Upgrade.HealthWindow, f.Upgrade.HealthTimeout, f.Upgrade.LockWait = 5e9, 45e9, 30e9
+	j, err := job(f, getenv)
+	if err != nil || j.Triggered || j.Bundle != "" {
+		t.Errorf("no flags, no env: %+v, %v", j, err)
+	}
+	env[envRequest] = "upgrade"
+	if j, err := job(f, getenv); err != nil || !j.Triggered {
+		t.Errorf("KUBESLOT_REQUEST=upgrade: %+v, %v; want a triggered run", j, err)
+	}
 }

@@ -1,24 +1,18 @@
 package bootstrap
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/unitinstall"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -37,185 +31,26 @@ func renderedUnits(root *hostroot.Root) (map[string][]byte, error) {
 	return units.All(units.Vars{Base: root.Base()})
 }
 
-// installUnits writes every kubeslot unit that differs from this release's
-// into /etc/systemd/system and enables every unit with an [Install]
-// section, as `systemctl enable` would (links in <target>.wants/ or
-// .requires/). Each file, link and new directory is journalled as a unit
-// change before it is made, so reset removes exactly them. It returns what
-// it changed; the caller reloads systemd when that is not empty.
+// installUnits writes every kubeslot unit of this release that differs
+// into /etc/systemd/system and enables every unit with an [Install] section,
+// each change journalled first (lib/unitinstall). It returns what it
+// changed; the caller reloads systemd when that is not empty.
 func installUnits(root *hostroot.Root, rec *ownership.Record) ([]string, error) {
 	all, err := renderedUnits(root)
 	if err != nil {
 		return nil, err
 	}
-	var changed []string
-	for _, name := range sortedKeys(all) {
-		hostPath := path.Join(hostroot.UnitDir, name)
-		ok, err := writeUnit(root, rec, hostPath, all[name])
-		if err != nil {
-			return changed, err
-		}
-		if ok {
-			changed = append(changed, hostPath)
-		}
-		if strings.Contains(name, "@.") {
-			continue // a template is enabled per instance, by whoever needs one
-		}
-		for _, link := range installLinks(name, all[name]) {
-			ok, err := ensureLink(root, rec, link, hostPath)
-			if err != nil {
-				return changed, err
-			}
-			if ok {
-				changed = append(changed, link)
-			}
-		}
-	}
-	return changed, nil
+	return unitinstall.Install(root, rec, all)
 }
 
-// installLinks are the enablement links of unit name: one per target of
-// WantedBy= and RequiredBy= in its [Install] section.
-func installLinks(name string, data []byte) []string {
-	var links []string
-	section := ""
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
-			continue
-		case strings.HasPrefix(line, "["):
-			section = line
-			continue
-		}
-		if section != "[Install]" {
-			continue
-		}
-		key, val, ok := strings.Cut(line, "=")
-		if !ok {
-			continue
-		}
-		suffix := ""
-		switch strings.TrimSpace(key) {
-		case "WantedBy":
-			suffix = ".wants"
-		case "RequiredBy":
-			suffix = ".requires"
-		default:
-			continue
-		}
-		for _, target := range strings.Fields(val) {
-			links = append(links, path.Join(hostroot.UnitDir, target+suffix, name))
-		}
-	}
-	return links
-}
-
-// enabled reports whether unit data has an [Install] section that enables
-// it somewhere.
-func enabled(name string, data []byte) bool {
-	return !strings.Contains(name, "@.") && len(installLinks(name, data)) > 0
-}
-
-// writeUnit makes hostPath hold data (0644), journalling it first.
-func writeUnit(root *hostroot.Root, rec *ownership.Record, hostPath string, data []byte) (bool, error) {
-	local, err := localEntry(root, hostPath)
-	if err != nil {
-		return false, err
-	}
-	if fi, err := os.Lstat(local); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() == 0o644 {
-		if old, err := os.ReadFile(local); err == nil && bytes.Equal(old, data) {
-			return false, nil
-		}
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, err
-	}
-	if err := ensureDir(root, rec, path.Dir(hostPath)); err != nil {
-		return false, err
-	}
-	if err := journal(root, rec, ownership.KindUnit, hostPath); err != nil {
-		return false, err
-	}
-	if err := atomicfile.WriteFile(local, data, 0o644); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// ensureLink makes hostPath a symbolic link to target, journalling it (and
-// a missing parent directory) first.
-func ensureLink(root *hostroot.Root, rec *ownership.Record, hostPath, target string) (bool, error) {
-	local, err := localEntry(root, hostPath)
-	if err != nil {
-		return false, err
-	}
-	if old, err := os.Readlink(local); err == nil && old == target {
-		return false, nil
-	}
-	if err := ensureDir(root, rec, path.Dir(hostPath)); err != nil {
-		return false, err
-	}
-	if err := journal(root, rec, ownership.KindUnit, hostPath); err != nil {
-		return false, err
-	}
-	tmp := filepath.Join(filepath.Dir(local), ".kubeslot-link.tmp")
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, err
-	}
-	if err := os.Symlink(target, tmp); err != nil {
-		return false, fmt.Errorf("link %s: %w", hostPath, err)
-	}
-	if err := atomicfile.Rename(tmp, local); err != nil {
-		return false, fmt.Errorf("link %s: %w", hostPath, err)
-	}
-	return true, nil
-}
-
-// ensureDir creates the host directory dir (0755) if missing, journalled.
-func ensureDir(root *hostroot.Root, rec *ownership.Record, dir string) error {
-	local, err := root.Resolve(dir)
-	if err != nil {
-		return err
-	}
-	if fi, err := os.Stat(local); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("%s: exists and is not a directory", dir)
-		}
-		return nil
-	}
-	if err := ensureDir(root, rec, path.Dir(dir)); err != nil {
-		return err
-	}
-	if err := rec.Record(root, ownership.Change{Kind: ownership.KindDir, Path: dir, Prior: ownership.Prior{State: ownership.PriorAbsent}}); err != nil {
-		return err
-	}
-	if err := os.Mkdir(local, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	return atomicfile.SyncDir(filepath.Dir(local))
-}
-
-func journal(root *hostroot.Root, rec *ownership.Record, kind ownership.Kind, hostPath string) error {
-	if _, found := rec.Lookup(kind, hostPath); found {
-		return nil
-	}
-	prior, err := ownership.CapturePrior(root, hostPath)
-	if err != nil {
-		return err
-	}
-	return rec.Record(root, ownership.Change{Kind: kind, Path: hostPath, Prior: prior})
-}
-
-// localEntry resolves hostPath's parent and appends its last component
-// unresolved, so a link there is replaced, never followed.
-func localEntry(root *hostroot.Root, hostPath string) (string, error) {
-	dir, err := root.Resolve(path.Dir(hostPath))
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, path.Base(hostPath)), nil
-}
+// The unit installation helpers live in lib/unitinstall, shared with the
+// upgrader; these names keep the bootstrap's code and tests as they were.
+var (
+	installLinks = unitinstall.Links
+	enabled      = unitinstall.Enabled
+	ensureLink   = unitinstall.EnsureLink
+	localEntry   = unitinstall.LocalEntry
+)
 
 // machineUnit is the host unit that runs slot's node.
 func machineUnit(slot string) string { return "systemd-nspawn@" + slot + ".service" }

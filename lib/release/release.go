@@ -1,12 +1,16 @@
-// Package release installs this release's binaries into the host root:
-// <base>/releases/blue holds the kubeslot* executables and <base>/current is
-// a relative link to releases/blue, replaced atomically (a temporary link
-// renamed over it). It is the same layout `kubeslot ignition` lays down, so a
-// host provisioned by Ignition already has a usable install and nothing is
-// copied. The upgrader (issue 8) extends this with green and last-good.
+// Package release is the installed agent releases in the host root: two
+// release directories, <base>/releases/blue and green, each an unpacked
+// bundle (manifest.json, the kubeslot* executables, units/ with the unit
+// templates), and two relative links, <base>/current (the release every
+// unit's ExecStart runs through) and <base>/last-good (the one to fall back
+// to), each replaced atomically (a temporary link renamed over it). The
+// bootstrap installs the first release into blue (Ensure); the upgrader
+// unpacks the next ones into the release current does not name (Inactive).
+// A host provisioned by `kubeslot ignition` may already hold a usable blue
+// without a manifest; Usable accepts it and nothing is copied.
 //
-// Imported by the bootstrap stage (and later the upgrader); cmd/ binaries
-// reach it through lib/bootstrap.
+// Imported by the bootstrap stage and the upgrader; cmd/ binaries reach it
+// through them.
 package release
 
 import (
@@ -14,29 +18,30 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/units"
 )
 
 // Binaries are the executables a complete release holds.
-var Binaries = []string{
-	"kubeslot",
-	"kubeslot-bootstrap",
-	"kubeslot-repaver",
-	"kubeslot-resetter",
-	"kubeslot-upgrader",
-	"kubeslot-watcher",
-}
+var Binaries = bundle.Binaries
 
 // First is the release directory a fresh host starts with.
 const First = "blue"
+
+// Names are the two release directories.
+var Names = []string{"blue", "green"}
 
 // versionTimeout bounds one `--version` run: a static binary answers in
 // milliseconds, one that hangs is not usable.
@@ -89,10 +94,13 @@ func runVersion(ctx context.Context, p string) error {
 }
 
 // Ensure makes <base>/current a usable release. When it already is, it
-// does nothing and returns false. Otherwise it copies every binary of
-// Binaries from srcDir into <base>/releases/blue (staged in a hidden
-// directory and renamed into place, so a half-copied release is never
-// visible), checks it, and points current at it; it returns true.
+// does nothing and returns false. Otherwise it installs the release srcDir
+// (the running binary's directory) into <base>/releases/blue, staged in a
+// hidden directory and renamed into place so a half-copied release is never
+// visible, checks it, and points current and last-good at it; it returns
+// true. A srcDir holding a manifest (an unpacked bundle) is copied as
+// listed and verified against it; a plain directory of binaries gets this
+// binary's unit templates in units/ and a manifest stamped with its version.
 func Ensure(ctx context.Context, root *hostroot.Root, srcDir string, log *slog.Logger) (bool, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -120,12 +128,8 @@ func Ensure(ctx context.Context, root *hostroot.Root, srcDir string, log *slog.L
 	if err := os.Mkdir(partial, 0o755); err != nil {
 		return false, fmt.Errorf("install release: %w", err)
 	}
-	for _, name := range Binaries {
-		if err := copyFile(filepath.Join(srcDir, name), filepath.Join(partial, name)); err != nil {
-			return false, fmt.Errorf("install release: %w", err)
-		}
-	}
-	if err := atomicfile.SyncDir(partial); err != nil {
+	if err := fill(srcDir, partial); err != nil {
+		os.RemoveAll(partial)
 		return false, fmt.Errorf("install release: %w", err)
 	}
 	// A broken blue (why current was not usable) is replaced whole.
@@ -141,50 +145,182 @@ func Ensure(ctx context.Context, root *hostroot.Root, srcDir string, log *slog.L
 	if err := SetCurrent(root, First); err != nil {
 		return false, err
 	}
+	if err := SetLastGood(root, First); err != nil {
+		return false, err
+	}
 	log.Info("release installed", "dir", root.HostPath(hostroot.ReleasesDir, First))
 	return true, nil
+}
+
+// fill makes the release directory dst from srcDir: a bundle's files as its
+// manifest lists them, or the binaries plus this binary's unit templates and
+// a new manifest.
+func fill(srcDir, dst string) error {
+	if _, err := os.Lstat(filepath.Join(srcDir, bundle.ManifestName)); err == nil {
+		m, err := bundle.ReadManifest(srcDir)
+		if err != nil {
+			return err
+		}
+		if err := os.Mkdir(filepath.Join(dst, bundle.UnitsDir), 0o755); err != nil {
+			return err
+		}
+		for _, f := range append(m.Files, bundle.File{Path: bundle.ManifestName, Mode: 0o644}) {
+			rel := filepath.FromSlash(f.Path)
+			if err := copyFile(filepath.Join(srcDir, rel), filepath.Join(dst, rel), fs.FileMode(f.Mode)); err != nil {
+				return err
+			}
+		}
+		if err := syncDirs(dst); err != nil {
+			return err
+		}
+		_, err = bundle.VerifyDir(dst, buildinfo.Arch)
+		return err
+	}
+	for _, name := range Binaries {
+		if err := copyFile(filepath.Join(srcDir, name), filepath.Join(dst, name), 0o755); err != nil {
+			return err
+		}
+	}
+	unitsDir := filepath.Join(dst, bundle.UnitsDir)
+	if err := os.Mkdir(unitsDir, 0o755); err != nil {
+		return err
+	}
+	for name, data := range units.Templates() {
+		if err := atomicfile.WriteFile(filepath.Join(unitsDir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := syncDirs(dst); err != nil {
+		return err
+	}
+	_, err := bundle.WriteManifest(dst, buildinfo.Version, buildinfo.Arch)
+	return err
+}
+
+func syncDirs(dir string) error {
+	if err := atomicfile.SyncDir(filepath.Join(dir, bundle.UnitsDir)); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(dir)
+}
+
+// Link names under the base (hostroot.CurrentLink, hostroot.LastGoodLink).
+func checkName(name string) error {
+	for _, n := range Names {
+		if n == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("release name %q: want one of %s", name, strings.Join(Names, ", "))
 }
 
 // SetCurrent points <base>/current at releases/<name> (a relative link):
 // a temporary link is made next to it and renamed over it, so current
 // always names a release.
 func SetCurrent(root *hostroot.Root, name string) error {
+	return setLink(root, hostroot.CurrentLink, name)
+}
+
+// SetLastGood points <base>/last-good at releases/<name>, atomically.
+func SetLastGood(root *hostroot.Root, name string) error {
+	return setLink(root, hostroot.LastGoodLink, name)
+}
+
+// Current returns the release name <base>/current points at.
+func Current(root *hostroot.Root) (string, error) { return readLink(root, hostroot.CurrentLink) }
+
+// LastGood returns the release name <base>/last-good points at.
+func LastGood(root *hostroot.Root) (string, error) { return readLink(root, hostroot.LastGoodLink) }
+
+// Inactive returns the release name current does not point at: where the
+// next release is unpacked.
+func Inactive(root *hostroot.Root) (string, error) {
+	cur, err := Current(root)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range Names {
+		if n != cur {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("no inactive release next to %s", cur)
+}
+
+// Dir is the local path of release directory name (which need not exist).
+func Dir(root *hostroot.Root, name string) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", err
+	}
+	return root.Path(hostroot.ReleasesDir, name)
+}
+
+func linkPath(root *hostroot.Root, link string) (string, error) {
 	// The link itself, not what it points at.
 	base, err := root.Path()
 	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, link), nil
+}
+
+func readLink(root *hostroot.Root, link string) (string, error) {
+	p, err := linkPath(root, link)
+	if err != nil {
+		return "", err
+	}
+	target, err := os.Readlink(p)
+	if err != nil {
+		return "", fmt.Errorf("read link %s: %w", root.HostPath(link), err)
+	}
+	dir, name := path.Split(path.Clean(target))
+	if path.Clean(dir) != hostroot.ReleasesDir || checkName(name) != nil {
+		return "", fmt.Errorf("link %s -> %q: want %s/<%s>", root.HostPath(link), target, hostroot.ReleasesDir, strings.Join(Names, "|"))
+	}
+	return name, nil
+}
+
+func setLink(root *hostroot.Root, link, name string) error {
+	if err := checkName(name); err != nil {
 		return err
 	}
-	cur := filepath.Join(base, hostroot.CurrentLink)
+	p, err := linkPath(root, link)
+	if err != nil {
+		return err
+	}
 	target := path.Join(hostroot.ReleasesDir, name)
-	if old, err := os.Readlink(cur); err == nil && old == target {
+	if old, err := os.Readlink(p); err == nil && old == target {
 		return nil
 	}
-	tmp := filepath.Join(filepath.Dir(cur), ".current.tmp")
+	tmp := filepath.Join(filepath.Dir(p), "."+link+".tmp")
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("point current at %s: %w", target, err)
+		return fmt.Errorf("point %s at %s: %w", link, target, err)
 	}
 	if err := os.Symlink(target, tmp); err != nil {
-		return fmt.Errorf("point current at %s: %w", target, err)
+		return fmt.Errorf("point %s at %s: %w", link, target, err)
 	}
-	if err := atomicfile.Rename(tmp, cur); err != nil {
-		return fmt.Errorf("point current at %s: %w", target, err)
+	if err := atomicfile.Rename(tmp, p); err != nil {
+		return fmt.Errorf("point %s at %s: %w", link, target, err)
 	}
 	return nil
 }
 
-func copyFile(src, dst string) error {
+func copyFile(src, dst string, mode fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
 	n, err := io.Copy(out, io.LimitReader(in, maxBinary+1))
 	if err == nil && n > maxBinary {
 		err = fmt.Errorf("%s: larger than %d bytes", src, maxBinary)
+	}
+	if err == nil {
+		err = out.Chmod(mode) // past the umask
 	}
 	if err == nil {
 		err = out.Sync()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
@@ -96,5 +98,99 @@ func TestEnsureRefusesBrokenSource(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(root.Prefix(), "opt/kubeslot/current")); !os.IsNotExist(err) {
 		t.Errorf("current made from a broken source: %v", err)
+	}
+}
+
+func TestEnsureWritesACompleteRelease(t *testing.T) {
+	root := newRoot(t)
+	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	blue := filepath.Join(root.Prefix(), "opt/kubeslot/releases/blue")
+	m, err := bundle.VerifyDir(blue, buildinfo.Arch)
+	if err != nil {
+		t.Fatalf("blue is not a verified release: %v", err)
+	}
+	if m.Version != buildinfo.Version {
+		t.Errorf("manifest version %q, want %q", m.Version, buildinfo.Version)
+	}
+	if _, err := os.Stat(filepath.Join(blue, "units", "kubeslot-watcher.service")); err != nil {
+		t.Errorf("unit templates not in the release: %v", err)
+	}
+	if lg, err := LastGood(root); err != nil || lg != "blue" {
+		t.Errorf("last-good %q (%v), want blue", lg, err)
+	}
+	// A release directory with a manifest (an unpacked bundle) is copied as
+	// listed and verified: install it into another host root.
+	other := newRoot(t)
+	if _, err := Ensure(t.Context(), other, blue, nil); err != nil {
+		t.Fatalf("install from a release directory: %v", err)
+	}
+	if _, err := bundle.VerifyDir(filepath.Join(other.Prefix(), "opt/kubeslot/releases/blue"), buildinfo.Arch); err != nil {
+		t.Errorf("copied release: %v", err)
+	}
+	// A tampered source is refused.
+	tampered := t.TempDir()
+	if _, err := Ensure(t.Context(), newRootAt(t, tampered), blue, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(tampered, "opt/kubeslot/releases/blue")
+	if err := os.WriteFile(filepath.Join(src, "units", "kubeslot-watcher.service"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(t.Context(), newRoot(t), src, nil); err == nil {
+		t.Error("a release directory that disagrees with its manifest was installed")
+	}
+}
+
+func newRootAt(t *testing.T, prefix string) *hostroot.Root {
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestLinks(t *testing.T) {
+	root := newRoot(t)
+	if _, err := Current(root); err == nil {
+		t.Error("Current without a link: no error")
+	}
+	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := Inactive(root); err != nil || in != "green" {
+		t.Errorf("Inactive %q (%v), want green", in, err)
+	}
+	if err := SetCurrent(root, "green"); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := Current(root); err != nil || cur != "green" {
+		t.Errorf("Current %q (%v), want green", cur, err)
+	}
+	if in, err := Inactive(root); err != nil || in != "blue" {
+		t.Errorf("Inactive %q (%v), want blue", in, err)
+	}
+	if lg, _ := LastGood(root); lg != "blue" {
+		t.Errorf("last-good moved with current: %q", lg)
+	}
+	if err := SetLastGood(root, "../etc"); err == nil {
+		t.Error("SetLastGood accepted a name outside the release directories")
+	}
+	// A link to somewhere else is an error naming it, not a release.
+	cur := filepath.Join(root.Prefix(), "opt/kubeslot/current")
+	os.Remove(cur)
+	os.Symlink("/usr/bin", cur)
+	if _, err := Current(root); err == nil || !strings.Contains(err.Error(), "/usr/bin") {
+		t.Errorf("Current with a foreign link: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root.Prefix(), "opt/kubeslot")); len(ents) == 0 {
+		t.Fatal("empty base")
+	} else {
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".tmp") {
+				t.Errorf("temporary link left: %s", e.Name())
+			}
+		}
 	}
 }

@@ -1,0 +1,567 @@
+package integration
+
+// The upgrader on the rig: an isolated host with a complete (faked, as newWatcherRig does) installation whose
+// release blue is a real unpacked bundle, the real watcher running under its unit against the rig's control plane,
+// and the real kubeslot-upgrade.path. Upgrades are asked for as an admin would, with AgentUpgrade MachineOperations
+// whose bundles (built here with stamped versions) the mirror serves. The subtests run in order on one host.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/mirror"
+	"github.com/kubeslot/kubeslot/integration/sdhost"
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+type upRig struct {
+	t      *testing.T
+	ctx    context.Context
+	cp     *kube.ControlPlane
+	h      *sdhost.Host
+	sd     *sddbus.Conn
+	admin  *machineclient.Client
+	node   string
+	root   *hostroot.Root
+	dir    *requests.Dir
+	mirror *mirror.Server
+	ops    int
+}
+
+// upBins holds the binaries built stamped with a version, while the test that first asked for them runs.
+var upBins sync.Map // version → func() (string, error)
+
+func buildRelease(t *testing.T, version string) string {
+	t.Helper()
+	f, loaded := upBins.LoadOrStore(version, sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp("", "kubeslot-up-"+version+"-")
+		if err != nil {
+			return "", err
+		}
+		cmd := exec.Command("go", "build", "-o", dir+"/",
+			"-ldflags", "-X github.com/kubeslot/kubeslot/lib/buildinfo.Version="+version, "./cmd/...")
+		cmd.Dir = moduleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("build release %s: %v\n%s", version, err, out)
+		}
+		return dir, nil
+	}))
+	dir, err := f.(func() (string, error))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !loaded {
+		t.Cleanup(func() {
+			upBins.Delete(version)
+			os.RemoveAll(dir)
+		})
+	}
+	return dir
+}
+
+// makeUpgradeBundle writes a bundle of the binaries in bins, stamped version, whose watcher unit gets the extra
+// lines (key=value, placed in [Unit] or [Service] by key); it returns its path and sha256.
+func makeUpgradeBundle(t *testing.T, bins, version string, extra ...string) (string, string) {
+	t.Helper()
+	udir := t.TempDir()
+	for name, data := range units.Templates() {
+		if name == units.Watcher {
+			for _, l := range extra {
+				// A key the template sets already is replaced there (the last assignment would win).
+				key, _, _ := strings.Cut(l, "=")
+				if re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + `=.*$`); key != "Environment" && re.Match(data) {
+					data = re.ReplaceAll(data, []byte(l))
+					continue
+				}
+				section := "[Service]\n"
+				if strings.HasPrefix(l, "StartLimit") {
+					section = "[Unit]\n"
+				}
+				data = bytes.Replace(data, []byte(section), []byte(section+l+"\n"), 1)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(udir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Through the CLI (`kubeslot bundle create`, what `make bundle` runs): compressing ~100 MB inside this
+	// race-instrumented test binary takes minutes.
+	p := filepath.Join(t.TempDir(), "kubeslot-"+version+".tar.gz")
+	cmd := exec.Command(filepath.Join(bins, "kubeslot"), "bundle", "create", "--bins", bins, "--units", udir,
+		"--release-version", version, "--arch", buildinfo.Arch, "--out", p)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bundle create: %v\n%s", err, out)
+	}
+	sum, err := fileSum(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, sum
+}
+
+func fileSum(p string) (string, error) {
+	out, err := exec.Command("sha256sum", p).Output()
+	if err != nil {
+		return "", err
+	}
+	return strings.Fields(string(out))[0], nil
+}
+
+// watcherDropIn is the test's drop-in for the watcher unit: the settle time of a new release's watcher before it
+// reports its upgrade Succeeded.
+func watcherDropIn(settle time.Duration) []byte {
+	return []byte(fmt.Sprintf("[Service]\nEnvironment=KUBESLOT_WATCHER_UPGRADE_SETTLE=%s\n", settle))
+}
+
+func newUpgradeRig(t *testing.T, ctx context.Context, base, blueVersion string) *upRig {
+	t.Helper()
+	cp := needAPI(t)
+	blueBins := buildRelease(t, blueVersion)
+	r := &upRig{t: t, ctx: ctx, cp: cp, admin: adminAPI(t, cp), node: hostName(base)}
+	r.h = startHost(t, sdhost.Options{Name: r.node, SharedNetwork: true})
+	r.sd = systemd(t, ctx, r.h)
+	t.Cleanup(func() { _ = r.admin.DeleteMachine(context.Background(), r.node) })
+	var err error
+	if r.root, err = hostroot.New(r.h.Root(), ""); err != nil {
+		t.Fatal(err)
+	}
+	r.dir = requests.New(r.root)
+	if err := r.root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	// Release blue: a real bundle, unpacked as the upgrader would.
+	p, sum := makeUpgradeBundle(t, blueBins, blueVersion)
+	blue, err := release.Dir(r.root, "blue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bundle.Unpack(ctx, p, sum, buildinfo.Arch, blue, bundle.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := release.SetCurrent(r.root, "blue"); err != nil {
+		t.Fatal(err)
+	}
+	if err := release.SetLastGood(r.root, "blue"); err != nil {
+		t.Fatal(err)
+	}
+	// Applied configuration of slot a, committed; a complete ownership record; the node identity.
+	cfg, err := config.Parse("example.toml", config.Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Machine.Name, cfg.Machine.NodeName = r.node, r.node
+	st := state.NewStore(r.root)
+	if err := st.SaveApplied(&state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: blueVersion,
+		AppliedAt: time.Now().UTC(), Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetActive("a"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ownership.New(r.node, cfg.Fingerprint(), blueVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ownership.InstallCheckpoints()[1:] {
+		if err := rec.SetCheckpoint(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ownership.Save(r.root, rec); err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := cp.NodeClientCert(r.node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.WriteFile("/opt/kubeslot/identity/kubeconfig", cp.KubeconfigCert("system:node:"+r.node, cert, key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Every unit of release blue, rendered; the pin target keeps an inactive unit's last result loaded.
+	all, err := units.All(units.Vars{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all["kubeslot-pin.target"] = []byte("[Unit]\nAfter=" + units.Watcher + " " + units.Recovery + "\n")
+	if err := r.h.WriteFile("/etc/systemd/system/"+units.Watcher+".d/zz-test.conf", watcherDropIn(3*time.Second), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.InstallUnits(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	r.start("kubeslot-pin.target")
+	if res := r.start(units.Watcher); res != "done" {
+		t.Fatalf("start the watcher: %s\n%s", res, r.journal(units.Watcher))
+	}
+	if res := r.start(units.PathUnit("upgrade")); res != "done" {
+		t.Fatalf("start the upgrade path unit: %s", res)
+	}
+	if r.mirror, err = mirror.Start(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.mirror.Close() })
+	return r
+}
+
+func (r *upRig) start(unit string) string {
+	r.t.Helper()
+	ch := make(chan string, 1)
+	if _, err := r.sd.StartUnitContext(r.ctx, unit, "replace", ch); err != nil {
+		r.t.Fatalf("start %s: %v", unit, err)
+	}
+	select {
+	case res := <-ch:
+		return res
+	case <-r.ctx.Done():
+		r.t.Fatalf("start %s: %v", unit, r.ctx.Err())
+	}
+	return ""
+}
+
+func (r *upRig) run(args ...string) string {
+	r.t.Helper()
+	out, err := r.h.Run(r.ctx, args...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return string(out)
+}
+
+func (r *upRig) journal(unit string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	j, err := r.h.Journal(ctx, unit)
+	if err != nil {
+		return "journal: " + err.Error()
+	}
+	return j
+}
+
+func (r *upRig) current() string {
+	r.t.Helper()
+	c, err := release.Current(r.root)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return c
+}
+
+// watcherExe is the binary the watcher's MainPID runs (inside the host).
+func (r *upRig) watcherExe() string {
+	pid := svcProp(r.t, r.ctx, r.sd, units.Watcher, "MainPID").(uint32)
+	if pid == 0 {
+		return ""
+	}
+	out, err := r.h.Run(r.ctx, "readlink", fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// currentRuns checks that current names a release whose watcher answers --version.
+func (r *upRig) currentRuns() {
+	r.t.Helper()
+	if out, err := r.h.Run(r.ctx, "/opt/kubeslot/current/kubeslot-watcher", "--version"); err != nil {
+		r.t.Errorf("current does not run: %v", err)
+	} else {
+		r.t.Logf("current runs: %s", strings.TrimSpace(string(out)))
+	}
+}
+
+// operation creates an AgentUpgrade for this host's Machine with the bundle at url.
+func (r *upRig) operation(url, sum string) string {
+	r.t.Helper()
+	r.ops++
+	name := fmt.Sprintf("%s-up-%d", r.node, r.ops)
+	op := &v1alpha1.MachineOperation{Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationAgentUpgrade,
+		MachineRef: &v1alpha1.MachineReference{Name: r.node},
+		Parameters: &v1alpha1.OperationParameters{BundleURL: v1alpha1.URL(url), BundleSHA256: v1alpha1.SHA256(sum)}}}
+	op.Name = name
+	if _, err := r.admin.CreateOperation(r.ctx, op); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = r.admin.DeleteOperation(context.Background(), name) })
+	return name
+}
+
+// result waits for the operation's entry for this Machine to finish and returns it.
+func (r *upRig) result(name string, bound time.Duration) (*v1alpha1.MachineOperationTarget, time.Duration) {
+	r.t.Helper()
+	var got *v1alpha1.MachineOperationTarget
+	d := eventually(r.t, bound, "operation "+name+" finished", func() (bool, string) {
+		op, err := r.admin.GetOperation(r.ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		got = op.Status.Target(r.node, r.node)
+		return got != nil && (got.Phase == v1alpha1.OperationSucceeded || got.Phase == v1alpha1.OperationFailed),
+			fmt.Sprintf("%+v", op.Status)
+	})
+	return got, d
+}
+
+// finalStatus is the status file of the request of operation name.
+func (r *upRig) finalStatus(name string) *requests.Status {
+	st, _, err := r.dir.ListStatus()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Operation == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// phaseSpan is the time from the start of phase a to the end of phase b in s.
+func phaseSpan(s *requests.Status, a, b string) time.Duration {
+	var start, end time.Time
+	for _, p := range s.Phases {
+		if p.Name == a && start.IsZero() {
+			start = p.StartedAt
+		}
+		if p.Name == b {
+			end = p.StartedAt.Add(p.Duration)
+		}
+	}
+	if start.IsZero() || end.IsZero() {
+		return 0
+	}
+	return end.Sub(start)
+}
+
+var rolledBackRE = regexp.MustCompile(`switch to rolled back ([0-9.]+m?s)`)
+
+func TestUpgradeOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	r := newUpgradeRig(t, ctx, "upg", "up-1")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("watcher journal:\n%s", r.journal(units.Watcher))
+			t.Logf("upgrade journal:\n%s", r.journal("kubeslot-upgrade.service"))
+			t.Logf("recovery journal:\n%s", r.journal(units.Recovery))
+		}
+	})
+	eventually(t, 60*time.Second, "Machine registered by the watcher", func() (bool, string) {
+		m, err := r.admin.GetMachine(ctx, r.node)
+		if err != nil {
+			return false, err.Error()
+		}
+		return m.Status.AgentVersion == "up-1", m.Status.AgentVersion
+	})
+	bins1, bins2, bins3 := buildRelease(t, "up-1"), buildRelease(t, "up-2"), buildRelease(t, "up-3")
+	serve := func(name, p string) string {
+		t.Helper()
+		if _, err := r.mirror.Add(name, p); err != nil {
+			t.Fatal(err)
+		}
+		return r.mirror.URL(name)
+	}
+	p1, sum1 := makeUpgradeBundle(t, bins1, "up-1")
+	p2, sum2 := makeUpgradeBundle(t, bins2, "up-2")
+	url1, url2 := serve("up-1.tar.gz", p1), serve("up-2.tar.gz", p2)
+
+	// good checks an upgrade that ends Succeeded on release rel running version.
+	good := func(t *testing.T, name, rel, version string, t0 time.Time) {
+		t.Helper()
+		res, d := r.result(name, 3*time.Minute)
+		if res.Phase != v1alpha1.OperationSucceeded {
+			t.Fatalf("operation %s: %+v, want Succeeded", name, res)
+		}
+		if c := r.current(); c != rel {
+			t.Errorf("current %s, want %s", c, rel)
+		}
+		if exe := r.watcherExe(); exe != "/opt/kubeslot/releases/"+rel+"/kubeslot-watcher" {
+			t.Errorf("watcher runs %q, want release %s's binary", exe, rel)
+		}
+		eventually(t, 30*time.Second, "Machine agent version "+version, func() (bool, string) {
+			m, err := r.admin.GetMachine(ctx, r.node)
+			if err != nil {
+				return false, err.Error()
+			}
+			return m.Status.AgentVersion == version, m.Status.AgentVersion
+		})
+		if s := r.finalStatus(name); s != nil {
+			if h := phaseSpan(s, "switch", "health"); h > 0 {
+				figures.Add("upgrade: switch to healthy new watcher", h)
+				t.Logf("figure upgrade switch to healthy %s", h.Round(time.Millisecond))
+			}
+			if h := phaseSpan(s, "smoke-test", "health"); h > 0 {
+				figures.Add("upgrade: downloaded to healthy new watcher", h)
+				t.Logf("figure upgrade downloaded to healthy %s", h.Round(time.Millisecond))
+			}
+		}
+		figures.Add("upgrade: operation created to Succeeded (settle 3 s included)", time.Since(t0))
+		t.Logf("figure operation %s Succeeded %s after creation (%s waiting)", name, time.Since(t0).Round(time.Millisecond), d.Round(time.Millisecond))
+		r.currentRuns()
+	}
+
+	t.Run("Good", func(t *testing.T) {
+		t0 := time.Now()
+		name := r.operation(url2, sum2)
+		good(t, name, "green", "up-2", t0)
+		if lg, _ := release.LastGood(r.root); lg != "blue" {
+			t.Errorf("last-good %s, want blue", lg)
+		}
+		if !strings.Contains(r.journal("kubeslot-upgrade.service"), "upgraded") {
+			t.Error("the upgrader's journal does not say upgraded")
+		}
+	})
+
+	t.Run("ChecksumMismatch", func(t *testing.T) {
+		name := r.operation(url1, strings.Repeat("0", 64))
+		res, _ := r.result(name, 2*time.Minute)
+		if res.Phase != v1alpha1.OperationFailed || !strings.Contains(res.Message, "checksum") {
+			t.Errorf("operation: %+v, want Failed naming the checksum", res)
+		}
+		if c := r.current(); c != "green" {
+			t.Errorf("current %s, want green (unchanged)", c)
+		}
+		if exe := r.watcherExe(); exe != "/opt/kubeslot/releases/green/kubeslot-watcher" {
+			t.Errorf("watcher runs %q", exe)
+		}
+		r.currentRuns()
+	})
+
+	t.Run("Kill9", func(t *testing.T) {
+		dropIn := "/etc/systemd/system/kubeslot-upgrade.service.d/zz-pause.conf"
+		next := []struct{ url, sum, rel, version string }{{url1, sum1, "blue", "up-1"}, {url2, sum2, "green", "up-2"}}
+		for i, phase := range []string{"unpack", "signal", "switch", "restart", "health"} {
+			t.Run(phase, func(t *testing.T) {
+				n := next[i%2]
+				if err := r.h.WriteFile(dropIn, []byte("[Service]\nEnvironment=KUBESLOT_TEST_PAUSE_AT="+phase+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.sd.ReloadContext(ctx); err != nil {
+					t.Fatal(err)
+				}
+				t0 := time.Now()
+				name := r.operation(n.url, n.sum)
+				deadline := time.Now().Add(2 * time.Minute)
+				for !strings.Contains(r.journal("kubeslot-upgrade.service"), "paused at "+phase) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the upgrader did not pause at %s", phase)
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+				r.sd.KillUnitContext(ctx, "kubeslot-upgrade.service", int32(syscall.SIGKILL))
+				eventually(t, 30*time.Second, "upgrader killed", func() (bool, string) {
+					s := unitState(t, ctx, r.sd, "kubeslot-upgrade.service")
+					return !strings.Contains(s, "ActiveState=activ") && !strings.Contains(s, "deactivating"), s
+				})
+				t.Logf("killed at %s: current %s", phase, r.current())
+				r.currentRuns()
+				r.run("rm", "-f", dropIn)
+				if err := r.sd.ReloadContext(ctx); err != nil {
+					t.Fatal(err)
+				}
+				_ = r.sd.ResetFailedUnitContext(ctx, "kubeslot-upgrade.service")
+				// The re-trigger: the service started again.
+				res := r.start("kubeslot-upgrade.service")
+				t.Logf("re-run: %s", res)
+				good(t, name, n.rel, n.version, t0)
+			})
+		}
+	})
+
+	p3bad, sum3bad := makeUpgradeBundle(t, bins3, "up-3", "Environment=KUBESLOT_TEST_WATCHER_EXIT_AFTER=0s")
+	url3bad := serve("up-3-exits.tar.gz", p3bad)
+
+	t.Run("ExitsAtOnceRolledBack", func(t *testing.T) {
+		from, fromExe := r.current(), r.watcherExe()
+		t0 := time.Now()
+		name := r.operation(url3bad, sum3bad)
+		res, _ := r.result(name, 3*time.Minute)
+		if res.Phase != v1alpha1.OperationFailed || !strings.Contains(res.Message, "new watcher up-3") || !strings.Contains(res.Message, "rolled back") {
+			t.Errorf("operation: %+v, want Failed: new watcher up-3 ... rolled back", res)
+		}
+		if c := r.current(); c != from {
+			t.Errorf("current %s, want %s", c, from)
+		}
+		eventually(t, 60*time.Second, "old watcher running", func() (bool, string) {
+			exe := r.watcherExe()
+			return exe == fromExe, exe
+		})
+		figures.Add("upgrade: bad watcher, operation created to Failed", time.Since(t0))
+		if m := rolledBackRE.FindStringSubmatch(r.journal("kubeslot-upgrade.service")); m != nil {
+			if d, err := time.ParseDuration(m[1]); err == nil {
+				figures.Add("upgrade: switch to old watcher active again (rollback)", d)
+			}
+		}
+		t.Logf("figure rollback by the upgrader: operation Failed %s after creation", time.Since(t0).Round(time.Millisecond))
+		r.currentRuns()
+	})
+
+	p3late, sum3late := makeUpgradeBundle(t, bins3, "up-3", "Environment=KUBESLOT_TEST_WATCHER_EXIT_AFTER=12s", "StartLimitBurst=3")
+	url3late := serve("up-3-late.tar.gz", p3late)
+
+	t.Run("CrashesLaterRecovered", func(t *testing.T) {
+		// The new watcher must not report Succeeded before it crashes: a settle time longer than 12 s.
+		if err := r.h.WriteFile("/etc/systemd/system/"+units.Watcher+".d/zz-test.conf", watcherDropIn(40*time.Second), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.sd.ReloadContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		from, fromExe := r.current(), r.watcherExe()
+		t0 := time.Now()
+		name := r.operation(url3late, sum3late)
+		eventually(t, 2*time.Minute, "upgrader passed its health gate", func() (bool, string) {
+			return r.current() != from && !strings.Contains(unitState(t, ctx, r.sd, "kubeslot-upgrade.service"), "ActiveState=activ"), r.current()
+		})
+		tSwitch := time.Now()
+		res, _ := r.result(name, 4*time.Minute)
+		if res.Phase != v1alpha1.OperationFailed || !strings.Contains(res.Message, "kept failing") {
+			t.Errorf("operation: %+v, want Failed: kept failing, recovered", res)
+		}
+		if c := r.current(); c != from {
+			t.Errorf("current %s, want %s", c, from)
+		}
+		eventually(t, 60*time.Second, "old watcher running", func() (bool, string) {
+			exe := r.watcherExe()
+			return exe == fromExe, exe
+		})
+		if j := r.journal(units.Recovery); !strings.Contains(j, "pointing current back at last-good") {
+			t.Errorf("the recovery unit did not roll back:\n%s", j)
+		}
+		figures.Add("upgrade: late crash, upgrader done to old watcher back (recovery unit)", time.Since(tSwitch))
+		t.Logf("figure recovery: operation Failed %s after creation, old watcher back %s after the upgrader finished",
+			time.Since(t0).Round(time.Millisecond), time.Since(tSwitch).Round(time.Millisecond))
+		// The recovery unit again, as OnFailure= may run it: nothing changes.
+		if res := r.start(units.Recovery); res != "done" {
+			t.Errorf("recovery again: %s", res)
+		}
+		if c := r.current(); c != from {
+			t.Errorf("current %s after a second recovery, want %s", c, from)
+		}
+		r.currentRuns()
+	})
+}

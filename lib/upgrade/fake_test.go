@@ -1,0 +1,301 @@
+package upgrade
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// fakeSystemd models the watcher unit: a restart runs the binary current
+// names; a release listed in crash exits at once and is restarted by
+// systemd on every read of the unit, one in flaky after a few reads.
+type fakeSystemd struct {
+	mu       sync.Mutex
+	t        *testing.T
+	root     *hostroot.Root
+	crash    map[string]bool
+	flaky    map[string]int // release → reads until its watcher restarts once
+	reloads  int
+	restarts int
+	resets   int
+	rel      string // release of the running (or crashing) watcher
+	st       UnitStatus
+	exe      map[uint32]string
+	inv      int
+	reads    int
+}
+
+func newFakeSystemd(t *testing.T, root *hostroot.Root) *fakeSystemd {
+	return &fakeSystemd{t: t, root: root, crash: map[string]bool{}, flaky: map[string]int{}, exe: map[uint32]string{}}
+}
+
+func (f *fakeSystemd) DaemonReload(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloads++
+	return nil
+}
+
+func (f *fakeSystemd) ResetFailed(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resets++
+	return nil
+}
+
+func (f *fakeSystemd) RestartUnit(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if name != WatcherUnit {
+		f.t.Errorf("restart of %s, want only %s", name, WatcherUnit)
+	}
+	f.restarts++
+	f.st.NRestarts = 0
+	f.launch()
+	return nil
+}
+
+// launch starts the watcher through current, as systemd would.
+func (f *fakeSystemd) launch() {
+	cur, err := release.Current(f.root)
+	if err != nil {
+		f.t.Errorf("watcher started without current: %v", err)
+		return
+	}
+	f.rel = cur
+	f.inv++
+	f.reads = 0
+	f.st.InvocationID = fmt.Sprintf("%032x", f.inv)
+	if f.crash[cur] {
+		f.st.ActiveState, f.st.SubState, f.st.MainPID = "activating", "auto-restart", 0
+		return
+	}
+	pid := uint32(1000 + f.inv)
+	dir, _ := release.Dir(f.root, cur)
+	f.exe[pid] = filepath.Join(dir, "kubeslot-watcher")
+	f.st.ActiveState, f.st.SubState, f.st.MainPID = "active", "running", pid
+}
+
+func (f *fakeSystemd) Unit(_ context.Context, name string) (UnitStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.st.InvocationID == "" {
+		return UnitStatus{ActiveState: "inactive", SubState: "dead"}, nil
+	}
+	f.reads++
+	switch {
+	case f.crash[f.rel], f.flaky[f.rel] > 0 && f.reads == f.flaky[f.rel]:
+		f.st.NRestarts++ // Restart=always
+		f.launch()
+	}
+	return f.st, nil
+}
+
+func (f *fakeSystemd) exeOf(pid uint32) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.exe[pid]; ok {
+		return p, nil
+	}
+	return "", os.ErrNotExist
+}
+
+// env is a complete installation in a temp root with release blue
+// (version "devel", the manifest the bootstrap writes).
+type env struct {
+	t    *testing.T
+	root *hostroot.Root
+	sd   *fakeSystemd
+	d    *Deps
+	srv  *httptest.Server
+	log  *bytes.Buffer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ownership.New("host-1", strings.Repeat("ab", 32), "devel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cp := range ownership.InstallCheckpoints()[1:] {
+		if err := rec.SetCheckpoint(cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ownership.Save(root, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := release.Ensure(t.Context(), root, scripts(t, buildinfo.Version, nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, root: root, sd: newFakeSystemd(t, root), log: &bytes.Buffer{}}
+	e.srv = httptest.NewServer(http.FileServer(http.Dir(t.TempDir())))
+	t.Cleanup(e.srv.Close)
+	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", e.log)
+		}
+	})
+	e.d = &Deps{Root: root, Log: log, Requests: requests.New(root), Systemd: e.sd,
+		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, Retries: -1}},
+		Bundles: BundleFiles{}, Exec: ExecRunner{}, Exe: e.sd.exeOf, Arch: buildinfo.Arch}
+	// The watcher of blue runs.
+	if err := e.sd.RestartUnit(t.Context(), WatcherUnit); err != nil {
+		t.Fatal(err)
+	}
+	e.sd.restarts = 0
+	return e
+}
+
+// scripts writes a directory of shell scripts standing in for the binaries:
+// each prints "<name> <version>", unless out overrides what one does.
+func scripts(t *testing.T, version string, out map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range bundle.Binaries {
+		body := "echo " + name + " " + version
+		if o, ok := out[name]; ok {
+			body = o
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// bundleOpts change a test bundle.
+type bundleOpts struct {
+	arch    string
+	scripts map[string]string
+	// watcherLine is added to the [Service] section of the watcher unit.
+	watcherLine string
+}
+
+// makeBundle creates a bundle of version; it returns its path and sha256.
+func (e *env) makeBundle(version string, o bundleOpts) (string, string) {
+	t := e.t
+	t.Helper()
+	bin := scripts(t, version, o.scripts)
+	udir := t.TempDir()
+	for name, data := range units.Templates() {
+		if name == units.Watcher && o.watcherLine != "" {
+			data = bytes.Replace(data, []byte("[Service]\n"), []byte("[Service]\n"+o.watcherLine+"\n"), 1)
+		}
+		if err := os.WriteFile(filepath.Join(udir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arch := o.arch
+	if arch == "" {
+		arch = buildinfo.Arch
+	}
+	var buf bytes.Buffer
+	if _, err := bundle.Create(&buf, bin, udir, version, arch); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "kubeslot-"+version+".tar.gz")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, sum(buf.Bytes())
+}
+
+func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// serve puts the file at p on the test server and returns its URL.
+func (e *env) serve(p string) string {
+	e.t.Helper()
+	mux := http.NewServeMux()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mux.HandleFunc("/b.tar.gz", func(w http.ResponseWriter, r *http.Request) { w.Write(data) })
+	e.srv.Config.Handler = mux
+	return e.srv.URL + "/b.tar.gz"
+}
+
+// request drops an upgrade request as the watcher would.
+func (e *env) request(url, sha string) string {
+	e.t.Helper()
+	r := &requests.Request{Kind: requests.Upgrade, ID: requests.NewID(requests.Upgrade, 7, "up-1"), MachineGeneration: 7,
+		Operation: "up-1", Reason: "test", Upgrade: &requests.UpgradeParams{URL: url, SHA256: sha}}
+	if _, err := e.d.Requests.Write(r); err != nil {
+		e.t.Fatal(err)
+	}
+	return r.ID
+}
+
+func (e *env) job() Job {
+	return Job{Triggered: true, HealthWindow: 30 * time.Millisecond, HealthTimeout: 3 * time.Second, LockWait: 2 * time.Second}
+}
+
+func (e *env) current() string {
+	e.t.Helper()
+	c, err := release.Current(e.root)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) signal() *requests.UpgradeSignal {
+	e.t.Helper()
+	s, err := e.d.Requests.ReadUpgradeSignal()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// installedWatcherUnit is /etc/systemd/system/kubeslot-watcher.service.
+func (e *env) installedWatcherUnit() string {
+	e.t.Helper()
+	p, err := e.root.Resolve("/etc/systemd/system/" + units.Watcher)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// currentRuns checks the invariant: current names a release whose
+// binaries answer --version.
+func (e *env) currentRuns() {
+	e.t.Helper()
+	if err := release.Usable(e.t.Context(), e.root); err != nil {
+		e.t.Errorf("current is not usable: %v", err)
+	}
+}

@@ -1,0 +1,452 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+// txn is one run of the upgrade transition.
+type txn struct {
+	d    *Deps
+	j    Job
+	log  *slog.Logger
+	lock *ownership.Lock
+	rec  *ownership.Record
+	req  *requests.Request
+	// manual is an upgrade by hand: no claimed request file.
+	manual bool
+	sig    *requests.UpgradeSignal
+	phases []requests.PhaseTiming
+	res    Result
+	t0     time.Time
+}
+
+// Run is the upgrade stage: lock, admission, then resume an interrupted
+// upgrade, or claim the request, or upgrade by hand from j.Bundle. The
+// returned error carries the exit code (exitcode.Defer for a busy lock or an
+// incomplete installation); ErrRolledBack and ErrRefused wrap a failed
+// upgrade.
+func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	j.defaults()
+	t := &txn{d: d, j: j, log: d.Log, t0: d.now()}
+	if err := t.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer t.release()
+	rec, err := ownership.Load(d.Root)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil || rec.Checkpoint != ownership.CheckpointComplete {
+		return nil, exitcode.Defer(errors.New("the installation is not complete (bootstrap still to run)"))
+	}
+	t.rec = rec
+	if err := t.lock.SetInstallID(rec.InstallID); err != nil {
+		t.log.Warn("could not name the installation in the lock", "err", err)
+	}
+	res, err := t.dispatch(ctx)
+	if res != nil {
+		res.Took = d.now().Sub(t.t0)
+	}
+	return res, err
+}
+
+// dispatch decides between resume, claim and an upgrade by hand.
+func (t *txn) dispatch(ctx context.Context) (*Result, error) {
+	d := t.d
+	sig, err := d.Requests.ReadUpgradeSignal()
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := d.Requests.Claimed(requests.Upgrade)
+	if err != nil {
+		return nil, err
+	}
+	other := func(what string) error {
+		if t.j.Bundle != "" {
+			return fmt.Errorf("%s; --bundle %s was not started: run it again", what, t.j.Bundle)
+		}
+		return nil
+	}
+	switch {
+	case sig != nil && (sig.Verified || sig.Failure != ""):
+		// Finished, and the watcher has not reported it yet.
+		if claimed != nil && claimed.ID == sig.RequestID {
+			t.lockedFinish()
+			t.log.Info("finished the interrupted upgrade's request", "request", sig.RequestID)
+		}
+		pending, err := d.Requests.Pending(requests.Upgrade)
+		if err != nil {
+			return nil, err
+		}
+		if pending != nil || (claimed != nil && claimed.ID != sig.RequestID) || t.j.Bundle != "" {
+			p, _ := d.Requests.UpgradeSignalPath()
+			return nil, exitcode.Defer(fmt.Errorf("upgrade %s finished but the watcher has not reported it yet (%s is still there): a new upgrade waits for that", sig.RequestID, p))
+		}
+		return &Result{RequestID: sig.RequestID, Outcome: Nothing, Message: "upgrade " + sig.RequestID + " already finished; the watcher reports it"}, nil
+	case sig != nil:
+		t.sig = sig
+		t.phases = append([]requests.PhaseTiming(nil), sig.Phases...)
+		if claimed != nil && claimed.ID == sig.RequestID {
+			t.req = claimed
+		} else {
+			t.manual = true
+			t.req = &requests.Request{Kind: requests.Upgrade, ID: sig.RequestID, Operation: sig.Operation, MachineGeneration: sig.MachineGeneration}
+		}
+		t.log = t.log.With("request", sig.RequestID)
+		t.log.Info("resuming an interrupted upgrade", "from", sig.FromRelease, "to", sig.ToRelease)
+		res, err := t.resume(ctx)
+		if err == nil && t.j.Bundle != "" {
+			err = exitcode.Defer(other("an interrupted upgrade " + sig.RequestID + " was finished first"))
+		}
+		return res, err
+	case claimed != nil:
+		t.req = claimed
+		t.log = t.log.With("request", claimed.ID)
+		t.log.Info("resuming a claimed upgrade request from the download", "request", claimed.ID)
+		res, err := t.fresh(ctx)
+		if err == nil && t.j.Bundle != "" {
+			err = exitcode.Defer(other("the claimed upgrade request " + claimed.ID + " was finished first"))
+		}
+		return res, err
+	case t.j.Bundle != "":
+		abs, err := filepath.Abs(t.j.Bundle)
+		if err != nil {
+			return nil, err
+		}
+		id := fmt.Sprintf("upgrade-0-manual-%d", d.now().Unix())
+		t.manual = true
+		t.req = &requests.Request{Kind: requests.Upgrade, ID: id, Reason: "kubeslot-upgrader --bundle",
+			Upgrade: &requests.UpgradeParams{URL: abs, SHA256: strings.ToLower(t.j.SHA256)}, CreatedAt: d.now().UTC()}
+		t.log = t.log.With("request", id)
+		return t.fresh(ctx)
+	}
+	req, err := d.Requests.Claim(t.lock, requests.Upgrade)
+	if errors.Is(err, requests.ErrNoRequest) {
+		if t.j.Triggered {
+			return &Result{Outcome: Nothing, Message: "no upgrade request to claim"}, nil
+		}
+		return nil, exitcode.UsageError(errors.New("no upgrade request is pending: give --bundle FILE to upgrade by hand"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.req = req
+	t.log = t.log.With("request", req.ID)
+	t.log.Info("claimed the upgrade request", "operation", req.Operation, "source", req.Upgrade.URL)
+	return t.fresh(ctx)
+}
+
+func (t *txn) acquire(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, t.j.LockWait)
+	defer cancel()
+	l, err := ownership.Acquire(lctx, t.d.Root, ownership.Holder{Stage: t.j.Stage}, t.log)
+	if errors.Is(err, ownership.ErrLockTimeout) {
+		return exitcode.Defer(err)
+	}
+	if err != nil {
+		return err
+	}
+	t.lock = l
+	if t.rec != nil {
+		_ = l.SetInstallID(t.rec.InstallID)
+	}
+	return nil
+}
+
+func (t *txn) release() {
+	if t.lock != nil {
+		if err := t.lock.Release(); err != nil {
+			t.log.Warn("release the installation lock", "err", err)
+		}
+		t.lock = nil
+	}
+}
+
+// relock takes the lock again after the restart; it is needed to finish
+// the request.
+func (t *txn) relock(ctx context.Context) error {
+	if t.lock != nil {
+		return nil
+	}
+	return t.acquire(ctx)
+}
+
+// lockedFinish removes the claimed request (nothing for one by hand).
+func (t *txn) lockedFinish() {
+	if t.manual || t.lock == nil {
+		return
+	}
+	if err := t.d.Requests.Finish(t.lock, requests.Upgrade); err != nil {
+		t.log.Warn("could not remove the claimed request", "err", err)
+	}
+}
+
+// step runs one phase: it records its timing, runs fn and then the test
+// hook. A hook error is a crash.
+func (t *txn) step(ctx context.Context, p Phase, fn func() error) error {
+	t0 := t.d.now()
+	t.phases = append(t.phases, requests.PhaseTiming{Name: string(p), StartedAt: t0.UTC()})
+	i := len(t.phases) - 1
+	if t.sig == nil || t.sig.SwitchedAt.IsZero() {
+		t.progress(p)
+	}
+	t.log.Info("upgrade phase", "phase", p)
+	err := fn()
+	t.phases[i].Duration = t.d.now().Sub(t0)
+	t.log.Info("upgrade phase done", "phase", p, "took", t.phases[i].Duration.Round(time.Millisecond), "err", err)
+	if err != nil {
+		return err
+	}
+	if t.d.Hook != nil {
+		if err := t.d.Hook(ctx, p); err != nil {
+			return &interrupted{err}
+		}
+	}
+	return nil
+}
+
+// progress publishes an InProgress status; only before the switch, since
+// after it the final status belongs to the watcher that runs.
+func (t *txn) progress(p Phase) {
+	msg := fmt.Sprintf("upgrade: %s", p)
+	if t.res.ToVersion != "" {
+		msg = fmt.Sprintf("upgrade %s -> %s: %s", t.res.FromVersion, t.res.ToVersion, p)
+	}
+	if err := t.d.Requests.WriteStatus(t.status(requests.InProgress, msg)); err != nil {
+		t.log.Warn("could not write progress", "err", err)
+	}
+}
+
+func (t *txn) status(phase requests.Phase, msg string) *requests.Status {
+	return &requests.Status{RequestID: t.req.ID, Kind: requests.Upgrade, Operation: t.req.Operation,
+		MachineGeneration: t.req.MachineGeneration, Phase: phase, Message: msg,
+		Phases: append([]requests.PhaseTiming(nil), t.phases...)}
+}
+
+// fresh runs the transition from the start: no signal exists.
+func (t *txn) fresh(ctx context.Context) (*Result, error) {
+	d := t.d
+	if t.req.Upgrade == nil {
+		return nil, fmt.Errorf("request %s names no bundle", t.req.ID)
+	}
+	t.res.RequestID = t.req.ID
+	var from, to, fromDir, toDir, local string
+	var m *bundle.Manifest
+	err := t.step(ctx, Preflight, func() error {
+		var err error
+		if from, err = release.Current(d.Root); err != nil {
+			return err
+		}
+		if to, err = release.Inactive(d.Root); err != nil {
+			return err
+		}
+		if fromDir, err = release.Dir(d.Root, from); err != nil {
+			return err
+		}
+		if toDir, err = release.Dir(d.Root, to); err != nil {
+			return err
+		}
+		t.res.FromRelease, t.res.ToRelease = from, to
+		t.res.FromVersion, err = t.version(ctx, fromDir)
+		return err
+	})
+	if err == nil {
+		err = t.step(ctx, Download, func() error {
+			var err error
+			local, err = t.fetch(ctx)
+			return err
+		})
+	}
+	if err == nil {
+		err = t.step(ctx, LastGood, func() error { return release.SetLastGood(d.Root, from) })
+	}
+	if err == nil {
+		err = t.step(ctx, Unpack, func() error {
+			if err := os.RemoveAll(toDir); err != nil {
+				return fmt.Errorf("remove the old inactive release %s: %w", toDir, err)
+			}
+			var err error
+			m, err = d.Bundles.Unpack(ctx, local, strings.ToLower(t.req.Upgrade.SHA256), d.Arch, toDir)
+			if err == nil {
+				t.res.ToVersion = m.Version
+			}
+			return err
+		})
+	}
+	if err == nil {
+		err = t.step(ctx, SmokeTest, func() error { return t.smoke(ctx, toDir, m.Version) })
+	}
+	if err == nil {
+		err = t.step(ctx, Signal, func() error {
+			t.sig = &requests.UpgradeSignal{RequestID: t.req.ID, Operation: t.req.Operation, MachineGeneration: t.req.MachineGeneration,
+				FromRelease: from, FromVersion: t.res.FromVersion, ToRelease: to, ToVersion: m.Version}
+			return t.writeSignal()
+		})
+	}
+	if err != nil {
+		return t.refuse(ctx, toDir, err)
+	}
+	return t.switchAndGate(ctx)
+}
+
+// resume continues from a signal that is neither verified nor failed.
+func (t *txn) resume(ctx context.Context) (*Result, error) {
+	d, s := t.d, t.sig
+	t.res = Result{RequestID: s.RequestID, FromRelease: s.FromRelease, FromVersion: s.FromVersion, ToRelease: s.ToRelease, ToVersion: s.ToVersion}
+	cur, err := release.Current(d.Root)
+	if err != nil {
+		return nil, err
+	}
+	switch cur {
+	case s.ToRelease:
+		return t.afterSwitch(ctx)
+	case s.FromRelease:
+		// Not switched yet: check the new release again, it may have been
+		// changed since the signal was written.
+		toDir, err := release.Dir(d.Root, s.ToRelease)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.step(ctx, SmokeTest, func() error {
+			if _, err := d.Bundles.ReadManifest(toDir); err != nil {
+				return err
+			}
+			return t.smoke(ctx, toDir, s.ToVersion)
+		}); err != nil {
+			return t.refuse(ctx, toDir, err)
+		}
+		return t.switchAndGate(ctx)
+	}
+	return nil, fmt.Errorf("upgrade %s: current names %s, neither the release it came from (%s) nor the one it went to (%s): repair by hand (kubeslot-upgrader recover points current at last-good)",
+		s.RequestID, cur, s.FromRelease, s.ToRelease)
+}
+
+// refuse handles a failure before the switch: the status says Failed, the
+// half-made release directory goes, nothing was switched.
+func (t *txn) refuse(ctx context.Context, toDir string, cause error) (*Result, error) {
+	if isInterrupted(ctx, cause) {
+		return nil, cause
+	}
+	msg := bounded(fmt.Sprintf("upgrade refused before the switch, %s still runs: %v", versionOr(t.res.FromVersion, t.res.FromRelease), cause))
+	t.log.Error("upgrade refused", "err", cause)
+	if cur, err := release.Current(t.d.Root); err == nil && toDir != "" && filepath.Base(toDir) != cur {
+		if lg, err := release.LastGood(t.d.Root); err != nil || lg != filepath.Base(toDir) {
+			if err := os.RemoveAll(toDir); err != nil {
+				t.log.Warn("could not remove the half-made release", "dir", toDir, "err", err)
+			}
+		}
+	}
+	if t.sig != nil {
+		if err := t.d.Requests.RemoveUpgradeSignal(); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.d.Requests.WriteStatus(t.status(requests.Failed, msg)); err != nil {
+		return nil, err
+	}
+	t.lockedFinish()
+	t.res.Outcome, t.res.Message = Refused, msg
+	return &t.res, fmt.Errorf("%w: %s", ErrRefused, msg)
+}
+
+func versionOr(v, rel string) string {
+	if v != "" {
+		return v
+	}
+	return "release " + rel
+}
+
+// writeSignal writes t.sig with the phases so far.
+func (t *txn) writeSignal() error {
+	t.sig.Phases = append([]requests.PhaseTiming(nil), t.phases...)
+	return t.d.Requests.WriteUpgradeSignal(t.sig)
+}
+
+// fetch returns the local bundle: a file by hand in place, else through the
+// artifact cache.
+func (t *txn) fetch(ctx context.Context) (string, error) {
+	src := t.req.Upgrade.URL
+	if t.manual {
+		fi, err := os.Stat(src)
+		if err != nil {
+			return "", fmt.Errorf("bundle %s: %w", src, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("bundle %s: not a regular file", src)
+		}
+		return src, nil
+	}
+	return t.d.Fetcher.Fetch(ctx, src, t.req.Upgrade.SHA256)
+}
+
+// version is the release version of dir: its manifest's, or for a release
+// without one (laid down by `kubeslot ignition`) what its watcher says.
+func (t *txn) version(ctx context.Context, dir string) (string, error) {
+	return releaseVersion(ctx, t.d, dir)
+}
+
+func releaseVersion(ctx context.Context, d *Deps, dir string) (string, error) {
+	m, err := d.Bundles.ReadManifest(dir)
+	if err == nil {
+		return m.Version, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	name := "kubeslot-watcher"
+	out, verr := runVersion(ctx, d, filepath.Join(dir, name))
+	if verr != nil {
+		return "", fmt.Errorf("release %s has no manifest, and %w", dir, verr)
+	}
+	v, ok := strings.CutPrefix(out, name+" ")
+	if !ok || v == "" {
+		return "", fmt.Errorf("release %s has no manifest, and %s --version printed %q", dir, name, out)
+	}
+	return v, nil
+}
+
+func runVersion(ctx context.Context, d *Deps, p string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	out, err := d.Exec.Output(ctx, p, "--version")
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", p, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// smoke runs every binary of the release dir with --version: each must
+// answer "<name> <version>" within 5 s.
+func (t *txn) smoke(ctx context.Context, dir, version string) error {
+	return smoke(ctx, t.d, dir, version)
+}
+
+func smoke(ctx context.Context, d *Deps, dir, version string) error {
+	for _, name := range bundle.Binaries {
+		out, err := runVersion(ctx, d, filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("smoke test: %w", err)
+		}
+		if want := name + " " + version; out != want {
+			return fmt.Errorf("smoke test: %s --version printed %q, want %q (the manifest's version)", filepath.Join(dir, name), out, want)
+		}
+	}
+	return nil
+}

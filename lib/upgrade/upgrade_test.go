@@ -1,0 +1,496 @@
+package upgrade
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+const marker = "Environment=KUBESLOT_TEST_MARKER=green"
+
+func TestUpgradeByHand(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+	j := e.job()
+	j.Triggered, j.Bundle, j.SHA256 = false, p, sha
+	res, err := Run(t.Context(), e.d, j)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Outcome != Upgraded || res.FromVersion != "devel" || res.ToVersion != "2.0" || res.FromRelease != "blue" || res.ToRelease != "green" {
+		t.Errorf("result %+v", res)
+	}
+	if c := e.current(); c != "green" {
+		t.Errorf("current %s, want green", c)
+	}
+	if lg, _ := release.LastGood(e.root); lg != "blue" {
+		t.Errorf("last-good %s, want blue", lg)
+	}
+	s := e.signal()
+	if s == nil || !s.Verified || s.Failure != "" || s.ToVersion != "2.0" || s.FromVersion != "devel" || !strings.HasPrefix(s.RequestID, "upgrade-0-manual-") {
+		t.Fatalf("signal %+v", s)
+	}
+	names := map[string]bool{}
+	for _, p := range s.Phases {
+		if names[p.Name] {
+			t.Errorf("phase %s recorded twice: %+v", p.Name, s.Phases)
+		}
+		names[p.Name] = true
+	}
+	for _, p := range []Phase{Download, Unpack, SmokeTest, Switch, Units, Restart, Health} {
+		if !names[string(p)] {
+			t.Errorf("signal phases %v lack %s", s.Phases, p)
+		}
+	}
+	if !strings.Contains(e.installedWatcherUnit(), marker) {
+		t.Error("the new release's watcher unit was not installed")
+	}
+	if e.sd.reloads == 0 || e.sd.restarts != 1 {
+		t.Errorf("reloads %d restarts %d, want a reload and one restart", e.sd.reloads, e.sd.restarts)
+	}
+	// After the switch the upgrader never writes a final status.
+	if st, err := e.d.Requests.ReadStatus(s.RequestID); err == nil && st.Phase.Finished() {
+		t.Errorf("the upgrader wrote the final status %s", st.Phase)
+	}
+	// The journal holds the unit change, so reset undoes it.
+	rec, err := ownership.Load(e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found := rec.Lookup(ownership.KindUnit, "/etc/systemd/system/kubeslot-watcher.service"); !found {
+		t.Error("the unit file is not in the ownership journal")
+	}
+	e.currentRuns()
+	// Once done, a run finds nothing to do until the watcher reports it.
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+		t.Errorf("second run: %v", err)
+	}
+}
+
+func TestUpgradeRequest(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	id := e.request(e.serve(p), sha)
+	res, err := Run(t.Context(), e.d, e.job())
+	if err != nil || res.Outcome != Upgraded {
+		t.Fatalf("Run: %+v, %v", res, err)
+	}
+	if c, _ := e.d.Requests.Claimed(requests.Upgrade); c != nil {
+		t.Errorf("claimed request left: %+v", c)
+	}
+	s := e.signal()
+	if s == nil || s.RequestID != id || s.Operation != "up-1" || s.MachineGeneration != 7 || !s.Verified {
+		t.Errorf("signal %+v", s)
+	}
+	st, err := e.d.Requests.ReadStatus(id)
+	if err != nil || st.Phase != requests.InProgress || len(st.Phases) == 0 {
+		t.Errorf("progress status %+v, %v", st, err)
+	}
+	// A new request while the finished one is not reported yet waits.
+	p2, sha2 := e.makeBundle("3.0", bundleOpts{})
+	r := &requests.Request{Kind: requests.Upgrade, ID: "upgrade-8-up-2", MachineGeneration: 8, Operation: "up-2",
+		Upgrade: &requests.UpgradeParams{URL: e.serve(p2), SHA256: sha2}}
+	if _, err := e.d.Requests.Write(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(t.Context(), e.d, e.job()); exitcode.Of(err) != exitcode.Deferred {
+		t.Errorf("a new upgrade before the last was reported: %v, want deferred", err)
+	}
+	// Once the watcher reported it, the next upgrade goes back to blue.
+	if err := e.d.Requests.RemoveUpgradeSignal(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Run(t.Context(), e.d, e.job())
+	if err != nil || res.ToRelease != "blue" || res.FromRelease != "green" || e.current() != "blue" {
+		t.Fatalf("second upgrade: %+v, %v (current %s)", res, err, e.current())
+	}
+	if lg, _ := release.LastGood(e.root); lg != "green" {
+		t.Errorf("last-good %s, want green (the release that ran)", lg)
+	}
+}
+
+func TestNothingToDo(t *testing.T) {
+	e := newEnv(t)
+	res, err := Run(t.Context(), e.d, e.job())
+	if err != nil || res.Outcome != Nothing {
+		t.Errorf("triggered with no request: %+v, %v", res, err)
+	}
+	j := e.job()
+	j.Triggered = false
+	if _, err := Run(t.Context(), e.d, j); exitcode.Of(err) != exitcode.Usage {
+		t.Errorf("by hand without --bundle: %v, want a usage error", err)
+	}
+}
+
+func TestDeferred(t *testing.T) {
+	e := newEnv(t)
+	l, err := ownership.Acquire(t.Context(), e.root, ownership.Holder{Stage: "test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := e.job()
+	j.LockWait = 100 * time.Millisecond
+	if _, err := Run(t.Context(), e.d, j); exitcode.Of(err) != exitcode.Deferred {
+		t.Errorf("lock held: %v, want deferred", err)
+	}
+	if _, err := Recover(t.Context(), e.d, j); exitcode.Of(err) != exitcode.Deferred {
+		t.Errorf("recover, lock held: %v, want deferred", err)
+	}
+	l.Release()
+	rec, _ := ownership.Load(e.root)
+	rec.Checkpoint = ownership.CheckpointInstallingUnits
+	if err := ownership.Save(e.root, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(t.Context(), e.d, j); exitcode.Of(err) != exitcode.Deferred || !strings.Contains(err.Error(), "not complete") {
+		t.Errorf("incomplete installation: %v, want deferred", err)
+	}
+}
+
+// unsafeBundle is a gzip tar with a ../ entry.
+func unsafeBundle(t *testing.T) string {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	body := []byte("x")
+	tw.WriteHeader(&tar.Header{Name: "../escape", Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+	tw.Write(body)
+	tw.Close()
+	gz.Close()
+	p := filepath.Join(t.TempDir(), "unsafe.tar.gz")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPreSwitchFaultsRefused: every fault before the switch fails the
+// request with the reason, switches nothing and leaves no release behind.
+func TestPreSwitchFaultsRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		// make returns the bundle path, the sha256 to ask for, and whether
+		// to serve it (a request) rather than use it by hand.
+		make func(e *env) (string, string, bool)
+		want string
+	}{
+		{"checksum mismatch", func(e *env) (string, string, bool) {
+			p, _ := e.makeBundle("2.0", bundleOpts{})
+			return p, strings.Repeat("0", 64), true
+		}, "checksum"},
+		{"truncated download", func(e *env) (string, string, bool) {
+			p, sha := e.makeBundle("2.0", bundleOpts{})
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:len(b)/2], 0o644)
+			return p, sha, true
+		}, "checksum"},
+		{"truncated file by hand", func(e *env) (string, string, bool) {
+			p, _ := e.makeBundle("2.0", bundleOpts{})
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:len(b)/2], 0o644)
+			return p, "", false
+		}, "bundle"},
+		{"unsafe tar", func(e *env) (string, string, bool) { return unsafeBundle(e.t), "", false }, "escape"},
+		{"other architecture", func(e *env) (string, string, bool) {
+			p, sha := e.makeBundle("2.0", bundleOpts{arch: otherArch()})
+			return p, sha, true
+		}, otherArch()},
+		{"binary does not run", func(e *env) (string, string, bool) {
+			p, sha := e.makeBundle("2.0", bundleOpts{scripts: map[string]string{"kubeslot-repaver": "exit 3"}})
+			return p, sha, false
+		}, "kubeslot-repaver"},
+		{"binary hangs", func(e *env) (string, string, bool) {
+			p, sha := e.makeBundle("2.0", bundleOpts{scripts: map[string]string{"kubeslot-resetter": "exec sleep 30"}})
+			return p, sha, false
+		}, "kubeslot-resetter"},
+		{"version mismatch", func(e *env) (string, string, bool) {
+			p, sha := e.makeBundle("2.0", bundleOpts{scripts: map[string]string{"kubeslot-watcher": "echo kubeslot-watcher 1.9"}})
+			return p, sha, true
+		}, `"kubeslot-watcher 1.9"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			p, sha, served := c.make(e)
+			j := e.job()
+			var id string
+			if served {
+				id = e.request(e.serve(p), sha)
+			} else {
+				j.Triggered, j.Bundle, j.SHA256 = false, p, sha
+			}
+			t0 := time.Now()
+			res, err := Run(t.Context(), e.d, j)
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want ErrRefused naming %q", err, c.want)
+			}
+			t.Logf("figure refused %s in %s", c.name, time.Since(t0).Round(time.Millisecond))
+			if res == nil || res.Outcome != Refused {
+				t.Errorf("result %+v", res)
+			}
+			if id == "" {
+				id = res.RequestID
+			}
+			st, err := e.d.Requests.ReadStatus(id)
+			if err != nil || st.Phase != requests.Failed || !strings.Contains(st.Message, c.want) {
+				t.Errorf("status %+v, %v: want Failed naming %q", st, err, c.want)
+			}
+			if e.current() != "blue" {
+				t.Errorf("current %s, want blue", e.current())
+			}
+			if _, err := os.Stat(filepath.Join(e.root.Prefix(), "opt/kubeslot/releases/green")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("half-made release left: %v", err)
+			}
+			if s := e.signal(); s != nil {
+				t.Errorf("signal left: %+v", s)
+			}
+			if c, _ := e.d.Requests.Claimed(requests.Upgrade); c != nil {
+				t.Errorf("claimed request left")
+			}
+			if e.sd.restarts != 0 {
+				t.Errorf("the watcher was restarted %d times", e.sd.restarts)
+			}
+			e.currentRuns()
+		})
+	}
+}
+
+func otherArch() string {
+	if runtime.GOARCH == "arm64" {
+		return "amd64"
+	}
+	return "arm64"
+}
+
+func TestRollbackUnhealthyWatcher(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(sd *fakeSystemd)
+		want string
+	}{
+		{"exits at once", func(sd *fakeSystemd) { sd.crash["green"] = true }, "exited"},
+		{"restarted", func(sd *fakeSystemd) { sd.flaky["green"] = 2 }, "was restarted 1 times"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			c.set(e.sd)
+			p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+			id := e.request(e.serve(p), sha)
+			j := e.job()
+			j.HealthWindow = 300 * time.Millisecond
+			res, err := Run(t.Context(), e.d, j)
+			if !errors.Is(err, ErrRolledBack) {
+				t.Fatalf("err %v, want ErrRolledBack", err)
+			}
+			t.Logf("figure rollback (%s) %s after the switch", c.name, res.RolledBack.Round(time.Millisecond))
+			if e.current() != "blue" {
+				t.Errorf("current %s, want blue", e.current())
+			}
+			s := e.signal()
+			want := "new watcher 2.0 " + c.want
+			if s == nil || s.RequestID != id || s.Verified || !strings.Contains(s.Failure, want) || !strings.Contains(s.Failure, "rolled back to devel") {
+				t.Errorf("signal %+v, want Failure %q ... rolled back to devel", s, want)
+			}
+			if strings.Contains(e.installedWatcherUnit(), marker) {
+				t.Error("the new release's unit is still installed")
+			}
+			if c, _ := e.d.Requests.Claimed(requests.Upgrade); c != nil {
+				t.Error("claimed request left")
+			}
+			if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase.Finished() {
+				t.Errorf("the upgrader wrote the final status %s after the switch", st.Phase)
+			}
+			if e.sd.rel != "blue" || e.sd.st.ActiveState != "active" {
+				t.Errorf("watcher runs %s (%s), want blue active", e.sd.rel, e.sd.st.ActiveState)
+			}
+			e.currentRuns()
+		})
+	}
+}
+
+// TestResumeAfterInterruption kills the run (the hook) after each phase,
+// then runs again: the upgrade completes, or rolls back when the new
+// watcher is bad, and current always names a release that runs.
+func TestResumeAfterInterruption(t *testing.T) {
+	for _, bad := range []bool{false, true} {
+		for _, at := range []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health} {
+			name := string(at)
+			if bad {
+				name += "/bad watcher"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t)
+				e.sd.crash["green"] = bad
+				p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+				id := e.request(e.serve(p), sha)
+				crash := errors.New("killed")
+				e.d.Hook = func(_ context.Context, p Phase) error {
+					if p == at {
+						return crash
+					}
+					return nil
+				}
+				if _, err := Run(t.Context(), e.d, e.job()); !errors.Is(err, crash) {
+					t.Fatalf("first run: %v, want the crash", err)
+				}
+				e.currentRuns()
+				if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase == requests.Failed {
+					t.Fatalf("the interruption was recorded as a failure: %+v", st)
+				}
+				e.d.Hook = nil
+				res, err := Run(t.Context(), e.d, e.job())
+				switch {
+				case bad && !errors.Is(err, ErrRolledBack), !bad && err != nil:
+					t.Fatalf("resumed run: %+v, %v", res, err)
+				}
+				want := "green"
+				if bad {
+					want = "blue"
+				}
+				if e.current() != want {
+					t.Errorf("current %s, want %s", e.current(), want)
+				}
+				s := e.signal()
+				if s == nil || s.RequestID != id || s.Verified == bad || (s.Failure != "") != bad {
+					t.Errorf("signal %+v", s)
+				}
+				if c, _ := e.d.Requests.Claimed(requests.Upgrade); c != nil {
+					t.Error("claimed request left")
+				}
+				e.currentRuns()
+			})
+		}
+	}
+}
+
+func TestRecoverIdempotent(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+	e.request(e.serve(p), sha)
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+		t.Fatal(err)
+	}
+	// The new watcher starts crashing after the upgrader is gone.
+	e.sd.crash["green"] = true
+	restarts := e.sd.restarts
+	res, err := Recover(t.Context(), e.d, e.job())
+	if err != nil || res.Outcome != Recovered {
+		t.Fatalf("Recover: %+v, %v", res, err)
+	}
+	if e.current() != "blue" {
+		t.Errorf("current %s, want blue", e.current())
+	}
+	s := e.signal()
+	if s == nil || s.Verified || !strings.Contains(s.Failure, "the new watcher 2.0 kept failing after the upgrade; recovered to devel") {
+		t.Errorf("signal %+v", s)
+	}
+	if strings.Contains(e.installedWatcherUnit(), marker) {
+		t.Error("the failing release's unit is still installed")
+	}
+	if e.sd.restarts != restarts+1 || e.sd.resets == 0 {
+		t.Errorf("restarts %d (before %d), resets %d: want reset-failed and one restart", e.sd.restarts, restarts, e.sd.resets)
+	}
+	// Again (OnFailure= runs on every failure): nothing changes.
+	first := s.Failure
+	res, err = Recover(t.Context(), e.d, e.job())
+	if err != nil || res.Outcome != Nothing {
+		t.Errorf("second Recover: %+v, %v", res, err)
+	}
+	if e.sd.restarts != restarts+1 {
+		t.Error("the second recovery restarted the watcher")
+	}
+	if s := e.signal(); s == nil || s.Failure != first {
+		t.Errorf("signal changed by the second recovery: %+v", s)
+	}
+	e.currentRuns()
+}
+
+func TestRecoverWithoutSignalAndWithBrokenLastGood(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	e.request(e.serve(p), sha)
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Requests.RemoveUpgradeSignal(); err != nil {
+		t.Fatal(err)
+	}
+	// A last-good release whose binaries do not run is never switched to.
+	blue, _ := release.Dir(e.root, "blue")
+	os.WriteFile(filepath.Join(blue, "kubeslot-watcher"), []byte("#!/bin/sh\nexit 1\n"), 0o755)
+	if _, err := Recover(t.Context(), e.d, e.job()); err == nil || e.current() != "green" {
+		t.Errorf("recover to a broken last-good: %v, current %s", err, e.current())
+	}
+	os.WriteFile(filepath.Join(blue, "kubeslot-watcher"), []byte("#!/bin/sh\necho kubeslot-watcher devel\n"), 0o755)
+	if res, err := Recover(t.Context(), e.d, e.job()); err != nil || e.current() != "blue" || res.Outcome != Recovered {
+		t.Errorf("recover: %+v, %v, current %s", res, err, e.current())
+	}
+	if s := e.signal(); s != nil {
+		t.Errorf("a signal was made up: %+v", s)
+	}
+}
+
+func TestPreflightChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+	before := tree(t, e.root.Prefix())
+	plan, err := PreflightPlan(t.Context(), e.d, Job{Bundle: p, SHA256: sha})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.FromVersion != "devel" || plan.ToVersion != "2.0" || plan.ToRelease != "green" {
+		t.Errorf("plan %+v", plan)
+	}
+	found := false
+	for _, u := range plan.UnitChanges {
+		found = found || u == "/etc/systemd/system/kubeslot-watcher.service"
+	}
+	if !found {
+		t.Errorf("unit changes %v lack the watcher unit", plan.UnitChanges)
+	}
+	if after := tree(t, e.root.Prefix()); after != before {
+		t.Errorf("preflight changed the host root:\nbefore %s\nafter  %s", before, after)
+	}
+	var buf bytes.Buffer
+	plan.WriteText(&buf)
+	if !strings.Contains(buf.String(), "devel (release blue) -> 2.0 (release green)") {
+		t.Errorf("text plan:\n%s", buf.String())
+	}
+	// A request whose bundle is not downloaded yet: the version is unknown.
+	e.request(e.serve(p), sha)
+	plan, err = PreflightPlan(t.Context(), e.d, Job{})
+	if err != nil || plan.ToVersion != "" || plan.RequestID == "" {
+		t.Errorf("plan of a request: %+v, %v", plan, err)
+	}
+}
+
+// tree lists every path under dir with its size and mode.
+func tree(t *testing.T, dir string) string {
+	var b strings.Builder
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, _ := d.Info()
+		if strings.HasSuffix(p, "install.lock") {
+			return nil
+		}
+		b.WriteString(p + " " + fi.Mode().String() + "\n")
+		return nil
+	})
+	return b.String()
+}
