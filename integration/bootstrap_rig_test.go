@@ -162,6 +162,11 @@ func (r *bsRig) layDown(ctx context.Context) {
 	if err := r.h.WriteFile("/etc/systemd/system/"+units.Bootstrap+".d/rig.conf", []byte(dropIn), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The watcher ensures the active slot's hooks at start, rendered with these settings too. A runtime drop-in
+	// (the host's /run), so that /etc holds only what the reset test expects; it does not survive a power cut.
+	if out, err := r.h.Run(ctx, "sh", "-c", `mkdir -p /run/systemd/system/`+units.Watcher+`.d && printf '%s' "$1" >/run/systemd/system/`+units.Watcher+`.d/rig.conf`, "sh", dropIn); err != nil {
+		t.Fatalf("watcher drop-in: %v\n%s", err, out)
+	}
 	if err := r.h.InstallUnit(ctx, units.Bootstrap, unit); err != nil {
 		t.Fatal(err)
 	}

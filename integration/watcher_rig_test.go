@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +26,6 @@ import (
 	"github.com/kubeslot/kubeslot/units"
 )
 
-const greenVersion = "watcher-test-green"
-
 type watcherRig struct {
 	t       *testing.T
 	ctx     context.Context
@@ -43,30 +40,13 @@ type watcherRig struct {
 	applied *config.Config
 }
 
-// buildGreen builds a second watcher stamped greenVersion, for the re-exec test.
-func buildGreen(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/kubeslot-watcher",
-		"-ldflags", "-X github.com/kubeslot/kubeslot/lib/buildinfo.Version="+greenVersion, "./cmd/kubeslot-watcher")
-	cmd.Dir = moduleRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build green watcher: %v\n%s", err, out)
-	}
-	os.Chmod(dir, 0o755)
-	return dir
-}
-
 func newWatcherRig(t *testing.T, ctx context.Context, base string) *watcherRig {
 	t.Helper()
 	cp := needAPI(t)
 	bins := needBins(t)
-	green := buildGreen(t)
 	r := &watcherRig{t: t, ctx: ctx, cp: cp, admin: adminAPI(t, cp), node: hostName(base)}
 	r.h = startHost(t, sdhost.Options{Name: r.node, SharedNetwork: true, Binds: []sdhost.Bind{
 		{Source: bins, Target: "/opt/kubeslot/releases/blue", ReadOnly: true},
-		{Source: green, Target: "/opt/kubeslot/releases/green", ReadOnly: true},
 	}})
 	r.sd = systemd(t, ctx, r.h)
 	t.Cleanup(func() {

@@ -5,14 +5,25 @@
 // Phases, top-down: parse flags → logger → host root → installation lock
 // (bounded) → defer (exit 69, no error line) unless the installation is
 // complete → load the active applied configuration (a damaged one is
-// reported as Degraded, never acted on) → cluster client from the node
-// identity → release the lock → run (READY after the first sync, watchdog
-// pings) until SIGTERM, rebuilding the client when the identity changes and
-// re-executing the binary behind <base>/current when it changes.
+// reported as Degraded, never acted on) → ask the active slot's node
+// operator to ensure its lifecycle hooks (a failure is reported, not fatal)
+// → cluster client from the node identity → release the lock → run (READY
+// after the first sync, watchdog pings) until SIGTERM, rebuilding the client
+// when the identity changes.
+//
+// The watcher never re-executes or restarts itself: when an upgrade flips
+// <base>/current, the upgrader restarts kubeslot-watcher.service from its own
+// unit, and the new release's watcher reports the upgrade (the
+// pending-upgrade signal, lib/requests).
+//
+// Test hook: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<Go duration> makes the
+// watcher log a warning and exit 1 that long after it started ("0s": at
+// once, before READY), as a broken release would.
 package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,11 +42,19 @@ type flags struct {
 	Kubeconfig string        `help:"Kubeconfig with the node identity (default: <host-root>/identity/kubeconfig)." placeholder:"FILE"`
 	LockWait   time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
 	ReadyAfter time.Duration `help:"Tell systemd READY after this long even if the cluster was never reached (the watcher keeps retrying)." env:"KUBESLOT_WATCHER_READY_AFTER" default:"60s"`
+	// UpgradeSettle is short in tests; in production the default gives a
+	// new release time to crash before it reports itself upgraded.
+	UpgradeSettle time.Duration `help:"How long a new release's watcher must have been up and synced before it reports its agent upgrade Succeeded." env:"KUBESLOT_WATCHER_UPGRADE_SETTLE" default:"30s"`
 }
+
+// EnvTestExitAfter is the fault hook for rig tests: a watcher that exits 1
+// that long after it started stands in for a broken release.
+const EnvTestExitAfter = "KUBESLOT_TEST_WATCHER_EXIT_AFTER"
 
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
+	t0 := time.Now()
 	var f flags
 	if _, code, done := cli.Parse(name, "kubeslot-watcher follows this host's Machine in the cluster and dispatches work to the other stages.", &f, args, stdio); done {
 		return code
@@ -43,6 +62,21 @@ func run(args []string, stdio cli.IO) int {
 	log, err := f.Logger(stdio.Stderr, name)
 	if err != nil {
 		return cli.Exit(log, err)
+	}
+	if f.UpgradeSettle <= 0 {
+		return cli.Exit(log, exitcode.UsageError(fmt.Errorf("--upgrade-settle %s: want a positive duration", f.UpgradeSettle)))
+	}
+	if exit, err := testExitAfter(os.Getenv(EnvTestExitAfter)); err != nil {
+		return cli.Exit(log, err)
+	} else if exit != nil {
+		if *exit <= 0 {
+			log.Warn("test hook: exiting 1 at start", "env", EnvTestExitAfter)
+			return exitcode.Failure
+		}
+		time.AfterFunc(time.Until(t0.Add(*exit)), func() {
+			log.Warn("test hook: exiting 1", "env", EnvTestExitAfter, "after", *exit)
+			os.Exit(exitcode.Failure)
+		})
 	}
 	root, err := f.Root()
 	if err != nil {
@@ -60,5 +94,17 @@ func run(args []string, stdio cli.IO) int {
 		}
 		return cli.Exit(log, err)
 	}
-	return cli.Exit(log, serve(ctx, st, f, log))
+	return cli.Exit(log, serve(ctx, st, f, log, t0))
+}
+
+// testExitAfter parses the EnvTestExitAfter hook: nil when unset.
+func testExitAfter(v string) (*time.Duration, error) {
+	if v == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return nil, exitcode.UsageError(fmt.Errorf("%s=%q: want a Go duration such as 0s or 5s", EnvTestExitAfter, v))
+	}
+	return &d, nil
 }

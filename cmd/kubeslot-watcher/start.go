@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -17,6 +18,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
@@ -27,6 +30,9 @@ type started struct {
 	machineName string
 	nodeName    string
 	kubeconfig  string // local path
+	// hooksErr is why the active slot's lifecycle hooks could not be
+	// ensured; nil when they were (or there was no trusted slot to ask).
+	hooksErr error
 	// identity is set when no kubeconfig file names the identity: the
 	// client is then built from the applied configuration's server and CA
 	// and the kubelet's current client pair in <base>/identity, which is
@@ -73,8 +79,17 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 
 	// A damaged applied configuration is not fatal here: the loop reports it
 	// as Degraded and dispatches nothing, which is what an admin needs to see.
-	if _, err := state.NewStore(root).ActiveApplied(); err != nil {
+	active, err := state.NewStore(root).ActiveApplied()
+	if err != nil {
 		log.Error("the applied configuration cannot be trusted; reporting only", "err", err.Error())
+	}
+	var hooksErr error
+	if active != nil {
+		settings, err := bootstrap.Settings(root, os.Getenv)
+		if err != nil {
+			return nil, exitcode.UsageError(err)
+		}
+		hooksErr = ensureHooks(ctx, root, rec, active, settings, log)
 	}
 
 	kc := f.Kubeconfig
@@ -85,7 +100,7 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	st := &started{root: root, machineName: rec.Machine, kubeconfig: local}
+	st := &started{root: root, machineName: rec.Machine, kubeconfig: local, hooksErr: hooksErr}
 	if _, err := os.Stat(local); f.Kubeconfig == "" && errors.Is(err, os.ErrNotExist) {
 		// No kubeconfig file: use the node identity the bootstrap left.
 		applied, err := state.NewStore(root).ActiveApplied()
@@ -103,6 +118,54 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 		return nil, fmt.Errorf("node identity (%s): %w", kc, err)
 	}
 	return st, nil
+}
+
+// hooksTimeout bounds ensuring the lifecycle hooks: connecting to systemd
+// (bootstrap.DialTimeout) plus a daemon-reload.
+const hooksTimeout = 60 * time.Second
+
+// newOperator builds the node operator of the active slot's mode through the
+// mode composition table; tests replace it.
+var newOperator = func(ctx context.Context, root *hostroot.Root, rec *ownership.Record, a *state.Applied, settings isolation.Settings, log *slog.Logger) (isolation.Operator, func(), error) {
+	mode, err := isolation.AppliedMode(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{},
+		Log: log, Record: rec, Settings: settings})
+	if err != nil {
+		sd.Close()
+		return nil, nil, err
+	}
+	return op, sd.Close, nil
+}
+
+// ensureHooks asks the active slot's node operator (the mode it was applied
+// with) to ensure its lifecycle hooks, without restarting the node. The
+// caller holds the installation lock: repairs are journalled in rec. A
+// failure is logged and returned for the Machine's status, never fatal: the
+// node keeps running on the hooks it has.
+func ensureHooks(ctx context.Context, root *hostroot.Root, rec *ownership.Record, a *state.Applied, settings isolation.Settings, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, hooksTimeout)
+	defer cancel()
+	t0 := time.Now()
+	err := func() error {
+		op, closeOp, err := newOperator(ctx, root, rec, a, settings, log)
+		if err != nil {
+			return err
+		}
+		defer closeOp()
+		return op.EnsureHooks(ctx)
+	}()
+	if err != nil {
+		err = fmt.Errorf("lifecycle hooks of slot %s (mode %s): %w", a.Slot, isolation.Mode(a.Mode), err)
+		log.Warn("cannot ensure the active slot's lifecycle hooks; the node keeps running, reported as Degraded", "err", err.Error())
+		return err
+	}
+	log.Info("lifecycle hooks of the active slot ensured", "slot", a.Slot, "mode", isolation.Mode(a.Mode).String(),
+		"took", time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 // loadREST reads the kubeconfig at path (a local path).

@@ -29,7 +29,10 @@ func mkdir(p string) error { return os.MkdirAll(p, 0o700) }
 // inputs gathers what Decide looks at, from the informers' caches and disk.
 func (l *loop) inputs() (Inputs, error) {
 	in := Inputs{NodeName: l.NodeName, MachineName: l.MachineName, AgentVersion: l.AgentVersion, Published: l.published,
-		NodeSynced: true, Pending: map[requests.Kind]*requests.Request{}, Claimed: map[requests.Kind]*requests.Request{}}
+		NodeSynced: true, Pending: map[requests.Kind]*requests.Request{}, Claimed: map[requests.Kind]*requests.Request{},
+		HooksErr: l.HooksErr,
+		// Decisions run only after the watches synced.
+		UpgradeSettled: time.Since(l.Started) >= l.UpgradeSettle}
 	if obj, ok, _ := l.machine.GetByKey(l.MachineName); ok {
 		in.Machine = obj.(*v1alpha1.Machine).DeepCopy()
 	}
@@ -57,6 +60,12 @@ func (l *loop) inputs() (Inputs, error) {
 		l.Log.Warn("ignoring a damaged status file", "err", e.Error())
 	}
 	in.Statuses = st
+	// A damaged signal is the upgrader's to rewrite; it must not stop the
+	// watcher from deciding anything else.
+	if in.Upgrade, err = l.dir.ReadUpgradeSignal(); err != nil {
+		l.Log.Warn("ignoring a damaged pending-upgrade signal", "err", err.Error())
+		in.Upgrade = nil
+	}
 	return in, nil
 }
 
@@ -67,6 +76,12 @@ func (l *loop) once(ctx context.Context) {
 	if err != nil {
 		l.Log.Error("cannot read the host root", "err", err.Error())
 		return
+	}
+	if upgradeWaitsToSettle(in) && l.settleTimer == nil {
+		wait := time.Until(l.Started.Add(l.UpgradeSettle)) + 50*time.Millisecond
+		l.Log.Info("agent upgrade to this release verified; reporting it once the watcher has settled",
+			"request", in.Upgrade.RequestID, "version", l.AgentVersion, "in", wait.Round(time.Millisecond))
+		l.settleTimer = time.AfterFunc(wait, l.nudge)
 	}
 	failed := false
 	for _, a := range Decide(in) {
@@ -112,6 +127,8 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		return l.publish(ctx, in, a.Status)
 	case ReportMachine:
 		return l.report(ctx, in, a)
+	case FinishUpgrade:
+		return l.finishUpgrade(a)
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {
@@ -125,6 +142,22 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 	return fmt.Errorf("unknown action %s", a.Type)
 }
 
+// finishUpgrade writes the upgrade's final status, then removes the
+// pending-upgrade signal: killed in between, the next watcher finds the
+// final status and only removes the signal.
+func (l *loop) finishUpgrade(a Action) error {
+	if a.Status != nil {
+		if err := l.dir.WriteStatus(a.Status); err != nil {
+			return err
+		}
+		l.Log.Info("agent upgrade finished", "request", a.Status.RequestID, "phase", a.Status.Phase, "message", a.Status.Message)
+	}
+	if err := l.dir.RemoveUpgradeSignal(); err != nil {
+		return fmt.Errorf("remove the pending-upgrade signal: %w", err)
+	}
+	return nil
+}
+
 // publish reports one status transition and then marks it published.
 func (l *loop) publish(ctx context.Context, in Inputs, s *requests.Status) error {
 	if s.Operation != "" {
@@ -133,6 +166,11 @@ func (l *loop) publish(ctx context.Context, in Inputs, s *requests.Status) error
 		}
 	} else if s.Kind == requests.Repave && s.Phase.Finished() && in.Machine != nil {
 		if err := l.setCondition(ctx, repavedCondition(s)); err != nil {
+			return err
+		}
+	}
+	if s.Kind == requests.Upgrade && s.Phase.Finished() && in.Machine != nil {
+		if err := l.setCondition(ctx, upgradedCondition(s)); err != nil {
 			return err
 		}
 	}
@@ -148,6 +186,13 @@ func repavedCondition(s *requests.Status) metav1.Condition {
 		return cond(v1alpha1.ConditionRepaved, true, v1alpha1.ReasonRepaved, s.Message, s.MachineGeneration)
 	}
 	return cond(v1alpha1.ConditionRepaved, false, v1alpha1.ReasonRepaveFailed, s.Message, s.MachineGeneration)
+}
+
+func upgradedCondition(s *requests.Status) metav1.Condition {
+	if s.Phase == requests.Succeeded {
+		return cond(v1alpha1.ConditionAgentUpgraded, true, v1alpha1.ReasonUpgraded, s.Message, s.MachineGeneration)
+	}
+	return cond(v1alpha1.ConditionAgentUpgraded, false, v1alpha1.ReasonUpgradeFailed, s.Message, s.MachineGeneration)
 }
 
 func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Status) error {

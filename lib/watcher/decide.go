@@ -54,6 +54,14 @@ type Inputs struct {
 	Published requests.Published
 	// AgentVersion is this binary's version.
 	AgentVersion string
+	// Upgrade is the pending-upgrade signal (requests.UpgradeSignal), nil
+	// when there is none. UpgradeSettled says this watcher process has
+	// synced and stayed up for its settle time (Options.UpgradeSettle).
+	Upgrade        *requests.UpgradeSignal
+	UpgradeSettled bool
+	// HooksErr is why the active slot's lifecycle hooks could not be
+	// ensured at start ("" when they were).
+	HooksErr string
 }
 
 // ActionType says what an Action does.
@@ -71,6 +79,11 @@ const (
 	ReportMachine ActionType = "ReportMachine"
 	// RegisterMachine creates Action.Machine.
 	RegisterMachine ActionType = "RegisterMachine"
+	// FinishUpgrade turns the pending-upgrade signal into the upgrade's
+	// final status: it writes Action.Status (unless it is nil: a final
+	// status is already there) and then removes the signal. The status is
+	// published by a later decision, as any worker's.
+	FinishUpgrade ActionType = "FinishUpgrade"
 )
 
 // Action is one thing to do.
@@ -97,6 +110,11 @@ func (a Action) String() string {
 		return fmt.Sprintf("ReportMachine %s %s", a.Phase, strings.Join(cs, ","))
 	case RegisterMachine:
 		return "RegisterMachine " + a.Machine.Name
+	case FinishUpgrade:
+		if a.Status == nil {
+			return "FinishUpgrade (remove the signal)"
+		}
+		return fmt.Sprintf("FinishUpgrade %s %s", a.Status.RequestID, a.Status.Phase)
 	}
 	return string(a.Type)
 }
@@ -106,6 +124,7 @@ const (
 	ReasonAppliedCorrupt = "AppliedConfigCorrupt"
 	ReasonWrongNode      = "WrongNode"
 	ReasonDispatched     = "Dispatched"
+	ReasonHooksFailed    = "LifecycleHooksFailed"
 )
 
 // kindOf maps an operation type to the request kind that carries it out.
@@ -139,8 +158,13 @@ func opOf(id string) string {
 func Decide(in Inputs) []Action {
 	// Results are published whatever else holds: reporting is not acting.
 	// Publishing calls the API, so it comes after any request written below:
-	// a worker should not wait for the cluster.
+	// a worker should not wait for the cluster. An upgrade's outcome is
+	// recorded on disk whatever else holds too: only the watcher that runs
+	// after a switch can tell it.
 	var publish []Action
+	if a, ok := finishUpgrade(in); ok {
+		publish = append(publish, a)
+	}
 	for _, s := range in.Statuses {
 		if in.Published[s.RequestID] != s.Phase {
 			publish = append(publish, Action{Type: PublishStatus, Status: s})
@@ -269,7 +293,12 @@ func Decide(in Inputs) []Action {
 		})
 		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched, "repave requested", m.Generation))
 	}
-	if specErr == nil {
+	hooksBad := specErr == nil && in.HooksErr != ""
+	switch {
+	case hooksBad:
+		conds = append(conds, cond(v1alpha1.ConditionDegraded, true, ReasonHooksFailed,
+			"the lifecycle hooks of slot "+in.Applied.Slot+" could not be ensured at watcher start (the node keeps running; restart kubeslot-watcher to retry): "+in.HooksErr, m.Generation))
+	case specErr == nil:
 		conds = append(conds, cond(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonHealthy, "", m.Generation))
 	}
 	out = nil
@@ -287,8 +316,49 @@ func Decide(in Inputs) []Action {
 		phase = v1alpha1.MachineUpgrading
 	case busy[requests.Repave]:
 		phase = v1alpha1.MachineRepaving
+	case hooksBad:
+		phase = v1alpha1.MachineDegraded
 	}
 	return append(out, Action{Type: ReportMachine, Phase: phase, Conditions: conds})
+}
+
+// finishUpgrade decides what the pending-upgrade signal asks of this
+// watcher (see requests.UpgradeSignal): a recorded failure is final at once;
+// success only from the new release (AgentVersion is ToVersion), once the
+// upgrader verified it and this process has settled; anything else waits.
+// A final status already on disk (a crash between writing it and removing
+// the signal) is kept: only the signal goes.
+func finishUpgrade(in Inputs) (Action, bool) {
+	sig := in.Upgrade
+	if sig == nil {
+		return Action{}, false
+	}
+	for _, s := range in.Statuses {
+		if s.RequestID == sig.RequestID && s.Phase.Finished() {
+			return Action{Type: FinishUpgrade}, true
+		}
+	}
+	st := &requests.Status{RequestID: sig.RequestID, Kind: requests.Upgrade, Operation: sig.Operation,
+		MachineGeneration: sig.MachineGeneration, Phases: sig.Phases}
+	switch {
+	case sig.Failure != "":
+		st.Phase, st.Message = requests.Failed, sig.Failure
+	case sig.Verified && sig.ToVersion != "" && in.AgentVersion == sig.ToVersion && in.UpgradeSettled:
+		st.Phase = requests.Succeeded
+		st.Message = fmt.Sprintf("agent upgraded from %s to %s", sig.FromVersion, sig.ToVersion)
+	default:
+		return Action{}, false
+	}
+	return Action{Type: FinishUpgrade, Status: st}, true
+}
+
+// upgradeWaitsToSettle reports whether the only thing the pending-upgrade
+// signal in in waits for is this watcher's settle time: the loop then
+// decides again when that has passed.
+func upgradeWaitsToSettle(in Inputs) bool {
+	sig := in.Upgrade
+	return sig != nil && sig.Failure == "" && sig.Verified && sig.ToVersion != "" &&
+		in.AgentVersion == sig.ToVersion && !in.UpgradeSettled
 }
 
 func short(fp string) string {

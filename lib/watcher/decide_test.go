@@ -56,6 +56,12 @@ func summary(as []Action) []string {
 			out = append(out, "publish "+a.Status.RequestID+" "+string(a.Status.Phase))
 		case RegisterMachine:
 			out = append(out, "register "+a.Machine.Name)
+		case FinishUpgrade:
+			if a.Status == nil {
+				out = append(out, "finish (signal only)")
+			} else {
+				out = append(out, "finish "+a.Status.RequestID+" "+string(a.Status.Phase))
+			}
 		case ReportMachine:
 			s := "report " + string(a.Phase)
 			for _, c := range a.Conditions {
@@ -228,5 +234,136 @@ func TestDesiredOfRegisteredMachineIsApplied(t *testing.T) {
 	}
 	if _, err := Desired(nil, &m.Spec.Node); !errors.Is(err, err) || err == nil {
 		t.Error("nil applied accepted")
+	}
+}
+
+// signal is a pending upgrade from v1 to v2 of operation u1.
+func signal() *requests.UpgradeSignal {
+	return &requests.UpgradeSignal{RequestID: "upgrade-4-u1", Operation: "u1", MachineGeneration: 4,
+		FromRelease: "blue", FromVersion: "v1", ToRelease: "green", ToVersion: "v2",
+		Phases: []requests.PhaseTiming{{Name: "download"}, {Name: "switch"}}}
+}
+
+func TestDecideUpgradeSignal(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*Inputs)
+		want   []string
+	}{
+		{"no signal", func(*Inputs) {}, []string{"report Ready"}},
+		{"old release, switch not verified yet: wait", func(in *Inputs) {
+			in.AgentVersion, in.UpgradeSettled = "v1", true
+		}, []string{"report Ready"}},
+		{"old release, verified (the old watcher before its restart): wait", func(in *Inputs) {
+			in.AgentVersion, in.UpgradeSettled = "v1", true
+			in.Upgrade.Verified = true
+		}, []string{"report Ready"}},
+		{"new release, not verified yet: wait", func(in *Inputs) {
+			in.AgentVersion, in.UpgradeSettled = "v2", true
+		}, []string{"report Ready"}},
+		{"new release, verified, not settled: wait", func(in *Inputs) {
+			in.AgentVersion = "v2"
+			in.Upgrade.Verified = true
+		}, []string{"report Ready"}},
+		{"new release, verified and settled: Succeeded", func(in *Inputs) {
+			in.AgentVersion, in.UpgradeSettled = "v2", true
+			in.Upgrade.Verified = true
+		}, []string{"finish upgrade-4-u1 Succeeded", "report Ready"}},
+		{"failure recorded: Failed at once", func(in *Inputs) {
+			in.AgentVersion = "v1"
+			in.Upgrade.Failure = "the new watcher exited 1"
+		}, []string{"finish upgrade-4-u1 Failed", "report Ready"}},
+		{"failure recorded, even though verified and settled", func(in *Inputs) {
+			in.AgentVersion, in.UpgradeSettled = "v2", true
+			in.Upgrade.Verified, in.Upgrade.Failure = true, "crashed after the upgrader exited"
+		}, []string{"finish upgrade-4-u1 Failed", "report Ready"}},
+		{"final status already written (killed before the signal went): signal only, then publish", func(in *Inputs) {
+			in.AgentVersion, in.UpgradeSettled = "v2", true
+			in.Upgrade.Verified = true
+			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.Succeeded}}
+		}, []string{"finish (signal only)", "publish upgrade-4-u1 Succeeded", "report Ready"}},
+		{"an InProgress status of the upgrader does not count as final", func(in *Inputs) {
+			in.Upgrade.Failure = "rolled back"
+			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.InProgress}}
+			in.Published["upgrade-4-u1"] = requests.InProgress
+		}, []string{"finish upgrade-4-u1 Failed", "report Ready"}},
+		{"recorded even when the applied configuration is corrupt", func(in *Inputs) {
+			in.Upgrade.Failure = "rolled back"
+			in.Applied, in.AppliedErr = nil, &state.CorruptError{Path: "/opt/kubeslot/applied/a.json", Reason: "checksum mismatch"}
+		}, []string{"finish upgrade-4-u1 Failed", "report Degraded Degraded/AppliedConfigCorrupt"}},
+		{"recorded even when the Machine is missing", func(in *Inputs) {
+			in.Upgrade.Failure = "rolled back"
+			in.Machine = nil
+		}, []string{"finish upgrade-4-u1 Failed", "register m1"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := base(t)
+			in.Upgrade = signal()
+			if c.name == "no signal" {
+				in.Upgrade = nil
+			}
+			c.mutate(&in)
+			got := summary(Decide(in))
+			if strings.Join(got, "; ") != strings.Join(c.want, "; ") {
+				t.Errorf("got  %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDecideUpgradeStatusCarriesTheSignal(t *testing.T) {
+	in := base(t)
+	in.Upgrade = signal()
+	in.Upgrade.Verified = true
+	in.AgentVersion, in.UpgradeSettled = "v2", true
+	s := Decide(in)[0].Status
+	if s == nil || s.Kind != requests.Upgrade || s.Operation != "u1" || s.MachineGeneration != 4 || len(s.Phases) != 2 ||
+		s.Message != "agent upgraded from v1 to v2" {
+		t.Fatalf("status %+v", s)
+	}
+	in.Upgrade.Failure = "health gate: MainPID 42 exited"
+	s = Decide(in)[0].Status
+	if s == nil || s.Phase != requests.Failed || s.Message != in.Upgrade.Failure || s.Operation != "u1" || len(s.Phases) != 2 {
+		t.Fatalf("status %+v", s)
+	}
+}
+
+func TestUpgradeWaitsToSettleOnlyForThisVersion(t *testing.T) {
+	in := base(t)
+	in.Upgrade = signal()
+	in.AgentVersion = "v2"
+	if upgradeWaitsToSettle(in) {
+		t.Error("waits to settle before the upgrader verified the release")
+	}
+	in.Upgrade.Verified = true
+	if !upgradeWaitsToSettle(in) {
+		t.Error("a verified upgrade to this version does not wait to settle")
+	}
+	in.UpgradeSettled = true
+	if upgradeWaitsToSettle(in) {
+		t.Error("still waiting after the settle time")
+	}
+	in.UpgradeSettled, in.AgentVersion = false, "v1"
+	if upgradeWaitsToSettle(in) {
+		t.Error("the old release waits to settle")
+	}
+}
+
+func TestDecideHooksFailureReported(t *testing.T) {
+	in := base(t)
+	in.HooksErr = "reload systemd: connection refused"
+	got := summary(Decide(in))
+	if strings.Join(got, "; ") != "report Degraded Degraded/LifecycleHooksFailed" {
+		t.Errorf("got %q", got)
+	}
+	as := Decide(in)
+	if msg := as[len(as)-1].Conditions[len(as[len(as)-1].Conditions)-1].Message; !strings.Contains(msg, "connection refused") || !strings.Contains(msg, "slot a") {
+		t.Errorf("Degraded message %q does not say which slot and why", msg)
+	}
+	// A spec error wins: it is what an admin must fix first.
+	in.Machine.Spec.Node.RootFS.SHA256 = "nothex"
+	if got := summary(Decide(in)); strings.Join(got, "; ") != "report Degraded Degraded/InvalidSpec" {
+		t.Errorf("with an invalid spec too: got %q", got)
 	}
 }

@@ -33,7 +33,20 @@ type Options struct {
 	Synced func()
 	// CallTimeout bounds each API write (default 20 s).
 	CallTimeout time.Duration
+	// Started is when this watcher process started (default: when Run was
+	// called). UpgradeSettle is how long it must have been up, and synced,
+	// before it reports an agent upgrade to its own version Succeeded
+	// (default 30 s): a new release that crashes soon after its start is
+	// rolled back, not reported.
+	Started       time.Time
+	UpgradeSettle time.Duration
+	// HooksErr is why the active slot's lifecycle hooks could not be
+	// ensured at start; it is reported as Degraded ("" when they were).
+	HooksErr string
 }
+
+// DefaultUpgradeSettle is Options.UpgradeSettle's default.
+const DefaultUpgradeSettle = 30 * time.Second
 
 // loop is one run of the watcher.
 type loop struct {
@@ -50,6 +63,9 @@ type loop struct {
 	// published caches the marker between decisions.
 	published requests.Published
 	lastPrune time.Time
+	// settleTimer decides again once the process has settled, so that an
+	// upgrade is reported without waiting for another event.
+	settleTimer *time.Timer
 }
 
 // statusRetention is how long published results stay in status/ (the newest
@@ -65,6 +81,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 20 * time.Second
 	}
+	if o.UpgradeSettle <= 0 {
+		o.UpgradeSettle = DefaultUpgradeSettle
+	}
+	if o.Started.IsZero() {
+		o.Started = time.Now()
+	}
 	mc, err := machineclient.New(o.REST)
 	if err != nil {
 		return err
@@ -74,6 +96,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1)}
+	defer func() {
+		if l.settleTimer != nil {
+			l.settleTimer.Stop()
+		}
+	}()
 	if l.published, err = l.dir.LoadPublished(); err != nil {
 		return err
 	}
