@@ -174,3 +174,63 @@ func (r *rpRig) pauseRepaver(ctx context.Context, unit, phase string, args ...st
 		}
 	}
 }
+
+// waitResumed waits, bounded, until the repave state file is gone and kubeslot-repave@next.service is no longer
+// running: an interrupted repave resumed and finished by the path unit.
+func (r *rpRig) waitResumed(ctx context.Context, after string, bound time.Duration) {
+	r.t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		_, gone := r.h.Run(wctx, "test", "-e", "/opt/kubeslot/state/repave.json")
+		out, _ := r.h.Run(wctx, "systemctl", "is-active", "kubeslot-repave@next.service")
+		if st := strings.TrimSpace(string(out)); gone != nil && st != "active" && st != "activating" && st != "deactivating" {
+			return
+		}
+		select {
+		case <-wctx.Done():
+			j, _ := r.h.Journal(context.Background(), "kubeslot-repave@next.service")
+			r.t.Fatalf("the repave interrupted by %s was not resumed within %s\n%s\n%s", after, bound, tailLines(j, 60), hostDiag(r.h))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitFile waits, bounded, until the host path p exists.
+func (r *rpRig) waitFile(ctx context.Context, p string, bound time.Duration) {
+	r.t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		if _, err := r.h.Run(wctx, "test", "-e", p); err == nil {
+			return
+		}
+		select {
+		case <-wctx.Done():
+			j, _ := r.h.Journal(context.Background(), "kubeslot-repave@next.service")
+			r.t.Fatalf("%s did not appear within %s\n%s", p, bound, tailLines(j, 40))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitIdle waits, bounded, until no repave request is pending or claimed, no transition is in progress, and the
+// worker is not running.
+func (r *rpRig) waitIdle(ctx context.Context, bound time.Duration) {
+	r.t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		_, err := r.h.Run(wctx, "sh", "-c", "! test -e /opt/kubeslot/requests/repave.json && ! test -e /opt/kubeslot/state/claimed-repave.json && ! test -e /opt/kubeslot/state/repave.json")
+		out, _ := r.h.Run(wctx, "systemctl", "is-active", "kubeslot-repave@next.service")
+		if st := strings.TrimSpace(string(out)); err == nil && st != "active" && st != "activating" && st != "deactivating" {
+			return
+		}
+		select {
+		case <-wctx.Done():
+			j, _ := r.h.Journal(context.Background(), "kubeslot-repave@next.service")
+			r.t.Fatalf("the repaver did not go idle within %s\n%s\n%s", bound, tailLines(j, 60), hostDiag(r.h))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/requests"
 )
 
@@ -41,9 +44,11 @@ func TestRepaveOnRig(t *testing.T) {
 		t.Fatalf("repave status %+v", s)
 	}
 	n := waitNodeHeartbeat(t, ctx, r.admin, r.node, t0, 2*time.Minute, r.h)
-	t.Logf("Node %s label kubeslot.dev/repaved=%q (the kubelet sets --node-labels only when it registers a Node; "+
-		"a repave keeps the Node, so a label change reaches the applied configuration, not the existing Node)",
-		r.node, n.Labels["kubeslot.dev/repaved"])
+	// The kubelet sets --node-labels only when it registers a Node, and a repave keeps the Node: the repaver
+	// patches the labels after commit, as the node.
+	if got := n.Labels["kubeslot.dev/repaved"]; got != "yes" {
+		t.Errorf("Node %s label kubeslot.dev/repaved=%q after the repave, want yes (labels %v)", r.node, got, n.Labels)
+	}
 	slot, applied = r.active()
 	if slot != "b" || applied.Config.Kubernetes.Labels["kubeslot.dev/repaved"] != "yes" {
 		t.Errorf("after the repave: active %s, labels %v", slot, applied.Config.Kubernetes.Labels)
@@ -116,7 +121,9 @@ func TestRepaveOnRig(t *testing.T) {
 		t.Errorf("the failed target has an applied configuration: %v %s", err, out)
 	}
 
-	// 4. kill -9 of the repaver paused at each phase in turn; a manual start of kubeslot-repave@next resumes it.
+	// 4. kill -9 of the repaver paused at each phase in turn; kubeslot-repave.path resumes it (it watches the
+	// state file too). The path unit is stopped while the repaver is paused and killed, so the checks of what the
+	// kill left are not raced by the resume, then started again: its PathExists= fires for the state file.
 	want := "b"
 	flip := map[string]string{"a": "b", "b": "a"}
 	for i, phase := range []string{"prepare", "switch", "start", "verify", "commit", "clean"} {
@@ -124,6 +131,9 @@ func TestRepaveOnRig(t *testing.T) {
 		// The target's kubelet may have posted its status before the kill (verify): the new heartbeat is newer
 		// than the start of the interrupted run, and the kubelet does not post again for minutes.
 		tRun := time.Now()
+		if out, err := r.h.Run(ctx, "systemctl", "stop", "kubeslot-repave.path"); err != nil {
+			t.Fatalf("stop the path unit: %v %s", err, out)
+		}
 		r.pauseRepaver(ctx, unit, phase)
 		if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", unit); err != nil {
 			t.Fatalf("kill %s: %v %s", unit, err, out)
@@ -140,29 +150,41 @@ func TestRepaveOnRig(t *testing.T) {
 			t.Errorf("kill -9 at %s: active %s before the resume, want %s", phase, slot, before)
 		}
 		t3 := time.Now()
-		if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-repave@next.service"); err != nil {
-			j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
-			t.Fatalf("resume after kill -9 at %s: %v %s\n%s\n%s", phase, err, out, tailLines(j, 60), hostDiag(r.h))
+		if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-repave.path"); err != nil {
+			t.Fatalf("start the path unit: %v %s", err, out)
 		}
-		rigTiming(t, "repave resumed after kill -9 at "+phase, time.Since(t3))
+		r.waitResumed(ctx, "kill -9 at "+phase, 6*time.Minute)
+		rigTiming(t, "repave resumed by the path unit after kill -9 at "+phase, time.Since(t3))
 		want = flip[want]
 		if slot, _ := r.active(); slot != want {
 			t.Errorf("after the resume from %s: active %s, want %s", phase, slot, want)
 		}
 		waitNodeHeartbeat(t, ctx, r.admin, r.node, tRun, 2*time.Minute, r.h)
-		if out, err := r.h.Run(ctx, "test", "!", "-e", "/opt/kubeslot/state/repave.json"); err != nil {
-			t.Errorf("state left after the resume from %s: %v %s", phase, err, out)
-		}
 	}
+
+	// 5. By hand: systemctl start kubeslot-repave@<slot> rebuilds the active configuration onto that slot.
+	other := flip[want]
+	t4 := time.Now()
+	if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-repave@"+other+".service"); err != nil {
+		j, _ := r.h.Journal(ctx, "kubeslot-repave@"+other+".service")
+		t.Fatalf("repave by hand onto %s: %v %s\n%s\n%s", other, err, out, tailLines(j, 60), hostDiag(r.h))
+	}
+	rigTiming(t, "repave by hand (systemctl start kubeslot-repave@"+other+")", time.Since(t4))
+	if slot, _ := r.active(); slot != other {
+		t.Errorf("after the repave by hand: active %s, want %s", slot, other)
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, t4, 2*time.Minute, r.h)
 }
 
 // TestRepavePowerCutOnRig: the rig host loses power during a repave, right after switch stopped the old node (the
-// state file says start). After boot the node runs on slot a, whose applied configuration is valid and still the
-// active one; a manual start of the repaver then resumes and completes the repave onto b.
+// state file says start). After boot the node runs on a slot whose applied configuration is valid, and
+// kubeslot-repave.path, which watches the state file, resumes and completes the repave onto b by itself: no request
+// is left (it was claimed) and nobody starts the repaver by hand.
 func TestRepavePowerCutOnRig(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	r := newRepaveRig(t, ctx, "rpc", true)
+	// Paused by hand: the path unit's own worker waits for the lock meanwhile (and defers, 69).
 	r.pauseRepaver(ctx, "rig-repaver-cut", "start")
 	if out, err := r.h.Run(ctx, "systemctl", "is-active", "systemd-nspawn@a.service"); err == nil {
 		t.Errorf("the old node still runs after switch: %s", out)
@@ -174,28 +196,154 @@ func TestRepavePowerCutOnRig(t *testing.T) {
 	if err := r.h.Boot(ctx); err != nil {
 		t.Fatalf("boot again: %v", err)
 	}
-	waitNodeHeartbeat(t, ctx, r.admin, r.node, t0, 3*time.Minute, r.h)
-	rigTiming(t, "repave: power cut in switch to Node Ready again", time.Since(t0))
-	if slot, a := r.active(); slot != "a" || a.Slot != "a" || a.Config == nil {
+	// Whatever point the resume has reached, the active slot's applied configuration is valid.
+	if slot, a := r.active(); a.Slot != slot || a.Config == nil || (slot != "a" && slot != "b") {
 		t.Fatalf("after the power cut: active %q, applied %+v", slot, a)
 	}
-	if out, err := r.h.Run(ctx, "systemctl", "is-active", "systemd-nspawn@a.service"); err != nil {
-		t.Errorf("node a not running after the boot: %v %s", err, out)
-	}
-	if _, err := r.h.ReadFile("/opt/kubeslot/state/repave.json"); err != nil {
-		t.Errorf("the repave state did not survive the power cut: %v", err)
-	}
-	t1 := time.Now()
-	if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-repave@next.service"); err != nil {
-		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
-		t.Fatalf("resume after the power cut: %v %s\n%s\n%s", err, out, tailLines(j, 60), hostDiag(r.h))
-	}
-	rigTiming(t, "repave: resumed after the power cut", time.Since(t1))
+	r.waitResumed(ctx, "the power cut", 8*time.Minute)
+	rigTiming(t, "repave: power cut in switch -> resumed by the path unit after boot", time.Since(t0))
 	if slot, _ := r.active(); slot != "b" {
 		t.Errorf("after the resume: active %s, want b", slot)
 	}
-	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 2*time.Minute, r.h)
+	j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
+	if !strings.Contains(j, "resuming an interrupted repave") {
+		t.Errorf("kubeslot-repave@next.service did not resume the repave:\n%s", tailLines(j, 40))
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, t0, 2*time.Minute, r.h)
 	if out, err := r.h.Run(ctx, "systemctl", "is-active", "systemd-nspawn@a.service"); err == nil {
 		t.Errorf("node a still runs after the resume: %s", out)
 	}
+}
+
+// TestRepaveTwoTriggersOnRig: triggers that meet give one repave each. The same request written again while it
+// runs (a writer that retried) runs once; a second request with a new ID while the first runs is taken after it.
+func TestRepaveTwoTriggersOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	defer cancel()
+	r := newRepaveRig(t, ctx, "rpt", false)
+	request := func(gen int64, round string) *requests.Request {
+		_, applied := r.active()
+		desired := applied.Config
+		desired.Kubernetes.Labels["kubeslot.dev/round"] = round
+		return &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""), MachineGeneration: gen,
+			Reason: "rig: round " + round, Desired: desired}
+	}
+
+	// 1. The same ID twice: the second write lands while the first is claimed and running.
+	r1 := request(2, "1")
+	r.drop(ctx, r1)
+	r.waitFile(ctx, "/opt/kubeslot/state/claimed-repave.json", 2*time.Minute)
+	r.drop(ctx, r1)
+	s := r.waitStatus(ctx, r1.ID, 6*time.Minute)
+	r.logStatus("repave a->b (its request written twice)", s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Fatalf("first request: %+v", s)
+	}
+	r.waitIdle(ctx, 4*time.Minute)
+	if slot, _ := r.active(); slot != "b" {
+		t.Errorf("after the same request written twice: active %s, want b (it ran twice?)", slot)
+	}
+	j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
+	if n := strings.Count(j, "repave phase done") / 6; strings.Count(j, "claimed request") != 1 || n != 1 {
+		t.Errorf("request %s: %d claims, %d full runs in the journal (want 1 each):\n%s", r1.ID,
+			strings.Count(j, "claimed request"), n, tailLines(j, 40))
+	}
+	if !strings.Contains(j, "request already done") {
+		t.Errorf("the second write of %s was not recognized as done:\n%s", r1.ID, tailLines(j, 40))
+	}
+
+	// 2. A new request while one runs: taken after it, not dropped and not merged.
+	r2 := request(3, "2")
+	r.drop(ctx, r2)
+	r.waitFile(ctx, "/opt/kubeslot/state/claimed-repave.json", 2*time.Minute)
+	r3 := request(4, "3")
+	r.drop(ctx, r3)
+	s2 := r.waitStatus(ctx, r2.ID, 6*time.Minute)
+	r.logStatus("repave b->a (a second request dropped while it ran)", s2)
+	s3 := r.waitStatus(ctx, r3.ID, 6*time.Minute)
+	r.logStatus("repave a->b (the request dropped during the previous one)", s3)
+	if s2.Phase != requests.Succeeded || s2.ActiveSlot != "a" || s3.Phase != requests.Succeeded || s3.ActiveSlot != "b" {
+		t.Errorf("statuses %+v then %+v, want Succeeded on a then on b", s2, s3)
+	}
+	if len(s3.Phases) > 0 && s3.Phases[0].StartedAt.Before(s2.UpdatedAt) {
+		t.Errorf("the second request started at %s, before the first finished at %s", s3.Phases[0].StartedAt, s2.UpdatedAt)
+	}
+	slot, applied := r.active()
+	if slot != "b" || applied.Config.Kubernetes.Labels["kubeslot.dev/round"] != "3" {
+		t.Errorf("at the end: active %s, labels %v", slot, applied.Config.Kubernetes.Labels)
+	}
+	n, err := r.admin.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+	if err != nil || n.Labels["kubeslot.dev/round"] != "3" {
+		t.Errorf("Node label kubeslot.dev/round after the last repave: %v (err %v)", n.Labels, err)
+	}
+}
+
+// TestRepaveMachineSpecOnRig is the "Done when": an admin changes the Machine's node configuration (a label)
+// and its update policy to Immediate; the real watcher, left running by the bootstrap, drops the repave request, the
+// path unit starts the repaver, and the node moves onto slot b with a real kubelet; the Machine reports slot b and
+// the new fingerprint, and the Node carries the label.
+func TestRepaveMachineSpecOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := newRepaveRig(t, ctx, "rpm", false)
+	var m *v1alpha1.Machine
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	for m == nil {
+		got, err := r.mc.GetMachine(wctx, r.node)
+		if err == nil && got.Status.ActiveSlot == "a" {
+			m = got
+			break
+		}
+		select {
+		case <-wctx.Done():
+			j, _ := r.h.Journal(context.Background(), "kubeslot-watcher.service")
+			t.Fatalf("the watcher did not register Machine %s on slot a: %v\n%s", r.node, err, tailLines(j, 40))
+		case <-time.After(time.Second):
+		}
+	}
+	wcancel()
+	if m.Spec.Node.Labels == nil {
+		m.Spec.Node.Labels = map[string]v1alpha1.LabelValue{}
+	}
+	m.Spec.Node.Labels["kubeslot.dev/spec"] = "changed"
+	m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+	t0 := time.Now()
+	if _, err := r.mc.UpdateMachine(ctx, m); err != nil {
+		t.Fatalf("update the Machine spec: %v", err)
+	}
+	wctx, wcancel = context.WithTimeout(ctx, 8*time.Minute)
+	defer wcancel()
+	last := ""
+	for {
+		got, err := r.mc.GetMachine(wctx, r.node)
+		if err == nil {
+			last = fmt.Sprintf("slot %q phase %s generation %d/%d", got.Status.ActiveSlot, got.Status.Phase,
+				got.Status.ObservedGeneration, got.Generation)
+			if got.Status.ActiveSlot == "b" && got.Status.Applied != nil {
+				m = got
+				break
+			}
+		}
+		select {
+		case <-wctx.Done():
+			j, _ := r.h.Journal(context.Background(), "kubeslot-watcher.service")
+			j2, _ := r.h.Journal(context.Background(), "kubeslot-repave@next.service")
+			t.Fatalf("the Machine did not report slot b (last: %s, err %v)\nwatcher:\n%s\nrepaver:\n%s\n%s", last, err,
+				tailLines(j, 40), tailLines(j2, 40), hostDiag(r.h))
+		case <-time.After(time.Second):
+		}
+	}
+	rigTiming(t, "repave from a Machine spec change: spec updated -> Machine status reports slot b", time.Since(t0))
+	n := waitNodeHeartbeat(t, ctx, r.admin, r.node, t0, 2*time.Minute, r.h)
+	slot, applied := r.active()
+	if slot != "b" || applied.Config.Kubernetes.Labels["kubeslot.dev/spec"] != "changed" {
+		t.Errorf("host: active %s with labels %v", slot, applied.Config.Kubernetes.Labels)
+	}
+	if string(m.Status.Applied.Fingerprint) != applied.Fingerprint {
+		t.Errorf("Machine reports fingerprint %s, the host's applied configuration has %s", m.Status.Applied.Fingerprint, applied.Fingerprint)
+	}
+	if n.Labels["kubeslot.dev/spec"] != "changed" {
+		t.Errorf("Node labels %v: kubeslot.dev/spec not set", n.Labels)
+	}
+	t.Logf("Machine %s: slot %s, fingerprint %s, phase %s", m.Name, m.Status.ActiveSlot, m.Status.Applied.Fingerprint, m.Status.Phase)
 }

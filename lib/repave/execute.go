@@ -38,7 +38,8 @@ const NextSlot = "next"
 // claims the pending request of the job's kind (by rename, under the lock),
 // else it runs the job by hand. A claimed request is finished (removed)
 // after its final status is written, also when it failed validation, so a
-// bad request does not loop.
+// bad request does not loop. A request whose ID already has a final status
+// is finished without running again.
 func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*requests.Status, error) {
 	if st, err := LoadState(d.Root); err != nil {
 		return nil, err
@@ -80,6 +81,13 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 	id, op, gen := requests.NewID(j.Kind, 0, "manual-"+strconv.FormatInt(d.now().Unix(), 10)), "", int64(0)
 	if req != nil {
 		id, op, gen = req.ID, req.Operation, req.MachineGeneration
+		// The same request written twice (a writer that retried after its
+		// first write was taken): it ran once, its status says how.
+		if prev, err := d.Requests.ReadStatus(id); err == nil && prev.Phase.Finished() {
+			d.Log.Info("request already done: not run again", "request", id, "kind", j.Kind, "result", prev.Phase)
+			finishClaim(d, lock, j.Kind, id)
+			return prev, nil
+		}
 		d.Log.Info("claimed request", "request", id, "kind", j.Kind, "reason", req.Reason)
 	}
 	if j.Kind == requests.Restart {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,11 +35,17 @@ type host struct {
 	calls       []string          // "op:slot"
 	cfgOf       map[string]string // slot → fingerprint it was provisioned with
 	moves       []string
+	// nodeLabels are the Node's labels (as registered with slot a's
+	// configuration, plus one the kubelet sets itself); labelErr fails
+	// SetLabels.
+	nodeLabels map[string]string
+	labelErr   error
 }
 
 func newHost() *host {
 	return &host{provisioned: map[string]bool{"a": true}, running: map[string]bool{"a": true},
-		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{}}
+		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{},
+		nodeLabels: map[string]string{"tier": "old", "kubernetes.io/hostname": "node1"}}
 }
 
 func (h *host) do(op, slot string) error {
@@ -170,6 +177,32 @@ func (c *fakeCluster) WaitReady(ctx context.Context, cfg *config.Config, since t
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+func (c *fakeCluster) SetLabels(ctx context.Context, cfg *config.Config, set map[string]string, drop []string) error {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.h.labelErr != nil {
+		return c.h.labelErr
+	}
+	for _, k := range drop {
+		delete(c.h.nodeLabels, k)
+	}
+	for k, v := range set {
+		c.h.nodeLabels[k] = v
+	}
+	return nil
+}
+
+func (h *host) labels() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var kv []string
+	for k, v := range h.nodeLabels {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, ",")
 }
 
 type fakeBoot struct{ h *host }

@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
@@ -95,8 +96,11 @@ type State struct {
 	StartedAt time.Time `json:"startedAt"`
 	// SwitchAt is when the old node began to stop: the start of the node
 	// downtime, and the time a Node heartbeat must be newer than.
-	SwitchAt time.Time              `json:"switchAt,omitzero"`
-	Phases   []requests.PhaseTiming `json:"phases,omitempty"`
+	SwitchAt time.Time `json:"switchAt,omitzero"`
+	// Warning is what went wrong after commit without undoing it (the
+	// Node's labels not updated); it ends up in the final status.
+	Warning string                 `json:"warning,omitempty"`
+	Phases  []requests.PhaseTiming `json:"phases,omitempty"`
 }
 
 func statePath(root *hostroot.Root) (string, error) {
@@ -154,6 +158,38 @@ type Cluster interface {
 	// WaitReady waits until cfg's Node is Ready with a heartbeat newer
 	// than since, bounded by ctx.
 	WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error
+	// SetLabels makes cfg's Node carry the labels set and not those named
+	// in drop, acting as the node itself; other labels are left alone.
+	// The kubelet applies --node-labels only when it registers a Node, and
+	// a repave keeps the Node: this is how a changed label reaches it.
+	SetLabels(ctx context.Context, cfg *config.Config, set map[string]string, drop []string) error
+}
+
+// labelTimeout bounds the label update after a commit or restart.
+const labelTimeout = 30 * time.Second
+
+// syncLabels sets cfg's node labels on its Node and removes those of prev
+// (what kubeslot set before: the previous applied configuration's labels)
+// that cfg no longer has. It is best effort: the node already runs from cfg
+// and passed verification; a failure is returned as a warning for the
+// status, not a reason to undo anything.
+func (d *Deps) syncLabels(ctx context.Context, cfg *config.Config, prev map[string]string) string {
+	set := cfg.Kubernetes.Labels
+	var drop []string
+	for k := range prev {
+		if _, ok := set[k]; !ok {
+			drop = append(drop, k)
+		}
+	}
+	slices.Sort(drop)
+	lctx, cancel := context.WithTimeoutCause(ctx, labelTimeout, fmt.Errorf("node labels not updated within %s", labelTimeout))
+	defer cancel()
+	if err := d.Cluster.SetLabels(lctx, cfg, set, drop); err != nil {
+		d.Log.Warn("could not update the Node's labels", "node", cfg.Machine.NodeName, "err", err)
+		return "the Node's labels were not updated: " + err.Error()
+	}
+	d.Log.Info("Node labels updated", "node", cfg.Machine.NodeName, "set", len(set), "removed", drop)
+	return ""
 }
 
 // Boot moves the node's start-at-boot link.

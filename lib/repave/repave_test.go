@@ -361,3 +361,87 @@ func TestResumeAfterReboot(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeLabelsFollowTheConfiguration: the kubelet applies --node-labels
+// only when it registers the Node, so a commit sets the new configuration's
+// labels on the existing Node and removes those kubeslot set before that the
+// new one dropped; labels kubeslot never set stay. A label update that fails
+// leaves the repave committed, with a warning in the status.
+func TestNodeLabelsFollowTheConfiguration(t *testing.T) {
+	r := newRig(t)
+	repave := func(labels map[string]string, gen int64) *requests.Status {
+		t.Helper()
+		desired := testConfig(t, "x")
+		desired.Kubernetes.Labels = labels
+		req := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""), MachineGeneration: gen,
+			Reason: "labels", Desired: desired, CreatedAt: time.Now()}
+		if _, err := r.d.Requests.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		s, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true})
+		if err != nil || s.Phase != requests.Succeeded {
+			t.Fatalf("repave: %+v, %v", s, err)
+		}
+		return s
+	}
+	repave(map[string]string{"tier": "new", "example.com/extra": "1"}, 2)
+	if got, want := r.h.labels(), "example.com/extra=1,kubernetes.io/hostname=node1,tier=new"; got != want {
+		t.Errorf("after the first repave: labels %s, want %s", got, want)
+	}
+	repave(map[string]string{"tier": "newer"}, 3)
+	if got, want := r.h.labels(), "kubernetes.io/hostname=node1,tier=newer"; got != want {
+		t.Errorf("after the second repave: labels %s, want %s (example.com/extra dropped by the configuration)", got, want)
+	}
+	r.h.labelErr = errors.New("apiserver away")
+	s := repave(map[string]string{"tier": "last"}, 4)
+	if !strings.Contains(s.Message, "labels were not updated") || !strings.Contains(s.Message, "apiserver away") {
+		t.Errorf("a failed label update is not reported: %q", s.Message)
+	}
+	if a := r.active(t); a.Config.Kubernetes.Labels["tier"] != "last" {
+		t.Errorf("the repave was not committed: active %s %v", a.Slot, a.Config.Kubernetes.Labels)
+	}
+	// A restart in place sets the applied configuration's labels again.
+	r.h.labelErr = nil
+	req := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 5, "op"), MachineGeneration: 5,
+		Operation: "op", CreatedAt: time.Now()}
+	if _, err := r.d.Requests.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := execute(t, r, Job{Kind: requests.Restart}); err != nil || s.Phase != requests.Succeeded {
+		t.Fatalf("restart: %+v, %v", s, err)
+	}
+	if got, want := r.h.labels(), "kubernetes.io/hostname=node1,tier=last"; got != want {
+		t.Errorf("after the restart: labels %s, want %s", got, want)
+	}
+}
+
+// TestSameRequestTwiceRunsOnce: a request written again with the same ID
+// after it ran is claimed and finished without a second repave.
+func TestSameRequestTwiceRunsOnce(t *testing.T) {
+	r := newRig(t)
+	req := r.request(t, 6)
+	s, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true})
+	if err != nil || s.Phase != requests.Succeeded {
+		t.Fatalf("first run: %+v, %v", s, err)
+	}
+	calls := r.h.callList()
+	if _, err := r.d.Requests.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true})
+	if err != nil || s2 == nil || s2.Phase != requests.Succeeded || s2.RequestID != req.ID {
+		t.Fatalf("second write: %+v, %v", s2, err)
+	}
+	if got := r.h.callList(); got != calls {
+		t.Errorf("the same request ran again: calls %q, then %q", calls, got)
+	}
+	if a := r.active(t); a.Slot != "b" {
+		t.Errorf("active %s after the second write, want b", a.Slot)
+	}
+	if p, _ := r.d.Requests.Pending(requests.Repave); p != nil {
+		t.Error("the second write is still pending")
+	}
+	if c, _ := r.d.Requests.Claimed(requests.Repave); c != nil {
+		t.Error("the second write is still claimed")
+	}
+}

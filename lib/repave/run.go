@@ -10,6 +10,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
 )
 
 // ErrRolledBack wraps the failure of a repave that was rolled back: the old
@@ -68,6 +69,9 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 				}
 			}
 			msg := fmt.Sprintf("repaved from slot %s to slot %s", st.From, st.To)
+			if st.Warning != "" {
+				msg += "; " + st.Warning
+			}
 			return d.finish(st, requests.Succeeded, msg, st.To, down, nil)
 		case err == nil:
 			st.Phase = st.Phase.next()
@@ -139,6 +143,14 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 	case Verify:
 		return d.waitNode(ctx, target, st.Desired, st.To, st.SwitchAt)
 	case Commit:
+		// What kubeslot labelled the Node with so far: the old slot's
+		// applied configuration, there until clean.
+		var prev map[string]string
+		if old, err := d.Store.LoadApplied(st.From); err == nil {
+			prev = old.Config.Kubernetes.Labels
+		} else if !errors.Is(err, state.ErrNotFound) {
+			return err
+		}
 		a, err := isolation.NewApplied(st.To, st.Desired, d.AgentVersion, d.now())
 		if err != nil {
 			return err
@@ -149,7 +161,11 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		if err := d.Store.SetActive(st.To); err != nil {
 			return err
 		}
-		return d.Boot.Move(ctx, st.From, st.To)
+		if err := d.Boot.Move(ctx, st.From, st.To); err != nil {
+			return err
+		}
+		st.Warning = d.syncLabels(ctx, st.Desired, prev)
+		return nil
 	case Clean:
 		old, err := d.oldBackend(st)
 		if err != nil {
@@ -229,6 +245,11 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 		st.Phase, st.Message = requests.Failed, "restart of the node on slot "+a.Slot+" failed: "+err.Error()
 	} else {
 		st.Phase, st.Message, st.Downtime = requests.Succeeded, "node on slot "+a.Slot+" restarted", d.now().Sub(t0)
+		// The labels of the applied configuration, in case an earlier
+		// update did not reach the Node; nothing to remove.
+		if w := d.syncLabels(ctx, a.Config, nil); w != "" {
+			st.Message += "; " + w
+		}
 	}
 	if werr := d.Requests.WriteStatus(st); werr != nil {
 		err = errors.Join(err, fmt.Errorf("write status: %w", werr))

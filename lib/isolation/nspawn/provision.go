@@ -97,8 +97,10 @@ func (b *Backend) Provisioned(slot string) (bool, error) {
 	return found && have == b.wantStamp(), err
 }
 
-// Provision builds slot's rootfs from the verified artifact cache: the
-// rootfs tarball (or an OCI image's flattened tarball, lib/oci) unpacked into a fresh staging directory next to the slot,
+// Provision builds slot's rootfs from the verified artifact cache: a copy
+// of the clean tree of the rootfs tarball (or an OCI image's flattened
+// tarball, lib/oci), unpacked once into the tree cache (tree.go), made in a
+// fresh staging directory next to the slot,
 // the kubelet (and the optional containerd, runc and CNI plugins) installed
 // into it, the stamp written, then renamed into place, so a half-built tree
 // is never taken for a slot. Every artifact is fetched and verified before
@@ -126,7 +128,7 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 
 	// Fetch and verify everything first: a wrong checksum must leave the
 	// slot untouched.
-	fetched, err := b.fetchAll(ctx)
+	fetched, err := b.fetchAll(ctx, b.haveTree(want.RootFS))
 	if err != nil {
 		return fmt.Errorf("provision slot %s: %w", slot, err)
 	}
@@ -179,7 +181,11 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 // fetched maps an artifact's role to its verified cache file.
 type fetched map[string]string
 
-func (b *Backend) fetchAll(ctx context.Context) (fetched, error) {
+// fetchAll fetches and verifies every artifact into the cache; the rootfs
+// tarball is skipped when haveTree: its clean tree was unpacked from the
+// verified tarball and is named by the same digest, and hashing a large
+// tarball again would cost as much as the copy.
+func (b *Backend) fetchAll(ctx context.Context, haveTree bool) (fetched, error) {
 	f := &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: b.cfg.Timeouts.Download.Duration}
 	out := fetched{}
 	items := []struct {
@@ -193,7 +199,7 @@ func (b *Backend) fetchAll(ctx context.Context) (fetched, error) {
 		{"cni_plugins", b.cfg.Artifacts.CNIPlugins},
 	}
 	for _, it := range items {
-		if it.a == nil {
+		if it.a == nil || (it.role == "rootfs" && haveTree) {
 			continue
 		}
 		ensure := f.Ensure
@@ -213,9 +219,19 @@ func (b *Backend) fetchAll(ctx context.Context) (fetched, error) {
 
 // build makes the staging tree: rootfs, artifacts, stamp, synced.
 func (b *Backend) build(ctx context.Context, dir string, src fetched, stamp Stamp) error {
-	if err := unpackFile(ctx, src["rootfs"], dir, unpack.Options{Log: b.log, RequireEmpty: true}); err != nil {
+	// The rootfs: a copy of the digest's clean tree, unpacked once.
+	tree, err := b.cleanTree(ctx, stamp.RootFS, src["rootfs"])
+	if err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
+	t0 := time.Now()
+	cs, err := copyTree(ctx, tree, dir)
+	if err != nil {
+		return fmt.Errorf("rootfs: copy of the cached tree %s: %w", tree, err)
+	}
+	b.log.Info("rootfs copied from the cached tree", "tree", tree, "files", cs.Files, "dirs", cs.Dirs,
+		"symlinks", cs.Symlinks, "hardlinks", cs.Hardlinks, "special", cs.Special, "bytes", cs.Bytes,
+		"reflinked", cs.Cloned, "took", time.Since(t0).Round(time.Millisecond))
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
