@@ -3,12 +3,20 @@ package integration
 // The bootstrap stage for real (issue 5, "Done when"): on an isolated host the first-boot unit turns a bare host
 // into a Ready node on slot a, reports AgentBootstrapped=True on the Machine, installs and enables the units and
 // starts the watcher (when this release has it); plus the faults: invalid config, a different machine, a complete
-// re-run, a deleted unit file, kill -9 at each phase, a power cut mid-bootstrap, and a rootfs checksum mismatch.
+// re-run, a deleted unit file, kill -9 at each phase, a power cut mid-bootstrap, a rootfs and a kubelet checksum
+// mismatch, a rootfs tarball climbing out with "../", the sandbox settings recorded for later stages, and the
+// Machine API taking an OCI rootfs.
 // Rig setup: bootstrap_rig_test.go.
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +24,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -324,4 +335,232 @@ func withoutRecord(tree string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// TestBootstrapSandboxRecordedForLaterStages: the rig's sandbox settings reach the first-boot unit by its drop-in
+// only; the bootstrap records them (<base>/state/sandbox.json), so a later stage started with none of that
+// environment (here the repaver, by hand through systemd-run: no drop-in, no KUBESLOT_* variable) still renders the
+// rig's kubelet ports, node IP and read-only /proc/sys/net into the new slot, and the node comes up on them.
+func TestBootstrapSandboxRecordedForLaterStages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := newBootstrapRig(t, ctx, "bss", false)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if r.h.Running() {
+			_, _ = r.h.Run(sctx, "systemctl", "stop", "systemd-nspawn@b.service")
+		}
+	})
+	r.seedCache(ctx)
+	if err := r.startUnit(ctx); err != nil {
+		t.Fatalf("bootstrap unit: %v", err)
+	}
+	env := map[string]string{}
+	for _, e := range r.env {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = v
+	}
+	data, err := r.h.ReadFile("/opt/kubeslot/state/sandbox.json")
+	if err != nil {
+		t.Fatalf("sandbox settings not recorded: %v", err)
+	}
+	var sb state.Sandbox
+	if err := json.Unmarshal(data, &sb); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sb.KubeletPort) != env[bootstrap.EnvKubeletPort] || fmt.Sprint(sb.HealthzPort) != env[bootstrap.EnvHealthzPort] ||
+		sb.NodeIP != "127.0.0.1" || !sb.ReadOnlyNetSysctl || sb.HostPrep != bootstrap.HostPrepPackagesOnly {
+		t.Errorf("recorded sandbox settings %s, rig environment %v", data, r.env)
+	}
+
+	// A repave with no sandbox environment at all.
+	t1 := time.Now()
+	out, err := r.h.Run(ctx, "systemd-run", "--unit=kubeslot-bss-repave", "--collect", "--wait", "--pipe",
+		"/opt/kubeslot/current/kubeslot-repaver", "b")
+	if err != nil {
+		j, _ := r.h.Journal(ctx, "kubeslot-bss-repave")
+		t.Fatalf("repave without the sandbox environment: %v\n%s\n%s", err, out, tailLines(j, 40))
+	}
+	rigTiming(t, "bootstrap sandbox: repave to b without the environment", time.Since(t1))
+	cfgText, err := r.h.ReadFile("/var/lib/machines/b/etc/kubernetes/kubelet-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nport: " + env[bootstrap.EnvKubeletPort] + "\n", "\nhealthzPort: " + env[bootstrap.EnvHealthzPort] + "\n"} {
+		if !strings.Contains(string(cfgText), want) {
+			t.Errorf("slot b's kubelet config lacks %q:\n%s", strings.TrimSpace(want), cfgText)
+		}
+	}
+	if out, err := r.h.Run(ctx, "grep", "-rl", "--", "--node-ip=127.0.0.1", "/var/lib/machines/b/etc/systemd/system"); err != nil {
+		t.Errorf("slot b's kubelet does not get the rig's node IP: %v %s", err, out)
+	}
+	dropIn, err := r.h.ReadFile("/etc/systemd/system/systemd-nspawn@b.service.d/kubeslot.conf")
+	if err != nil || strings.Contains(string(dropIn), "SYSTEMD_NSPAWN_API_VFS_WRITABLE") {
+		t.Errorf("slot b's node would get a writable /proc/sys/net (the machine's own network sysctls): %v\n%s", err, dropIn)
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 3*time.Minute, r.h)
+}
+
+// TestBootstrapKubeletChecksumMismatch: the mirror corrupts the kubelet (same length, one byte flipped): the run
+// fails in preparing-slot with a message that names the expected and the actual digest, no slot is installed, the
+// bad download is not kept; once the mirror serves the right file, a re-run with the same configuration resumes
+// and completes with the same install ID.
+func TestBootstrapKubeletChecksumMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := newBootstrapRig(t, ctx, "bsm", false)
+	r.srv.SetFault("kubelet", mirror.Corrupt)
+	code, out := r.run(ctx, "--config="+bsConfigPath)
+	if code != 1 || !strings.Contains(out, "preparing-slot") || !strings.Contains(out, "expected sha256 "+r.sums["kubelet"]) ||
+		!strings.Contains(out, ", got ") {
+		t.Errorf("kubelet checksum mismatch: exit %d, want 1 naming preparing-slot and both digests:\n%s", code, tailLines(out, 20))
+	}
+	for _, p := range []string{"/var/lib/machines/a", "/etc/systemd/nspawn/a.nspawn"} {
+		if out, err := r.h.Run(ctx, "test", "-e", p); err == nil {
+			t.Errorf("%s installed despite the mismatch %s", p, out)
+		}
+	}
+	if out, err := r.h.Run(ctx, "sh", "-c", "find /opt/kubeslot/cache -type f | grep -v "+r.sums["rootfs"]+" || true"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("cache holds more than the verified rootfs after the mismatch: %v\n%s", err, out)
+	}
+	rec, err := r.record()
+	if err != nil || rec.Checkpoint != ownership.CheckpointPreparingSlot {
+		t.Fatalf("record after the mismatch: %+v %v", rec, err)
+	}
+	r.srv.SetFault("kubelet", mirror.None)
+	t0 := time.Now()
+	if err := r.startUnit(ctx); err != nil {
+		t.Fatalf("bootstrap unit after the mirror was fixed: %v", err)
+	}
+	after, err := r.record()
+	if err != nil || after.Checkpoint != ownership.CheckpointComplete || after.InstallID != rec.InstallID {
+		t.Fatalf("record after the resume: %+v %v; want complete, install %s", after, err, rec.InstallID)
+	}
+	r.checkComplete(ctx, t0)
+}
+
+// TestBootstrapRootfsTarballEscape: a rootfs tarball (with the right digest) whose entries climb out of the slot
+// with "../" is refused in preparing-slot, and nothing is written outside the directory it is unpacked into (the
+// tree cache's partial tree): no slot, no escaped file anywhere on the host.
+func TestBootstrapRootfsTarballEscape(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	r := newBootstrapRig(t, ctx, "bse", false)
+	evil := filepath.Join(t.TempDir(), "evil.tar.gz")
+	writeTarGz(t, evil, []tarEntry{
+		{name: "etc/", dir: true},
+		{name: "etc/os-release", body: "ID=debian\n"},
+		{name: "../kubeslot-escape-1", body: "escaped\n"},
+		{name: "etc/../../../../../../tmp/kubeslot-escape-2", body: "escaped\n"},
+	})
+	sum, err := r.srv.Add("evil-rootfs.tar.gz", evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := nspawnRigConfig(r.node, r.cp.URL(), string(r.cp.CAPEM()), r.token, r.srv.URL("evil-rootfs.tar.gz"), sum,
+		r.srv.URL("kubelet"), r.sums["kubelet"])
+	if err := r.h.WriteFile(bsConfigPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := r.run(ctx, "--config="+bsConfigPath)
+	// The error is a quoted log value: its own quotes come escaped.
+	if code != 1 || !strings.Contains(out, "preparing-slot") || !strings.Contains(out, "kubeslot-escape-1") ||
+		!strings.Contains(out, "refused") || !strings.Contains(out, `..\" in the path`) {
+		t.Errorf("escaping tarball: exit %d, want 1 naming preparing-slot and the refused \"..\" entry:\n%s", code, tailLines(out, 20))
+	}
+	for _, p := range []string{"/var/lib/machines/kubeslot-escape-1", "/tmp/kubeslot-escape-2", "/kubeslot-escape-2",
+		"/var/lib/machines/a", "/etc/systemd/nspawn/a.nspawn"} {
+		if out, err := r.h.Run(ctx, "test", "-e", p); err == nil {
+			t.Errorf("%s exists after the refused tarball %s", p, out)
+		}
+	}
+	if out, _ := r.h.Run(ctx, "sh", "-c", "find / -xdev -name 'kubeslot-escape-*' 2>/dev/null; true"); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("escaped entries written: %s", out)
+	}
+	if rec, err := r.record(); err != nil || rec.Checkpoint != ownership.CheckpointPreparingSlot {
+		t.Errorf("record after the refused tarball: %+v %v", rec, err)
+	}
+}
+
+type tarEntry struct {
+	name, body string
+	dir        bool
+}
+
+// writeTarGz writes entries, names as given (unsafe ones included), into a gzipped tarball at p.
+func writeTarGz(t *testing.T, p string, entries []tarEntry) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.body)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}
+		if e.dir {
+			h.Mode, h.Size, h.Typeflag = 0o755, 0, tar.TypeDir
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []io.Closer{tw, gz} {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBootstrapMachineAcceptsOCIRootFS: the Machine API takes the rootfs sources the bootstrap configuration takes,
+// an OCI image reference included; artifacts stay http(s) only.
+func TestBootstrapMachineAcceptsOCIRootFS(t *testing.T) {
+	cp := needAPI(t)
+	ctx := apiCtx(t)
+	admin := adminAPI(t, cp)
+	for i, src := range []string{
+		"oci://registry.example/node/bookworm:1.37.2",
+		"oci://127.0.0.1:5000/x",
+		"oci://localhost/node",
+		"oci://registry.example:5000/node/bookworm@sha256:" + string(testSHA),
+		"https://dl.example.com/rootfs.tar.zst",
+	} {
+		name := fmt.Sprintf("bs-oci-%d", i)
+		m := testMachine(name, name)
+		m.Spec.Node.RootFS.Source = v1alpha1.URL(src)
+		if _, err := admin.CreateMachine(ctx, m); err != nil {
+			t.Errorf("rootfs source %s refused: %v", src, err)
+			continue
+		}
+		_ = admin.DeleteMachine(ctx, name)
+	}
+	for _, c := range []struct {
+		what   string
+		mutate func(*v1alpha1.Machine)
+		want   []string
+	}{
+		{"oci with credentials", func(m *v1alpha1.Machine) { m.Spec.Node.RootFS.Source = "oci://u:p@registry.example/node" },
+			[]string{"spec.node.rootfs.source", "credentials"}},
+		{"oci without a registry host", func(m *v1alpha1.Machine) { m.Spec.Node.RootFS.Source = "oci://node/bookworm" },
+			[]string{"spec.node.rootfs.source", "registry host"}},
+		{"oci uppercase repository", func(m *v1alpha1.Machine) { m.Spec.Node.RootFS.Source = "oci://registry.example/Node" },
+			[]string{"spec.node.rootfs.source", "registry host"}},
+		{"ftp rootfs", func(m *v1alpha1.Machine) { m.Spec.Node.RootFS.Source = "ftp://dl.example.com/rootfs.tar" },
+			[]string{"spec.node.rootfs.source", "http or https URL"}},
+		{"oci artifact", func(m *v1alpha1.Machine) { m.Spec.Node.Artifacts.Kubelet.URL = "oci://registry.example/kubelet" },
+			[]string{"spec.node.artifacts.kubelet.url", "http or https URL"}},
+	} {
+		m := testMachine("bs-oci-bad", "bs-oci-bad")
+		c.mutate(m)
+		_, err := admin.CreateMachine(ctx, m)
+		wantRejected(t, "Machine: "+c.what, err, apierrors.IsInvalid, c.want...)
+		if err == nil {
+			_ = admin.DeleteMachine(ctx, m.Name)
+		}
+	}
 }

@@ -169,14 +169,15 @@ func TestResetOnRig(t *testing.T) {
 	r.checkComplete(ctx, t1)
 }
 
-// TestResetKillAtSteps: kill -9 of the resetter while it waits before several steps (KUBESLOT_TEST_PAUSE_AT), each
-// time resuming the reset the kill interrupted; the last run finishes it.
+// TestResetKillAtSteps: kill -9 of the resetter while it waits before each step (KUBESLOT_TEST_PAUSE_AT), one
+// after another on the same bootstrapped host, each run resuming the reset the kill before interrupted (one
+// bootstrap pays for every step); the last run finishes it.
 func TestResetKillAtSteps(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	r := bootstrapForReset(t, ctx, "rsk", false)
-	for i, step := range []string{reset.StepStopMachines, reset.StepRemoveRootfs, reset.StepRemoveBootstrapUnit,
-		reset.StepRemoveHostRoot, reset.StepRemoveRecord} {
+	t0 := time.Now()
+	for i, step := range reset.StepNames() {
 		unit := fmt.Sprintf("kubeslot-rs-pause-%d", i)
 		if out, err := r.h.Run(ctx, "systemd-run", "--unit="+unit, "--collect", "--no-block",
 			"--setenv="+reset.EnvPauseAt+"="+step, rsBinary, "--yes"); err != nil {
@@ -193,11 +194,94 @@ func TestResetKillAtSteps(t *testing.T) {
 		}
 		t.Logf("killed the resetter before %s", step)
 	}
+	rigTiming(t, fmt.Sprintf("reset: %d pause-and-kill -9 rounds, one per step", len(reset.StepNames())), time.Since(t0))
 	code, text := r.resetByHand(ctx)
 	if code != 0 || !strings.Contains(text, "kubeslot removed from this host") {
 		t.Fatalf("reset after the kills: exit %d:\n%s", code, text)
 	}
 	r.checkReset(ctx)
+}
+
+// TestResetRequestKilledFinishesItself: a reset served from an AgentReset request is killed (-9) after it stopped
+// the path units (paused before stop-machines by a runtime drop-in of kubeslot-reset.service, which the test removes
+// before the kill); nobody finishes it by hand: systemd starts the service again (Restart=on-abnormal), the re-run
+// finds no request left but a resetting record, and finishes the reset. The operation still ends Succeeded.
+func TestResetRequestKilledFinishesItself(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := bootstrapForReset(t, ctx, "rsq", false)
+	waitWatcherActive(t, ctx, r)
+	dropIn := "/run/systemd/system/kubeslot-reset.service.d"
+	if out, err := r.h.Run(ctx, "sh", "-c", "mkdir -p "+dropIn+" && printf '[Service]\\nEnvironment="+reset.EnvPauseAt+"="+
+		reset.StepStopMachines+"\\n' >"+dropIn+"/pause.conf && systemctl daemon-reload"); err != nil {
+		t.Fatalf("pause drop-in: %v\n%s", err, out)
+	}
+	op := createResetOperation(t, ctx, r)
+	waitJournal(t, ctx, r, "kubeslot-reset.service", "paused before "+reset.StepStopMachines)
+	for _, u := range []string{"kubeslot-reset.path", "kubeslot-repave.path"} {
+		if out, _ := r.h.Run(ctx, "systemctl", "is-active", u); strings.TrimSpace(string(out)) == "active" {
+			t.Errorf("%s still active while the reset is paused after stop-units", u)
+		}
+	}
+	if out, err := r.h.Run(ctx, "sh", "-c", "rm -r "+dropIn+" && systemctl daemon-reload"); err != nil {
+		t.Fatalf("remove the pause drop-in: %v\n%s", err, out)
+	}
+	t0 := time.Now()
+	if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", "kubeslot-reset.service"); err != nil {
+		t.Fatalf("kill -9: %v\n%s", err, out)
+	}
+	rsEventually(t, ctx, 3*time.Minute, "host root gone without a hand", func() (bool, string) {
+		_, err := r.h.Run(ctx, "test", "-e", "/opt/kubeslot")
+		out, _ := r.h.Run(ctx, "systemctl", "show", "-p", "ActiveState", "-p", "NRestarts", "kubeslot-reset.service")
+		return err != nil && !strings.Contains(string(out), "ActiveState=activ"), string(out)
+	})
+	rigTiming(t, "reset: kill -9 of a request-mode run to host clean (systemd restart)", time.Since(t0))
+	j, _ := r.h.Journal(ctx, "kubeslot-reset.service")
+	if !strings.Contains(j, "finishing it") {
+		t.Errorf("the restarted resetter did not finish the reset under way:\n%s", tailLines(j, 40))
+	}
+	waitOperationSucceeded(t, ctx, r, op)
+	r.checkReset(ctx)
+}
+
+// waitWatcherActive waits until the watcher the bootstrap started is serving.
+func waitWatcherActive(t *testing.T, ctx context.Context, r *bsRig) {
+	t.Helper()
+	rsEventually(t, ctx, 2*time.Minute, "watcher active", func() (bool, string) {
+		out, _ := r.h.Run(ctx, "systemctl", "is-active", units.Watcher)
+		if s := strings.TrimSpace(string(out)); s != "active" {
+			j, _ := r.h.Journal(ctx, units.Watcher)
+			return false, s + "\n" + tailLines(j, 30)
+		}
+		return true, ""
+	})
+}
+
+// createResetOperation creates an AgentReset operation for the rig's Machine.
+func createResetOperation(t *testing.T, ctx context.Context, r *bsRig) string {
+	t.Helper()
+	op := &v1alpha1.MachineOperation{ObjectMeta: metav1.ObjectMeta{Name: "reset-" + r.node},
+		Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationAgentReset, MachineRef: &v1alpha1.MachineReference{Name: r.node}}}
+	if _, err := r.mc.CreateOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.mc.DeleteOperation(context.Background(), op.Name) })
+	return op.Name
+}
+
+// waitOperationSucceeded waits until the operation's entry for the rig's Machine is Succeeded.
+func waitOperationSucceeded(t *testing.T, ctx context.Context, r *bsRig, name string) {
+	t.Helper()
+	rsEventually(t, ctx, 3*time.Minute, "operation Succeeded for the Machine", func() (bool, string) {
+		got, err := r.mc.GetOperation(ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		if e := got.Status.Target(r.node, r.node); e != nil {
+			return e.Phase == "Succeeded", string(e.Phase) + ": " + e.Message
+		}
+		return false, "no entry"
+	})
 }
 
 // TestResetThroughOperation: an AgentReset MachineOperation; the watcher drops the request, kubeslot-reset.path

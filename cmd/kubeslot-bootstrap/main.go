@@ -11,7 +11,9 @@
 // Environment for tests and sandboxes only (see lib/bootstrap):
 // KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
 // KUBESLOT_NODE_READONLY_NET_SYSCTL=1, KUBESLOT_HOSTPREP=packages-only and
-// the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint>.
+// the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint>. The first five are
+// recorded in <base>/state/sandbox.json; later runs and stages use the
+// record, the environment overriding it (lib/bootstrap.LoadSandbox).
 package main
 
 import (
@@ -67,10 +69,12 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	settings, err := bootstrap.SettingsFromEnv(getenv)
+	// Recorded by an earlier run on this host, the environment overriding.
+	sandbox, err := bootstrap.LoadSandbox(root, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
+	settings := bootstrap.SandboxSettings(sandbox)
 	pauseAt, err := bootstrap.PauseFromEnv(getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
@@ -78,10 +82,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	d := bootstrap.Deps{
 		Root:     root,
 		Log:      log,
-		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: getenv(bootstrap.EnvHostPrep) == "packages-only"},
+		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sandbox.HostPrep == bootstrap.HostPrepPackagesOnly},
 		Cluster:  &bootstrap.NodeCluster{Root: root, Log: log},
 		Releaser: bootstrap.ReleaseFromExe{Root: root, Log: log},
 		PauseAt:  pauseAt,
+		Sandbox:  sandbox,
 		Paused: func(cp ownership.Checkpoint) {
 			fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", cp, os.Getpid())
 		},

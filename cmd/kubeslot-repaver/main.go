@@ -141,7 +141,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	settings, err := bootstrap.SettingsFromEnv(getenv)
+	settings, err := bootstrap.Settings(root, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}

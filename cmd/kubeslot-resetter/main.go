@@ -7,8 +7,9 @@
 // Entry points: by hand (asks for confirmation on stdin unless --yes;
 // --dry-run lists what would be removed and changes nothing), and from an
 // AgentReset request: kubeslot-reset.service sets KUBESLOT_REQUEST=reset, the
-// run claims <base>/requests/reset.json, reports it Succeeded, and never
-// prompts.
+// run claims <base>/requests/reset.json, reports it Succeeded, stops the
+// watcher last, and never prompts. Killed, it is started again by systemd and
+// finishes the reset under way without a request (lib/reset).
 //
 // Exit codes: 0 done, or nothing to reset (no ownership record); 1 failed
 // (the record stays "resetting"; a re-run resumes); 2 usage, or no

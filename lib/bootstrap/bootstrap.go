@@ -73,7 +73,12 @@ type Deps struct {
 	PauseAt ownership.Checkpoint
 	// Paused is called when the run pauses (tests); nil prints nothing.
 	Paused func(ownership.Checkpoint)
-	Now    func() time.Time
+	// Sandbox are the test and sandbox settings this run uses (LoadSandbox:
+	// the record, the environment overriding). The run records them in
+	// <base>/state/sandbox.json once it owns the host, so later stages
+	// started without that environment use them too.
+	Sandbox state.Sandbox
+	Now     func() time.Time
 }
 
 func (d *Deps) now() time.Time {
@@ -169,6 +174,9 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	if err := lock.SetInstallID(rec.InstallID); err != nil {
 		log.Warn("write install ID into the lock", "err", err)
 	}
+	if err := recordSandbox(d); err != nil {
+		return res, err
+	}
 	if decision == ownership.Complete {
 		repaired, err := repair(ctx, d, rec)
 		res.Repaired, res.Checkpoint = repaired, rec.Checkpoint
@@ -178,6 +186,24 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	err = r.phases(ctx, res)
 	res.Checkpoint = rec.Checkpoint
 	return res, err
+}
+
+// recordSandbox saves d.Sandbox when it differs from the record (a run
+// without sandbox settings on a host that has none writes nothing).
+func recordSandbox(d Deps) error {
+	st := state.NewStore(d.Root)
+	rec, err := st.LoadSandbox()
+	if err != nil {
+		return fmt.Errorf("test and sandbox settings: %w", err)
+	}
+	if rec == d.Sandbox {
+		return nil
+	}
+	if err := st.SaveSandbox(d.Sandbox); err != nil {
+		return fmt.Errorf("record the test and sandbox settings: %w", err)
+	}
+	d.Log.Info("test and sandbox settings recorded for later stages", "settings", fmt.Sprintf("%+v", d.Sandbox))
+	return nil
 }
 
 // runner carries one install run through its phases.

@@ -17,6 +17,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/state"
 )
 
 // Environment variables for tests and sandboxes. A production host sets
@@ -40,9 +41,18 @@ const (
 	EnvPauseAt = "KUBESLOT_TEST_PAUSE_AT"
 )
 
-// SettingsFromEnv reads the backend settings of tests and sandboxes.
+// SettingsFromEnv reads the backend settings of tests and sandboxes from
+// the environment alone. Stages use Settings, which starts from the record.
 func SettingsFromEnv(getenv func(string) string) (hostapi.Settings, error) {
-	var s hostapi.Settings
+	sb, err := SandboxFromEnv(state.Sandbox{}, getenv)
+	return SandboxSettings(sb), err
+}
+
+// SandboxFromEnv returns rec with the environment overriding it: a variable
+// that is set replaces the recorded value (KUBESLOT_NODE_READONLY_NET_SYSCTL=0
+// and KUBESLOT_HOSTPREP=full turn a recorded setting off).
+func SandboxFromEnv(rec state.Sandbox, getenv func(string) string) (state.Sandbox, error) {
+	s := rec
 	for _, p := range []struct {
 		env string
 		dst *int
@@ -50,20 +60,62 @@ func SettingsFromEnv(getenv func(string) string) (hostapi.Settings, error) {
 		if v := getenv(p.env); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 || n > 65535 {
-				return s, fmt.Errorf("%s=%q: want a port number", p.env, v)
+				return rec, fmt.Errorf("%s=%q: want a port number", p.env, v)
 			}
 			*p.dst = n
 		}
 	}
-	s.NodeIP = getenv(EnvNodeIP)
+	if v := getenv(EnvNodeIP); v != "" {
+		s.NodeIP = v
+	}
 	switch v := getenv(EnvReadOnlyNetSysctl); v {
-	case "", "0":
+	case "":
+	case "0":
+		s.ReadOnlyNetSysctl = false
 	case "1":
 		s.ReadOnlyNetSysctl = true
 	default:
-		return s, fmt.Errorf("%s=%q: want 0 or 1", EnvReadOnlyNetSysctl, v)
+		return rec, fmt.Errorf("%s=%q: want 0 or 1", EnvReadOnlyNetSysctl, v)
+	}
+	switch v := getenv(EnvHostPrep); v {
+	case "":
+	case HostPrepPackagesOnly:
+		s.HostPrep = v
+	case "full":
+		s.HostPrep = ""
+	default:
+		return rec, fmt.Errorf("%s=%q: want %s or full", EnvHostPrep, v, HostPrepPackagesOnly)
 	}
 	return s, nil
+}
+
+// HostPrepPackagesOnly is the value of EnvHostPrep that restricts host
+// preparation to packages.
+const HostPrepPackagesOnly = "packages-only"
+
+// SandboxSettings are the backend settings of sb.
+func SandboxSettings(sb state.Sandbox) hostapi.Settings {
+	return hostapi.Settings{KubeletPort: sb.KubeletPort, HealthzPort: sb.HealthzPort, NodeIP: sb.NodeIP,
+		ReadOnlyNetSysctl: sb.ReadOnlyNetSysctl}
+}
+
+// LoadSandbox returns this host's test and sandbox settings: those the
+// bootstrap recorded (<base>/state/sandbox.json), the environment
+// overriding. A host without a record (production, or not bootstrapped
+// yet) starts from none.
+func LoadSandbox(root *hostroot.Root, getenv func(string) string) (state.Sandbox, error) {
+	rec, err := state.NewStore(root).LoadSandbox()
+	if err != nil {
+		return state.Sandbox{}, fmt.Errorf("test and sandbox settings: %w", err)
+	}
+	return SandboxFromEnv(rec, getenv)
+}
+
+// Settings returns the backend settings of a later stage (repaver,
+// watcher): LoadSandbox's, as hostapi.Settings.
+func Settings(root *hostroot.Root, getenv func(string) string) (hostapi.Settings, error) {
+	sb, err := LoadSandbox(root, getenv)
+	return SandboxSettings(sb), err
 }
 
 // PauseFromEnv reads the KUBESLOT_TEST_PAUSE_AT hook.
@@ -257,4 +309,14 @@ func (l *LazySystemd) TerminateMachine(ctx context.Context, name string) error {
 		return err
 	}
 	return c.TerminateMachine(ctx, name)
+}
+
+// ListUnitsByPatterns lists the loaded units matching the glob patterns
+// (lib/reset.UnitLister).
+func (l *LazySystemd) ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error) {
+	c, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.ListUnitsByPatterns(ctx, patterns)
 }

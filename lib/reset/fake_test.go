@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -88,6 +89,26 @@ func (f *fakeSystemd) TerminateMachine(ctx context.Context, name string) error {
 	defer f.mu.Unlock()
 	delete(f.machines, name)
 	return nil
+}
+
+// ListUnitsByPatterns implements UnitLister over the units with a state.
+func (f *fakeSystemd) ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error) {
+	if err := f.call(fmt.Sprintf("list %v", patterns)); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for n := range f.active {
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, n); ok {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 func (f *fakeSystemd) callList() []string {

@@ -51,6 +51,12 @@ func (r *runner) planStep(step string) []string {
 				out = append(out, "stop "+n)
 			}
 		}
+		for _, w := range workerServices {
+			out = append(out, "stop "+w+" (a waiting worker; never the run's own unit)")
+		}
+		for _, p := range workerPatterns() {
+			out = append(out, "stop every loaded "+p)
+		}
 		for _, n := range units.Names() {
 			if strings.HasSuffix(n, ".path") {
 				out = append(out, r.presentLinks(n)...)

@@ -3,20 +3,24 @@
 // steps, under the installation lock, from the ownership record's journal.
 // Imported by cmd/kubeslot-resetter only.
 //
-// Order (Steps): mark the record resetting → report the AgentReset request
-// Succeeded (request path only; the watcher gets a bounded moment to publish
-// it) → stop the watcher → stop and disable the path units, the recovery unit
-// and the idle workers → stop the slots' node machines → remove nspawn
-// settings, drop-ins and the machines' boot links → remove the slots' rootfs
-// → undo the rest of the journal, newest first → stop, disable and remove the
-// first-boot unit → remove every kubeslot unit file and reload systemd →
-// remove the host root (all but the record) → remove the record, then the
-// empty base directory. Each step ends with a syncfs of the filesystems it
-// touched.
+// Order (StepsFor): mark the record resetting → report the AgentReset
+// request Succeeded (request path only; the watcher gets a bounded moment to
+// publish it) → stop the watcher (by hand; on the request path it is stopped
+// last, see below) → stop and disable the path units, the recovery unit and
+// every waiting worker (template instances found by pattern) → stop the
+// slots' node machines → remove nspawn settings, drop-ins and the machines'
+// boot links → remove the slots' rootfs → undo the rest of the journal,
+// newest first → stop, disable and remove the first-boot unit → (request
+// path) stop the watcher → remove every kubeslot unit file and reload
+// systemd → remove the host root (all but the record) → remove the record,
+// then the empty base directory. Each step ends with a syncfs of the
+// filesystems it touched.
 //
 // Resumable: the record stays `resetting` until the last step, and every
 // step treats "already gone" as done, so a re-run after a crash or a kill at
-// any point finishes the job. Any other failure stops the run and names what
+// any point finishes the job. A request-path run started again by systemd
+// after a kill (kubeslot-reset.service, Restart=on-abnormal) finds its
+// request already finished but the record resetting, and finishes too. Any other failure stops the run and names what
 // to fix; the record stays `resetting`, and bootstrap refuses the host until
 // a reset finishes.
 //
@@ -116,14 +120,24 @@ const (
 	StepRemoveRecord        = "remove-record"
 )
 
-// Steps returns the steps in the order a reset runs them. A fresh slice
-// each call.
-func Steps() []Step {
-	return []Step{
+// Steps returns the steps in the order a reset by hand runs them: the
+// watcher is stopped first, so nothing acts on the cluster's behalf while
+// the host is taken apart. A fresh slice each call.
+func Steps() []Step { return StepsFor(false) }
+
+// StepsFor returns the steps in the order a run runs them. A run serving an
+// AgentReset request (request) reports the request Succeeded first and stops
+// the watcher last, after every other kubeslot unit and machine is stopped
+// and the first-boot unit is gone, but before the unit files and the host
+// root it reads are removed: the watcher keeps the Machine informed for as
+// long as there is a node, and it cannot recreate files in a host root that
+// is already gone. Both orders run the same steps. A fresh slice each call.
+func StepsFor(request bool) []Step {
+	steps := []Step{
 		{StepMarkResetting, "mark the ownership record resetting", (*runner).markResetting},
 		{StepReportRequest, "report the AgentReset request Succeeded (request path only)", (*runner).reportRequest},
 		{StepStopWatcher, "stop the watcher", (*runner).stopWatcher},
-		{StepStopUnits, "stop and disable the path units, the recovery unit and idle workers", (*runner).stopUnits},
+		{StepStopUnits, "stop and disable the path units, the recovery unit and every worker unit instance", (*runner).stopUnits},
 		{StepStopMachines, "stop the slots' node machines", (*runner).stopMachines},
 		{StepRemoveNspawn, "remove nspawn settings, drop-ins and boot links", (*runner).removeNspawn},
 		{StepRemoveRootfs, "remove the slots' rootfs", (*runner).removeRootfs},
@@ -133,6 +147,24 @@ func Steps() []Step {
 		{StepRemoveHostRoot, "remove the host root (all but the ownership record)", (*runner).removeHostRoot},
 		{StepRemoveRecord, "remove the ownership record, then the empty host root", (*runner).removeRecord},
 	}
+	if !request {
+		return steps
+	}
+	// Move stop-watcher to just before remove-units.
+	var out []Step
+	var watcher Step
+	for _, s := range steps {
+		switch s.Name {
+		case StepStopWatcher:
+			watcher = s
+			watcher.What = "stop the watcher, the last kubeslot process (request path: after it published the result and the node is gone)"
+			continue
+		case StepRemoveUnits:
+			out = append(out, watcher)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // StepNames lists the step names in order.
@@ -226,21 +258,29 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 	if d.Request {
 		req, err := requests.New(d.Root).Claim(lock, requests.Reset)
 		switch {
+		case errors.Is(err, requests.ErrNoRequest) && res.Resumed:
+			// A request-mode run was killed after it reported (and so
+			// finished) the request: systemd restarted the reset service
+			// (Restart=on-failure), and the record says a reset is under
+			// way. Finishing it needs no request: the path units are
+			// already stopped, so nothing else would.
+			r.log.Info("no reset request left, but a reset is under way: finishing it")
 		case errors.Is(err, requests.ErrNoRequest):
 			r.log.Info("no reset request to serve: nothing done (run kubeslot-resetter by hand to reset anyway)")
 			res.Nothing = true
 			return res, nil
 		case err != nil:
 			return res, fmt.Errorf("claim the reset request: %w", err)
+		default:
+			r.req, res.RequestID = req, req.ID
 		}
-		r.req, res.RequestID = req, req.ID
 	}
 	if res.Resumed {
 		r.log.Info("resuming an unfinished reset")
 	} else {
 		r.log.Info("reset started", "machine", rec.Machine, "checkpoint", rec.Checkpoint)
 	}
-	for _, s := range Steps() {
+	for _, s := range StepsFor(d.Request) {
 		if d.Before != nil {
 			if err := d.Before(ctx, s.Name); err != nil {
 				return res, &StepError{Step: s.Name, Err: err}

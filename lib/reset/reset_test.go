@@ -22,6 +22,16 @@ func TestStepOrder(t *testing.T) {
 	if got := StepNames(); !slices.Equal(got, want) {
 		t.Errorf("steps:\n got %v\nwant %v", got, want)
 	}
+	// Request path (issue 9): report first, stop the watcher last of all the units, before the files go.
+	want = []string{"mark-resetting", "report-request", "stop-units", "stop-machines", "remove-nspawn",
+		"remove-rootfs", "undo-journal", "remove-bootstrap-unit", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
+	var got []string
+	for _, s := range StepsFor(true) {
+		got = append(got, s.Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("request-path steps:\n got %v\nwant %v", got, want)
+	}
 }
 
 // TestJournalGroups: each journal entry is undone by exactly the step that owns it, directories with the step that
@@ -310,6 +320,27 @@ func TestRequestPath(t *testing.T) {
 			if err != nil || st.Phase != requests.Succeeded || st.Operation != "wipe" {
 				return fmt.Errorf("status before the watcher stops: %+v %v", st, err)
 			}
+			// Last: every other unit and the node are stopped, the first-boot unit is gone, the watcher's own
+			// unit file and the host root are still there.
+			calls := h.sd.callList()
+			for _, u := range []string{units.PathUnit("reset"), "systemd-nspawn@a.service", units.Bootstrap} {
+				if !slices.Contains(calls, "stop "+u) {
+					return fmt.Errorf("%s not stopped before the watcher: %v", u, calls)
+				}
+			}
+			if slices.Contains(calls, "stop "+units.Watcher) {
+				return fmt.Errorf("the watcher was stopped before its step: %v", calls)
+			}
+			for _, p := range []string{"/etc/systemd/system/" + units.Bootstrap, "/var/lib/machines/a"} {
+				if h.exists(p) {
+					return fmt.Errorf("%s still there when the watcher is stopped", p)
+				}
+			}
+			for _, p := range []string{"/etc/systemd/system/" + units.Watcher, "/opt/kubeslot/applied/a.json"} {
+				if !h.exists(p) {
+					return fmt.Errorf("%s gone before the watcher is stopped", p)
+				}
+			}
 		}
 		return nil
 	}
@@ -330,6 +361,9 @@ func TestRequestPath(t *testing.T) {
 	}
 	if slices.Contains(h.sd.callList(), "stop kubeslot-reset.service") {
 		t.Errorf("the reset service stopped itself: %v", h.sd.callList())
+	}
+	if !slices.Contains(h.sd.callList(), "stop "+units.Watcher) {
+		t.Errorf("the watcher was never stopped: %v", h.sd.callList())
 	}
 	checkReset(t, h)
 
@@ -361,4 +395,92 @@ func TestRefusesSystemDirAsBase(t *testing.T) {
 			t.Errorf("base %s accepted for removal", b)
 		}
 	}
+}
+
+// TestRequestPathResumesWithoutRequest: a request-mode run that fails (or is killed) before any step is re-run
+// by systemd in request mode (Restart=on-failure); once the request is finished, the re-run finds none but the
+// record is resetting, so it finishes the reset instead of doing nothing, and a killed wait for the watcher's
+// publication is waited for again. The result is the same as an uninterrupted reset.
+func TestRequestPathResumesWithoutRequest(t *testing.T) {
+	ref := newHost(t)
+	if _, err := Run(t.Context(), ref.deps()); err != nil {
+		t.Fatal(err)
+	}
+	want := strip(ref.tree(), ref.root.Prefix())
+	for i, step := range StepNames() {
+		t.Run(step, func(t *testing.T) {
+			h := newHost(t)
+			dir := requests.New(h.root)
+			req := &requests.Request{Kind: requests.Reset, ID: requests.NewID(requests.Reset, 2, "op"), Operation: "op", MachineGeneration: 2, Reason: "test"}
+			if _, err := dir.Write(req); err != nil {
+				t.Fatal(err)
+			}
+			d := h.deps()
+			d.Request = true
+			d.PublishWait = time.Millisecond // no watcher publishes in the first run
+			injected := errors.New("killed")
+			d.Before = func(ctx context.Context, s string) error {
+				if s == step {
+					return injected
+				}
+				return nil
+			}
+			if _, err := Run(t.Context(), d); !errors.Is(err, injected) {
+				t.Fatalf("first run: %v", err)
+			}
+			// The watcher (still running in request mode until its step) publishes what is there.
+			published := false
+			if st, err := dir.ReadStatus(req.ID); err == nil && st.Phase == requests.Succeeded {
+				p, _ := dir.LoadPublished()
+				p[req.ID] = st.Phase
+				if err := dir.SavePublished(p); err != nil {
+					t.Fatal(err)
+				}
+				published = true
+			}
+			d2 := h.deps()
+			d2.Request = true
+			res, err := Run(t.Context(), d2)
+			if err != nil {
+				t.Fatalf("re-run in request mode after a failure at %s: %v", step, err)
+			}
+			if res.Nothing {
+				t.Fatalf("re-run in request mode after a failure at %s did nothing", step)
+			}
+			if i > stepIndex(StepReportRequest) && i <= stepIndex(StepRemoveHostRoot) && !published {
+				t.Errorf("no Succeeded status after the report step")
+			}
+			checkReset(t, h)
+			if got := strip(h.tree(), h.root.Prefix()); got != want {
+				t.Errorf("after a failure at %s and a request-mode re-run the host differs from an uninterrupted reset:\n%s\n---\n%s", step, got, want)
+			}
+		})
+	}
+}
+
+func stepIndex(name string) int { return slices.Index(StepNames(), name) }
+
+// TestStopsEveryWorkerInstance: every loaded instance of a worker template is stopped (not only repave@next),
+// found by pattern; units that are not kubeslot's are left alone.
+func TestStopsEveryWorkerInstance(t *testing.T) {
+	h := newHost(t)
+	for _, u := range []string{"kubeslot-repave@a.service", "kubeslot-repave@b.service", "kubeslot-repave@next.service", "kubeslot-upgrade.service", "other-repave@a.service"} {
+		h.sd.active[u] = "activating"
+	}
+	if _, err := Run(t.Context(), h.deps()); err != nil {
+		t.Fatal(err)
+	}
+	calls := h.sd.callList()
+	if !slices.Contains(calls, "list [kubeslot-repave@*.service]") {
+		t.Errorf("the loaded units were not listed by pattern: %v", calls)
+	}
+	for _, u := range []string{"kubeslot-repave@a.service", "kubeslot-repave@b.service", "kubeslot-repave@next.service", "kubeslot-upgrade.service"} {
+		if !slices.Contains(calls, "stop "+u) {
+			t.Errorf("%s not stopped: %v", u, calls)
+		}
+	}
+	if slices.Contains(calls, "stop other-repave@a.service") {
+		t.Errorf("a foreign unit was stopped")
+	}
+	checkReset(t, h)
 }

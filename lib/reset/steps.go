@@ -22,10 +22,58 @@ import (
 	"github.com/kubeslot/kubeslot/units"
 )
 
-// workerServices are the kubeslot services a path unit starts (the repave
-// template's one known instance included); a run that waits for the lock is
-// stopped so it does not start on a half-removed host.
-var workerServices = []string{"kubeslot-repave@next.service", "kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service"}
+// workerServices are the kubeslot services a path unit starts; a run that
+// waits for the lock is stopped so it does not start on a half-removed host.
+// Instances of the worker templates (kubeslot-repave@<slot>.service, any
+// slot) are found by pattern among the units systemd has loaded
+// (workerPatterns).
+var workerServices = []string{"kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service"}
+
+// ownService is the unit a request-mode run is: never stopped by the run.
+const ownService = "kubeslot-reset.service"
+
+// UnitLister lists the units systemd has loaded whose names match glob
+// patterns. The Deps.Systemd of a real run implements it
+// (bootstrap.LazySystemd); without it only the known instances are stopped.
+type UnitLister interface {
+	ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error)
+}
+
+// workerPatterns are the glob patterns of kubeslot's template units'
+// instances ("kubeslot-repave@.service" → "kubeslot-repave@*.service").
+func workerPatterns() []string {
+	var out []string
+	for _, n := range units.Names() {
+		if prefix, suffix, ok := strings.Cut(n, "@."); ok {
+			out = append(out, prefix+"@*."+suffix)
+		}
+	}
+	return out
+}
+
+// workers lists the worker units to stop: the fixed services, the repave
+// template's well-known instance, and every loaded instance of a template.
+func (r *runner) workers(ctx context.Context) ([]string, error) {
+	names := append([]string(nil), workerServices...)
+	names = append(names, "kubeslot-repave@next.service")
+	if l, ok := r.d.Systemd.(UnitLister); ok {
+		uctx, cancel := context.WithTimeout(ctx, unitWait)
+		loaded, err := l.ListUnitsByPatterns(uctx, workerPatterns())
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, loaded...)
+	} else {
+		r.log.Warn("cannot list the loaded units: stopping only the known worker instances")
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if r.d.Request {
+		names = slices.DeleteFunc(names, func(n string) bool { return n == ownService })
+	}
+	return names, nil
+}
 
 func (r *runner) markResetting(ctx context.Context) error {
 	if r.rec.Checkpoint == ownership.CheckpointResetting {
@@ -39,22 +87,33 @@ func (r *runner) markResetting(ctx context.Context) error {
 
 // reportRequest writes the request's final status first, because after the
 // watcher is stopped nobody publishes it, and waits (bounded) until the
-// watcher has published it.
+// watcher has published it. A request-mode run resumed after a kill in this
+// step finds no claimed request (Finish ran): it waits for the status it
+// wrote before the kill instead.
 func (r *runner) reportRequest(ctx context.Context) error {
-	if r.req == nil {
+	if !r.d.Request {
 		return nil
 	}
 	dir := requests.New(r.d.Root)
-	now := time.Now().UTC()
-	st := &requests.Status{RequestID: r.req.ID, Kind: requests.Reset, Operation: r.req.Operation,
-		MachineGeneration: r.req.MachineGeneration, Phase: requests.Succeeded,
-		Message: "kubeslot is being removed from this host; this is the last report it sends",
-		Phases:  []requests.PhaseTiming{{Name: "reset", StartedAt: now}}}
-	if err := dir.WriteStatus(st); err != nil {
-		return err
-	}
-	if err := dir.Finish(r.lock, requests.Reset); err != nil && !isNotExist(err) {
-		return err
+	id := ""
+	if r.req != nil {
+		id = r.req.ID
+		now := time.Now().UTC()
+		st := &requests.Status{RequestID: r.req.ID, Kind: requests.Reset, Operation: r.req.Operation,
+			MachineGeneration: r.req.MachineGeneration, Phase: requests.Succeeded,
+			Message: "kubeslot is being removed from this host; this is the last report it sends",
+			Phases:  []requests.PhaseTiming{{Name: "reset", StartedAt: now}}}
+		if err := dir.WriteStatus(st); err != nil {
+			return err
+		}
+		if err := dir.Finish(r.lock, requests.Reset); err != nil && !isNotExist(err) {
+			return err
+		}
+	} else {
+		id = r.unpublishedReset(dir)
+		if id == "" {
+			return nil
+		}
 	}
 	active, _, err := r.d.Systemd.UnitState(ctx, units.Watcher)
 	if err != nil || (active != "active" && active != "activating" && active != "reloading") {
@@ -65,12 +124,12 @@ func (r *runner) reportRequest(ctx context.Context) error {
 	deadline := time.Now().Add(bound)
 	for {
 		p, err := dir.LoadPublished()
-		if err == nil && p[r.req.ID] == requests.Succeeded {
-			r.log.Info("the watcher published the reset's result", "request", r.req.ID)
+		if err == nil && p[id] == requests.Succeeded {
+			r.log.Info("the watcher published the reset's result", "request", id)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			r.log.Warn("the watcher did not publish the reset's result in time; going on", "request", r.req.ID, "waited", bound)
+			r.log.Warn("the watcher did not publish the reset's result in time; going on", "request", id, "waited", bound)
 			return nil
 		}
 		select {
@@ -79,6 +138,25 @@ func (r *runner) reportRequest(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// unpublishedReset is the ID of a Succeeded reset status the watcher has
+// not published yet, or "".
+func (r *runner) unpublishedReset(dir *requests.Dir) string {
+	sts, _, err := dir.ListStatus()
+	if err != nil {
+		return ""
+	}
+	pub, err := dir.LoadPublished()
+	if err != nil {
+		return ""
+	}
+	for _, st := range sts {
+		if st.Kind == requests.Reset && st.Phase == requests.Succeeded && pub[st.RequestID] != requests.Succeeded {
+			return st.RequestID
+		}
+	}
+	return ""
 }
 
 func (r *runner) stopWatcher(ctx context.Context) error { return r.stopUnit(ctx, units.Watcher) }
@@ -92,12 +170,11 @@ func (r *runner) stopUnits(ctx context.Context) error {
 		names = append(names, units.PathUnit(string(k)))
 	}
 	names = append(names, units.Recovery)
-	for _, w := range workerServices {
-		if r.d.Request && w == "kubeslot-reset.service" {
-			continue
-		}
-		names = append(names, w)
+	workers, err := r.workers(ctx)
+	if err != nil {
+		return err
 	}
+	names = append(names, workers...)
 	for _, n := range names {
 		if err := r.stopUnit(ctx, n); err != nil {
 			return err

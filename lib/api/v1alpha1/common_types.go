@@ -7,13 +7,14 @@ package v1alpha1
 // could cost too much), hence the MaxLength, MaxItems and MaxProperties
 // markers next to them.
 
-// URL is an http or https URL with a host and without credentials
-// (user:password@). A pre-signed URL may carry its signature in the query;
-// kubeslot never logs the query.
+// URL is a download location without credentials (user:password@). A
+// pre-signed URL may carry its signature in the query; kubeslot never logs
+// the query. Each field that uses it says, in a CEL rule of its own, which
+// schemes it takes: an http or https URL with a host, and for a rootfs also
+// an OCI image reference (RootFS.Source).
 //
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=4096
-// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0",message="must be an http or https URL with a host, e.g. https://example.com/rootfs.tar.zst"
 // +kubebuilder:validation:XValidation:rule="!self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@')",message="must not contain credentials (user:password@); put a token in the query of a pre-signed URL instead"
 type URL string
 

@@ -144,19 +144,27 @@ type LabelValue string
 
 // RootFS is a root filesystem image to download and verify.
 type RootFS struct {
-	// Source is where to download the image from.
+	// Source is where to get the image: an http or https URL of a tarball,
+	// or an OCI image "oci://<registry host>/<repository>[:<tag>]" (a
+	// "@sha256:<digest>" may follow; it must equal sha256), the same sources
+	// as the [rootfs] section of the bootstrap configuration.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('oci://') || (isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0)",message="must be an http or https URL with a host (e.g. https://example.com/rootfs.tar.zst) or an OCI image oci://<registry host>/<repository>[:<tag>]"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('oci://') || self.matches('^oci://(localhost|[^/@?#]*[.:][^/@?#]*)(/[a-z0-9]+([._-]+[a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$')",message="an OCI image source must be oci://<registry host>/<repository>[:<tag>][@sha256:<digest>]: the host has a dot or a port or is localhost, the repository is lowercase"
 	Source URL `json:"source"`
 	// SHA256 is the image's sha256 digest; a download that does not match
-	// is refused.
+	// is refused. For an OCI image it is the manifest (or index) digest,
+	// which is what is pulled.
 	// +required
 	SHA256 SHA256 `json:"sha256"`
 }
 
 // Artifact is one binary or archive to download and verify.
 type Artifact struct {
-	// URL is where to download the artifact from.
+	// URL is where to download the artifact from: an http or https URL
+	// with a host.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0",message="must be an http or https URL with a host, e.g. https://example.com/kubelet"
 	URL URL `json:"url"`
 	// SHA256 is the artifact's sha256 digest; a download that does not
 	// match is refused.

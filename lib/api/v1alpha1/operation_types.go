@@ -156,8 +156,9 @@ const (
 // OperationParameters are the parameters of an operation.
 type OperationParameters struct {
 	// BundleURL is where to download the agent release bundle from
-	// (AgentUpgrade).
+	// (AgentUpgrade): an http or https URL with a host.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0",message="must be an http or https URL with a host, e.g. https://example.com/kubeslot-bundle.tar.gz"
 	BundleURL URL `json:"bundleURL,omitempty"`
 	// BundleSHA256 is the bundle's sha256 digest; a download that does not
 	// match is refused (AgentUpgrade).

@@ -163,3 +163,18 @@ func machinedError(what string, err error) error {
 	}
 	return fmt.Errorf("%s (machined over D-Bus): %w", what, err)
 }
+
+// ListUnitsByPatterns returns the names of the units systemd has loaded
+// (in any state) whose names match one of the glob patterns. Not part of
+// Systemd: only the resetter needs it (lib/reset.UnitLister).
+func (d *DBus) ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error) {
+	st, err := d.sd.ListUnitsByPatternsContext(ctx, nil, patterns)
+	if err != nil {
+		return nil, fmt.Errorf("list units matching %v: %w", patterns, err)
+	}
+	out := make([]string, 0, len(st))
+	for _, s := range st {
+		out = append(out, s.Name)
+	}
+	return out, nil
+}
