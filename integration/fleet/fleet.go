@@ -7,7 +7,7 @@
 // A fleet agent is lib/watcher.Run, the loop the kubeslot-watcher binary runs, on a host root holding what a
 // bootstrapped host has for it: a complete ownership record, slot a active with a committed applied configuration,
 // and the node identity. The agent registers its Machine itself, as a real one does. The binary's own start-up
-// (installation lock, re-exec on upgrade, sd_notify) is not part of the fleet: it costs nothing while idle.
+// (installation lock, lifecycle hooks, sd_notify) is not part of the fleet: it costs nothing while idle.
 package fleet
 
 import (
