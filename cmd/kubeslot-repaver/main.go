@@ -111,24 +111,6 @@ func job(f *flags, getenv func(string) string) (repave.Job, error) {
 	return j, nil
 }
 
-func pauseHook(getenv func(string) string, stdio cli.IO) (func(context.Context, repave.Phase) error, error) {
-	at := repave.Phase(getenv(bootstrap.EnvPauseAt))
-	if at == "" {
-		return nil, nil
-	}
-	if !at.Valid() {
-		return nil, fmt.Errorf("%s=%q: not a repave phase", bootstrap.EnvPauseAt, at)
-	}
-	return func(ctx context.Context, p repave.Phase) error {
-		if p != at {
-			return nil
-		}
-		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
-		<-ctx.Done()
-		return fmt.Errorf("paused at %s: %w", p, context.Cause(ctx))
-	}, nil
-}
-
 // stage is the top-down list of what the binary does.
 func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
 	t0 := time.Now()
@@ -145,7 +127,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	hook, err := pauseHook(getenv, stdio)
+	hook, err := cli.PauseHook(getenv, stdio, "repave", repave.Phase.Valid)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}

@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/cli"
@@ -129,24 +128,6 @@ func job(f *flags, getenv func(string) string) (upgrade.Job, error) {
 	return j, nil
 }
 
-func pauseHook(getenv func(string) string, stdio cli.IO) (func(context.Context, upgrade.Phase) error, error) {
-	at := upgrade.Phase(getenv(bootstrap.EnvPauseAt))
-	if at == "" {
-		return nil, nil
-	}
-	if !at.Valid() {
-		return nil, fmt.Errorf("%s=%q: not an upgrade phase", bootstrap.EnvPauseAt, at)
-	}
-	return func(ctx context.Context, p upgrade.Phase) error {
-		if p != at {
-			return nil
-		}
-		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
-		<-ctx.Done()
-		return fmt.Errorf("paused at %s: %w", p, context.Cause(ctx))
-	}, nil
-}
-
 // deps are the real collaborators; systemd over D-Bus on first use.
 func deps(ctx context.Context, root *hostroot.Root, log *slog.Logger) (*upgrade.Deps, func()) {
 	sd := &upgrade.DBus{Life: ctx}
@@ -169,7 +150,7 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	hook, err := pauseHook(getenv, stdio)
+	hook, err := cli.PauseHook(getenv, stdio, "upgrade", upgrade.Phase.Valid)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}

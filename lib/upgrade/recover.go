@@ -2,11 +2,8 @@ package upgrade
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 )
 
@@ -20,23 +17,11 @@ import (
 // restarting it here would only make a loop. Idempotent: systemd runs
 // OnFailure= on every failure of the watcher, so this runs many times.
 func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	j.defaults()
-	t := &txn{d: d, j: j, log: d.Log, t0: d.now()}
-	if err := t.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer t.release()
-	rec, err := ownership.Load(d.Root)
+	t, err := begin(ctx, d, j, "the installation is not complete: nothing to recover")
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil || rec.Checkpoint != ownership.CheckpointComplete {
-		return nil, exitcode.Defer(errors.New("the installation is not complete: nothing to recover"))
-	}
-	t.rec = rec
+	defer t.release()
 	cur, err := release.Current(d.Root)
 	if err != nil {
 		return nil, err
@@ -75,7 +60,7 @@ func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	if err := release.SetCurrent(d.Root, lg); err != nil {
 		return nil, err
 	}
-	if err := installReleaseUnits(ctx, d, rec, lgDir, d.Log); err != nil {
+	if err := installReleaseUnits(ctx, d, t.rec, lgDir, d.Log); err != nil {
 		// current is back, which is what matters; units are repaired by the
 		// next run or the bootstrap's.
 		d.Log.Error("reinstalling the last-good release's unit files failed", "err", err)

@@ -40,23 +40,12 @@ type txn struct {
 // incomplete installation); ErrRolledBack and ErrRefused wrap a failed
 // upgrade.
 func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	j.defaults()
-	t := &txn{d: d, j: j, log: d.Log, t0: d.now()}
-	if err := t.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer t.release()
-	rec, err := ownership.Load(d.Root)
+	t, err := begin(ctx, d, j, "the installation is not complete (bootstrap still to run)")
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil || rec.Checkpoint != ownership.CheckpointComplete {
-		return nil, exitcode.Defer(errors.New("the installation is not complete (bootstrap still to run)"))
-	}
-	t.rec = rec
+	defer t.release()
+	rec := t.rec
 	if err := t.lock.SetInstallID(rec.InstallID); err != nil {
 		t.log.Warn("could not name the installation in the lock", "err", err)
 	}
@@ -65,6 +54,30 @@ func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
 		res.Took = d.now().Sub(t.t0)
 	}
 	return res, err
+}
+
+// begin checks the dependencies, takes the installation lock and loads the
+// ownership record; an incomplete installation defers (69) with why. The
+// caller releases the lock.
+func begin(ctx context.Context, d *Deps, j Job, incomplete string) (*txn, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	j.defaults()
+	t := &txn{d: d, j: j, log: d.Log, t0: d.now()}
+	if err := t.acquire(ctx); err != nil {
+		return nil, err
+	}
+	rec, err := ownership.Load(d.Root)
+	if err == nil && (rec == nil || rec.Checkpoint != ownership.CheckpointComplete) {
+		err = exitcode.Defer(errors.New(incomplete))
+	}
+	if err != nil {
+		t.release()
+		return nil, err
+	}
+	t.rec = rec
+	return t, nil
 }
 
 // dispatch decides between resume, claim and an upgrade by hand.
