@@ -342,8 +342,14 @@ func TestRepaveMachineSpecOnRig(t *testing.T) {
 	if string(m.Status.Applied.Fingerprint) != applied.Fingerprint {
 		t.Errorf("Machine reports fingerprint %s, the host's applied configuration has %s", m.Status.Applied.Fingerprint, applied.Fingerprint)
 	}
-	if n.Labels["kubeslot.dev/spec"] != "changed" {
-		t.Errorf("Node labels %v: kubeslot.dev/spec not set", n.Labels)
-	}
+	// The repaver patches the Node's labels after the commit that the Machine status already shows: wait for it.
+	_ = n
+	eventually(t, time.Minute, "Node label kubeslot.dev/spec=changed", func() (bool, string) {
+		got, err := r.admin.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Labels["kubeslot.dev/spec"] == "changed", fmt.Sprintf("labels %v", got.Labels)
+	})
 	t.Logf("Machine %s: slot %s, fingerprint %s, phase %s", m.Name, m.Status.ActiveSlot, m.Status.Applied.Fingerprint, m.Status.Phase)
 }
