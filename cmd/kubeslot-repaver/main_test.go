@@ -36,30 +36,11 @@ func TestNotInstalledDefers(t *testing.T) {
 
 // TestUsage: bad input is a usage error before the host is touched.
 func TestUsage(t *testing.T) {
-	prefix := t.TempDir()
-	cases := []struct {
-		env  map[string]string
-		args []string
-	}{
-		{map[string]string{envRequest: "upgrade"}, nil},
-		{map[string]string{bootstrapPause: "nowhere"}, nil},
-		{nil, []string{"--restart", "--config", "/nonexistent.toml"}},
-	}
-	for _, c := range cases {
-		for k, v := range c.env {
-			t.Setenv(k, v)
-		}
-		code, _, errs := clitest.Call(run, "", append(c.args, "--root-prefix", prefix)...)
-		if code != exitcode.Usage {
-			t.Errorf("%v %v: exit %d, want %d; stderr %q", c.env, c.args, code, exitcode.Usage, errs)
-		}
-		for k := range c.env {
-			t.Setenv(k, "")
-		}
-	}
-	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
-		t.Errorf("a usage error touched the host root: %v", ents)
-	}
+	clitest.UsageErrors(t, run, []clitest.UsageCase{
+		{Env: map[string]string{envRequest: "upgrade"}},
+		{Env: map[string]string{bootstrapPause: "nowhere"}},
+		{Args: []string{"--restart", "--config", "/nonexistent.toml"}},
+	})
 }
 
 const bootstrapPause = "KUBESLOT_TEST_PAUSE_AT"

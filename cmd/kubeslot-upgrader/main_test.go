@@ -43,35 +43,16 @@ func TestNotInstalledDefers(t *testing.T) {
 
 // TestUsage: bad input is a usage error before the host is touched.
 func TestUsage(t *testing.T) {
-	prefix := t.TempDir()
-	cases := []struct {
-		env  map[string]string
-		args []string
-	}{
-		{map[string]string{envRequest: "repave"}, nil},
-		{map[string]string{"KUBESLOT_TEST_PAUSE_AT": "nowhere"}, nil},
-		{nil, []string{"--sha256", strings.Repeat("a", 64)}},
-		{nil, []string{"--bundle", "/x.tar.gz", "--sha256", "xyz"}},
-		{nil, []string{"--json"}},
-		{nil, []string{"--health-window", "10s", "--health-timeout", "5s"}},
-		{nil, []string{"recover", "--lock-wait", "0s"}},
-		{nil, []string{"recover", "--bundle", "/x.tar.gz"}},
-	}
-	for _, c := range cases {
-		for k, v := range c.env {
-			t.Setenv(k, v)
-		}
-		code, _, errs := clitest.Call(run, "", append(c.args, "--root-prefix", prefix)...)
-		if code != exitcode.Usage {
-			t.Errorf("%v %v: exit %d, want %d; stderr %q", c.env, c.args, code, exitcode.Usage, errs)
-		}
-		for k := range c.env {
-			t.Setenv(k, "")
-		}
-	}
-	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
-		t.Errorf("a usage error touched the host root: %v", ents)
-	}
+	clitest.UsageErrors(t, run, []clitest.UsageCase{
+		{Env: map[string]string{envRequest: "repave"}},
+		{Env: map[string]string{"KUBESLOT_TEST_PAUSE_AT": "nowhere"}},
+		{Args: []string{"--sha256", strings.Repeat("a", 64)}},
+		{Args: []string{"--bundle", "/x.tar.gz", "--sha256", "xyz"}},
+		{Args: []string{"--json"}},
+		{Args: []string{"--health-window", "10s", "--health-timeout", "5s"}},
+		{Args: []string{"recover", "--lock-wait", "0s"}},
+		{Args: []string{"recover", "--bundle", "/x.tar.gz"}},
+	})
 }
 
 func TestJob(t *testing.T) {

@@ -4,6 +4,7 @@ package clitest
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 
@@ -47,5 +48,35 @@ func NotImplemented(t *testing.T, name string, run Run) {
 	code, _, errs := Call(run, "")
 	if code != exitcode.Usage || !strings.Contains(errs, "not implemented yet") {
 		t.Errorf("%s: exit %d, stderr %q; want exit %d and \"not implemented yet\"", name, code, errs, exitcode.Usage)
+	}
+}
+
+// UsageCase is one bad invocation: environment variables set for the run
+// and the arguments.
+type UsageCase struct {
+	Env  map[string]string
+	Args []string
+}
+
+// UsageErrors runs each case against a fresh root prefix and checks that it
+// is a usage error (exit 2) that leaves the prefix untouched: bad input is
+// refused before the host is.
+func UsageErrors(t *testing.T, run Run, cases []UsageCase) {
+	t.Helper()
+	prefix := t.TempDir()
+	for _, c := range cases {
+		for k, v := range c.Env {
+			t.Setenv(k, v)
+		}
+		code, _, errs := Call(run, "", append(c.Args, "--root-prefix", prefix)...)
+		if code != exitcode.Usage {
+			t.Errorf("%v %v: exit %d, want %d; stderr %q", c.Env, c.Args, code, exitcode.Usage, errs)
+		}
+		for k := range c.Env {
+			t.Setenv(k, "")
+		}
+	}
+	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
+		t.Errorf("a usage error touched the host root: %v", ents)
 	}
 }
