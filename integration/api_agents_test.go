@@ -148,6 +148,8 @@ func TestAPIAgentAccess(t *testing.T) {
 	wantRejected(t, "api-a reports on a selector operation for api-b", err, apierrors.IsForbidden,
 		"MachineOperation api-op-sel-b does not target Machine api-a")
 
+	t.Run("deletes finished operations with a TTL", func(t *testing.T) { agentDeletes(t, ctx, admin, a, b) })
+
 	// An identity in system:nodes that is not a node gets nothing.
 	cert, key, err := cp.ClientCert("impostor", v1alpha1.NodesGroup)
 	if err != nil {
@@ -193,6 +195,154 @@ func TestAPIAgentAccess(t *testing.T) {
 	}
 	if err := admin.DeleteMachine(ctx, "api-b"); err != nil {
 		t.Errorf("admin deletes a Machine: %v", err)
+	}
+}
+
+// agentDeletes: a node may delete an operation only when it asks for it (spec.ttlSecondsAfterFinished), is finished
+// (with completionTime) and is one of its own Machine's (machineRef, or an entry of its node for that Machine);
+// refused otherwise, by whichever policy catches it. The admin may delete anything. Machines api-a and api-b exist and
+// the policy's Machine cache has them.
+func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.Client) {
+	newOp := func(name, ref string, sel map[string]string, ttl bool) {
+		t.Helper()
+		op := testOperation(name, v1alpha1.OperationNodeRestart)
+		op.Spec.MachineRef = nil
+		if ref != "" {
+			op.Spec.MachineRef = &v1alpha1.MachineReference{Name: ref}
+		} else {
+			op.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: sel}
+		}
+		if !ttl {
+			op.Spec.TTLSecondsAfterFinished = nil
+		}
+		if _, err := admin.CreateOperation(ctx, op); err != nil {
+			t.Fatalf("admin creates %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = admin.DeleteOperation(context.WithoutCancel(ctx), name) })
+	}
+	// report writes, as c, the entry of Machine machine on node node; finished entries carry a completionTime.
+	report := func(c *machineclient.Client, opName, machine, node string, phase v1alpha1.OperationPhase) {
+		t.Helper()
+		now := metav1.NewTime(time.Now().Truncate(time.Second))
+		e := v1alpha1.MachineOperationTarget{Name: machine, NodeName: node, Phase: phase, Message: "test", StartTime: &now}
+		if phase.Finished() {
+			e.CompletionTime = &now
+		}
+		got, err := c.UpdateOperationStatus(ctx, opName, func(op *v1alpha1.MachineOperation) error {
+			v1alpha1.SetMachineResult(op, e)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("report %s on %s for %s/%s: %v", phase, opName, machine, node, err)
+		}
+		if phase.Finished() && (got.Status.Phase != phase || got.Status.CompletionTime == nil) {
+			t.Fatalf("%s: summary %+v, want %s with a completionTime", opName, got.Status, phase)
+		}
+	}
+	// del deletes name as c with the preconditions the watcher uses (UID and resourceVersion as just read).
+	del := func(c *machineclient.Client, name string) error {
+		op, err := admin.GetOperation(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.DeleteFinishedOperation(ctx, name, op.UID, op.ResourceVersion)
+	}
+	gone := func(name string) {
+		t.Helper()
+		if _, err := admin.GetOperation(ctx, name); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: %v, want it deleted", name, err)
+		}
+	}
+
+	// Its own finished operations: by machineRef and by selector; Failed counts as finished.
+	newOp("api-del-a", "api-a", nil, true)
+	report(a, "api-del-a", "api-a", "api-a", v1alpha1.OperationSucceeded)
+	newOp("api-del-sel-a", "", map[string]string{"pool": "api-a"}, true)
+	report(a, "api-del-sel-a", "api-a", "api-a", v1alpha1.OperationFailed)
+	newOp("api-del-b", "api-b", nil, true)
+	report(b, "api-del-b", "api-b", "api-b", v1alpha1.OperationSucceeded)
+	newOp("api-del-sel-b", "", map[string]string{"pool": "api-b"}, true)
+	report(b, "api-del-sel-b", "api-b", "api-b", v1alpha1.OperationSucceeded)
+
+	// The preconditions hold the delete to the version read.
+	op, err := admin.GetOperation(ctx, "api-del-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.DeleteFinishedOperation(ctx, "api-del-a", op.UID, "1")
+	wantRejected(t, "api-a deletes api-del-a at an older resourceVersion", err, apierrors.IsConflict, "api-del-a")
+	err = a.DeleteFinishedOperation(ctx, "api-del-a", "00000000-0000-0000-0000-000000000000", op.ResourceVersion)
+	wantRejected(t, "api-a deletes api-del-a under another UID", err, apierrors.IsConflict, "api-del-a")
+
+	// Another node's, whichever way it targets: refused, by the entry check (no entry of api-a)...
+	err = del(a, "api-del-b")
+	wantRejected(t, "api-a deletes api-b's finished operation (machineRef)", err, apierrors.IsForbidden,
+		"ValidatingAdmissionPolicy 'kubeslot-agent-writes'",
+		`node api-a may not delete MachineOperation api-del-b: status.machines has no entry of node "api-a" for Machine api-b (spec.machineRef)`)
+	err = del(a, "api-del-sel-b")
+	wantRejected(t, "api-a deletes api-b's finished operation (selector)", err, apierrors.IsForbidden,
+		`node api-a may not delete MachineOperation api-del-sel-b: status.machines has no entry of node "api-a";`)
+	// ... and, where an entry under api-a's name names api-b's Machine (only an admin could write it), by the Machine.
+	for _, name := range []string{"api-del-b", "api-del-sel-b"} {
+		report(admin, name, "api-b", "api-a", v1alpha1.OperationSucceeded)
+		err = del(a, name)
+		wantRejected(t, "api-a deletes "+name+" through an entry of its node for api-b's Machine", err, apierrors.IsForbidden,
+			"ValidatingAdmissionPolicy 'kubeslot-agent-operation-targets'",
+			"node api-a may not delete MachineOperation "+name+`: it is for Machine api-b, which belongs to node "api-b"`)
+	}
+
+	// Not finished, or finished without completionTime, or no TTL: refused even for its own.
+	newOp("api-del-running", "api-a", nil, true)
+	report(a, "api-del-running", "api-a", "api-a", v1alpha1.OperationInProgress)
+	err = del(a, "api-del-running")
+	wantRejected(t, "api-a deletes its unfinished operation", err, apierrors.IsForbidden,
+		`node api-a may not delete MachineOperation api-del-running: it is not finished (status.phase "InProgress", no status.completionTime)`)
+	if _, err := a.UpdateOperationStatus(ctx, "api-del-running", func(op *v1alpha1.MachineOperation) error {
+		v1alpha1.SetMachineResult(op, v1alpha1.MachineOperationTarget{Name: "api-a", NodeName: "api-a", Phase: v1alpha1.OperationSucceeded})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = del(a, "api-del-running")
+	wantRejected(t, "api-a deletes its operation finished without completionTime", err, apierrors.IsForbidden,
+		`it is not finished (status.phase "Succeeded", no status.completionTime)`)
+	newOp("api-del-nottl", "api-a", nil, false)
+	report(a, "api-del-nottl", "api-a", "api-a", v1alpha1.OperationSucceeded)
+	err = del(a, "api-del-nottl")
+	wantRejected(t, "api-a deletes its finished operation without a TTL", err, apierrors.IsForbidden,
+		"node api-a may not delete MachineOperation api-del-nottl: it has no spec.ttlSecondsAfterFinished")
+	newOp("api-del-untouched", "api-a", nil, true)
+	if _, err := admin.UpdateOperationStatus(ctx, "api-del-untouched", func(op *v1alpha1.MachineOperation) error {
+		now := metav1.NewTime(time.Now())
+		op.Status.Phase, op.Status.CompletionTime, op.Status.Message = v1alpha1.OperationFailed, &now, "cancelled by the admin"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = del(a, "api-del-untouched")
+	wantRejected(t, "api-a deletes an operation for its Machine that it took no part in", err, apierrors.IsForbidden,
+		`status.machines has no entry of node "api-a" for Machine api-a (spec.machineRef)`)
+
+	// The ones that qualify: its own, each by one of its targets.
+	for _, d := range []struct {
+		c          *machineclient.Client
+		node, name string
+	}{{a, "api-a", "api-del-a"}, {a, "api-a", "api-del-sel-a"}, {b, "api-b", "api-del-sel-b"}} {
+		if err := del(d.c, d.name); err != nil {
+			t.Errorf("node %s may delete its finished operation %s: %v", d.node, d.name, err)
+		}
+		gone(d.name)
+	}
+	if err := a.DeleteFinishedOperation(ctx, "api-del-a", op.UID, op.ResourceVersion); !apierrors.IsNotFound(err) {
+		t.Errorf("deleting api-del-a again: %v, want not found (another target won)", err)
+	}
+
+	// The admin: anything, finished or not, with or without a TTL, anyone's.
+	for _, name := range []string{"api-del-running", "api-del-nottl", "api-del-b", "api-del-untouched"} {
+		if err := admin.DeleteOperation(ctx, name); err != nil {
+			t.Errorf("admin deletes %s: %v", name, err)
+		}
+		gone(name)
 	}
 }
 

@@ -144,8 +144,11 @@ func TestWatcherOnRig(t *testing.T) {
 
 	var restartOp string
 	t.Run("NodeRestartOperation", func(t *testing.T) {
+		// A short ttlSecondsAfterFinished: the watcher deletes the operation once it finished and that has passed.
+		const ttl = 3
+		ttlSeconds := int32(ttl)
 		op := &v1alpha1.MachineOperation{Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationNodeRestart,
-			MachineRef: &v1alpha1.MachineReference{Name: r.node}}}
+			MachineRef: &v1alpha1.MachineReference{Name: r.node}, TTLSecondsAfterFinished: &ttlSeconds}}
 		op.Name = r.node + "-restart"
 		other := &v1alpha1.MachineOperation{Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationNodeRestart,
 			MachineRef: &v1alpha1.MachineReference{Name: r.node + "-other"}}}
@@ -172,14 +175,33 @@ func TestWatcherOnRig(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond)
 		}
+		var completed time.Time
 		eventually(t, 20*time.Second, "operation entry Succeeded", func() (bool, string) {
 			got, err := r.admin.GetOperation(ctx, op.Name)
 			if err != nil {
 				return false, err.Error()
 			}
 			e := got.Status.Target(r.node, r.node)
-			return e != nil && e.Phase == v1alpha1.OperationSucceeded && got.Status.Phase == v1alpha1.OperationSucceeded, fmt.Sprintf("%+v", got.Status)
+			if got.Status.CompletionTime != nil {
+				completed = got.Status.CompletionTime.Time
+			}
+			return e != nil && e.Phase == v1alpha1.OperationSucceeded && got.Status.Phase == v1alpha1.OperationSucceeded &&
+				got.Status.CompletionTime != nil, fmt.Sprintf("%+v", got.Status)
 		})
+		seen := time.Now()
+		eventually(t, 30*time.Second, "finished operation deleted after its ttlSecondsAfterFinished", func() (bool, string) {
+			_, err := r.admin.GetOperation(ctx, op.Name)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		// completionTime has whole seconds: the delay after the expiry is measured to within a second.
+		rigTiming(t, fmt.Sprintf("watcher: operation Succeeded seen -> deleted (ttl %ds)", ttl), time.Since(seen))
+		rigTiming(t, "watcher: completionTime + ttl -> operation deleted (+/- 1 s)", time.Since(completed.Add(ttl*time.Second)))
+		j := r.journal()
+		if !slices.ContainsFunc(strings.Split(j, "\n"), func(l string) bool {
+			return strings.Contains(l, "deleted a finished operation") && strings.Contains(l, op.Name)
+		}) {
+			t.Errorf("no journal line for the deletion of %s:\n%s", op.Name, tailLines(j, 20))
+		}
 		if got, _ := r.admin.GetOperation(ctx, other.Name); got != nil && len(got.Status.Machines) > 0 {
 			t.Errorf("operation for another machine got an entry: %+v", got.Status)
 		}

@@ -1,7 +1,8 @@
 // Package machineclient is the agent's typed view of the cluster API: get
 // and watch its own Machine, list and watch the MachineOperations that
-// target it, create its Machine, and publish status with optimistic
-// concurrency and bounded retries on conflict. It is a thin layer over a
+// target it, create its Machine, publish status with optimistic
+// concurrency and bounded retries on conflict, and delete a finished
+// operation exactly as it was read. It is a thin layer over a
 // client-go REST client for lib/api/v1alpha1 (no controller-runtime).
 // Imported by the watcher, the bootstrap stage, the CLI and tests.
 package machineclient
@@ -196,6 +197,32 @@ func (c *Client) WatchOperationsFor(ctx context.Context, m *v1alpha1.Machine, re
 		t, _ := op.Targets(machine)
 		return ev, t
 	}), nil
+}
+
+// DeleteFinishedOperation deletes the MachineOperation name only while it is
+// still the object with uid at resourceVersion (delete preconditions): a
+// newer version, or another object created since under the same name, is
+// never deleted. The apiserver answers 409 Conflict when a precondition does
+// not hold and 404 Not Found when the object is gone; both are returned as
+// errors (apierrors.IsConflict, apierrors.IsNotFound). An agent may delete
+// only finished operations of its own Machine that set
+// ttlSecondsAfterFinished (see lib/api/v1alpha1/access).
+func (c *Client) DeleteFinishedOperation(ctx context.Context, name string, uid types.UID, resourceVersion string) error {
+	if uid == "" || resourceVersion == "" {
+		return fmt.Errorf("delete MachineOperation %s: uid %q and resourceVersion %q are both required as preconditions", name, uid, resourceVersion)
+	}
+	// Encoded by hand, without apiVersion and kind: the apiserver reads a
+	// delete body as meta.k8s.io/v1 DeleteOptions by default.
+	body, err := json.Marshal(&metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &resourceVersion}})
+	if err != nil {
+		return fmt.Errorf("delete MachineOperation %s: encode options: %w", name, err)
+	}
+	err = c.rest.Delete().Resource(v1alpha1.MachineOperationsResource).Name(name).
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
+	if err != nil {
+		return fmt.Errorf("delete MachineOperation %s (uid %s, resourceVersion %s): %w", name, uid, resourceVersion, err)
+	}
+	return nil
 }
 
 // UpdateMachineStatus reads the Machine name, lets mutate change its status,

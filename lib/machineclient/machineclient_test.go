@@ -229,3 +229,61 @@ func TestWatchOperationsForFilters(t *testing.T) {
 		t.Errorf("watch passed %v, want op0 (machineRef) and op2 (selector)", got)
 	}
 }
+
+// DeleteFinishedOperation sends the UID and resourceVersion it was given as
+// delete preconditions; the fake refuses a mismatch with 409, as the
+// apiserver does, and answers 404 once the object is gone.
+func TestDeleteFinishedOperationPreconditions(t *testing.T) {
+	var mu sync.Mutex
+	stored := true
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Method != http.MethodDelete || r.URL.Path != "/apis/kubeslot.dev/v1alpha1/machineoperations/op1" {
+			writeStatus(w, http.StatusNotFound, "NotFound", r.Method+" "+r.URL.Path)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(body))
+		var opts metav1.DeleteOptions
+		if err := json.Unmarshal(body, &opts); err != nil || opts.Preconditions == nil ||
+			opts.Preconditions.UID == nil || opts.Preconditions.ResourceVersion == nil {
+			writeStatus(w, http.StatusBadRequest, "BadRequest", "no preconditions in "+string(body))
+			return
+		}
+		switch {
+		case !stored:
+			writeStatus(w, http.StatusNotFound, "NotFound", `machineoperations.kubeslot.dev "op1" not found`)
+		case *opts.Preconditions.UID != "uid-1" || *opts.Preconditions.ResourceVersion != "5":
+			writeStatus(w, http.StatusConflict, "Conflict", "Precondition failed")
+		default:
+			stored = false
+			writeJSON(w, http.StatusOK, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess})
+		}
+	}))
+	defer srv.Close()
+	c, err := New(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.DeleteFinishedOperation(ctx, "op1", "uid-other", "5"); !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "op1") {
+		t.Errorf("another UID: %v, want a conflict naming op1", err)
+	}
+	if err := c.DeleteFinishedOperation(ctx, "op1", "uid-1", "4"); !apierrors.IsConflict(err) {
+		t.Errorf("an older resourceVersion: %v, want a conflict", err)
+	}
+	if err := c.DeleteFinishedOperation(ctx, "op1", "uid-1", "5"); err != nil {
+		t.Errorf("the version read: %v, want it deleted", err)
+	}
+	if err := c.DeleteFinishedOperation(ctx, "op1", "uid-1", "5"); !apierrors.IsNotFound(err) {
+		t.Errorf("deleted already: %v, want not found", err)
+	}
+	if err := c.DeleteFinishedOperation(ctx, "op1", "", "5"); err == nil || len(bodies) != 4 {
+		t.Errorf("no UID: %v after %d requests; want an error and no request", err, len(bodies))
+	}
+	if stored || !strings.Contains(bodies[2], `"preconditions":{"uid":"uid-1","resourceVersion":"5"}`) {
+		t.Errorf("stored=%v; request bodies %q", stored, bodies)
+	}
+}

@@ -87,9 +87,15 @@ func (l *loop) once(ctx context.Context) {
 	for _, a := range Decide(in) {
 		if err := l.do(ctx, in, a); err != nil {
 			failed = true
+			if ctx.Err() != nil {
+				// Stopping (SIGTERM, re-exec, new identity): the next loop
+				// decides again from what is on disk.
+				break
+			}
 			l.Log.Warn("action failed; will retry", "action", a.String(), "err", err.Error())
 		}
 	}
+	l.expire(ctx, in)
 	if failed {
 		time.AfterFunc(2*time.Second, l.nudge)
 		return

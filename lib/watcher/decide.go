@@ -6,11 +6,11 @@
 // from client-go watches and fsnotify and carries out its actions.
 // Imported by cmd/kubeslot-watcher only.
 //
-// Finished operations are not deleted by the watcher: agents act as their
-// node and may not delete operations (RBAC grants no delete, and an
-// admission policy cannot compare completionTime with the clock: CEL in
-// admission has no now()). ttlSecondsAfterFinished is left to a cluster-side
-// cleaner (`kubeslot` CLI or an admin); see DESIGN.md, "Cluster API".
+// The watcher also applies spec.ttlSecondsAfterFinished: it deletes a
+// finished operation its Machine took part in once the TTL has passed
+// (ttl.go; Expiries decides, purely). The admission policy cannot compare
+// completionTime with the clock (CEL in admission has no now()), so the TTL
+// is kept by the watcher, not enforced by the cluster.
 package watcher
 
 import (

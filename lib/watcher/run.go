@@ -66,6 +66,8 @@ type loop struct {
 	// settleTimer decides again once the process has settled, so that an
 	// upgrade is reported without waiting for another event.
 	settleTimer *time.Timer
+	// ttl arms the deletes of finished operations (ttl.go).
+	ttl ttlState
 }
 
 // statusRetention is how long published results stay in status/ (the newest
@@ -100,6 +102,7 @@ func Run(ctx context.Context, o Options) error {
 		if l.settleTimer != nil {
 			l.settleTimer.Stop()
 		}
+		l.ttl.stop()
 	}()
 	if l.published, err = l.dir.LoadPublished(); err != nil {
 		return err

@@ -30,7 +30,8 @@ func TestAccessControlManifests(t *testing.T) {
 		byName[o.GetKind()+"/"+o.GetName()] = o
 	}
 
-	// The grant: read both kinds, create Machines, write status; never change or delete the objects themselves.
+	// The grant: read both kinds, create Machines, write status, delete operations (ttlSecondsAfterFinished, narrowed
+	// by the policies below); never change the objects themselves, never delete a Machine.
 	rules, _, _ := unstructured.NestedSlice(byName["ClusterRole/kubeslot:agent"].Object, "rules")
 	granted := map[string][]string{}
 	for _, r := range rules {
@@ -48,7 +49,7 @@ func TestAccessControlManifests(t *testing.T) {
 	wantGrants := map[string][]string{
 		"machines":                 {"get", "list", "watch", "create"},
 		"machines/status":          {"get", "update", "patch"},
-		"machineoperations":        {"get", "list", "watch"},
+		"machineoperations":        {"get", "list", "watch", "delete"},
 		"machineoperations/status": {"get", "update", "patch"},
 	}
 	for res, verbs := range wantGrants {
@@ -84,6 +85,44 @@ func TestAccessControlManifests(t *testing.T) {
 	if kind != "Machine" {
 		t.Errorf("operation-targets policy paramKind %q, want Machine", kind)
 	}
+
+	// The delete RBAC grants is narrowed by both policies: each must see DELETE of machineoperations, and check the
+	// TTL, the phase and the node's own entry (writes) and the Machines named (targets).
+	for name, wantExprs := range map[string][]string{
+		"kubeslot-agent-writes": {"has(oldObject.spec.ttlSecondsAfterFinished)", "['Succeeded', 'Failed']",
+			"oldObject.?status.?completionTime.hasValue()", "size(variables.deleteMine) > 0"},
+		"kubeslot-agent-operation-targets": {"!variables.deleteNames || params.spec.nodeName == variables.node"},
+	} {
+		p := byName["ValidatingAdmissionPolicy/"+name]
+		if !matchesDelete(p, "machineoperations") {
+			t.Errorf("%s: its matchConstraints do not cover DELETE of machineoperations", name)
+		}
+		vals, _, _ := unstructured.NestedSlice(p.Object, "spec", "validations")
+		var exprs []string
+		for _, v := range vals {
+			exprs = append(exprs, v.(map[string]any)["expression"].(string))
+		}
+		all := strings.Join(exprs, "\n")
+		for _, w := range wantExprs {
+			if !strings.Contains(all, w) {
+				t.Errorf("%s: no validation contains %q", name, w)
+			}
+		}
+	}
+}
+
+// matchesDelete reports whether policy p's resource rules cover DELETE of resource.
+func matchesDelete(p *unstructured.Unstructured, resource string) bool {
+	rules, _, _ := unstructured.NestedSlice(p.Object, "spec", "matchConstraints", "resourceRules")
+	for _, r := range rules {
+		m := r.(map[string]any)
+		ops, _, _ := unstructured.NestedStringSlice(m, "operations")
+		res, _, _ := unstructured.NestedStringSlice(m, "resources")
+		if slices.Contains(ops, "DELETE") && slices.Contains(res, resource) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestDecodeManifests(t *testing.T) {
