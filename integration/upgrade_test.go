@@ -425,14 +425,28 @@ func TestUpgradeOnRig(t *testing.T) {
 	}
 
 	t.Run("Good", func(t *testing.T) {
+		// The watcher's unit file is the same in both releases, so the watcher re-executes the new binary in
+		// place: same process, same unit invocation, no restart.
+		pid := svcProp(t, ctx, r.sd, units.Watcher, "MainPID").(uint32)
+		inv := fmt.Sprint(svcProp(t, ctx, r.sd, units.Watcher, "InvocationID"))
 		t0 := time.Now()
 		name := r.operation(url2, sum2)
 		good(t, name, "green", "up-2", t0)
 		if lg, _ := release.LastGood(r.root); lg != "blue" {
 			t.Errorf("last-good %s, want blue", lg)
 		}
-		if !strings.Contains(r.journal("kubeslot-upgrade.service"), "upgraded") {
+		j := r.journal("kubeslot-upgrade.service")
+		if !strings.Contains(j, "upgraded") {
 			t.Error("the upgrader's journal does not say upgraded")
+		}
+		if !strings.Contains(j, "re-executed the new release in place") {
+			t.Errorf("the upgrader did not see the watcher re-execute:\n%s", j)
+		}
+		if got := svcProp(t, ctx, r.sd, units.Watcher, "MainPID").(uint32); got != pid {
+			t.Errorf("watcher MainPID %d -> %d: want the same process re-executed", pid, got)
+		}
+		if got := fmt.Sprint(svcProp(t, ctx, r.sd, units.Watcher, "InvocationID")); got != inv {
+			t.Error("the watcher unit was started again: want an in-place re-exec")
 		}
 	})
 

@@ -304,38 +304,52 @@ func TestWatcherOnRig(t *testing.T) {
 		t.Logf("watcher RSS: %s", r.rss())
 	})
 
-	t.Run("NoReexecOnCurrentFlip", func(t *testing.T) {
-		// The watcher is restarted by the upgrader's unit, never from inside: flipping current to another release
-		// (a copy of the same binaries) must leave the running process alone.
+	t.Run("ReexecOnCurrentFlip", func(t *testing.T) {
+		// An upgrade flips current; the watcher, started through the link by its unit, re-executes the binary
+		// behind it in the same process: same PID, same invocation, no restart. Release green is a copy of blue's
+		// watcher at another path, so /proc/PID/exe shows which one runs.
 		exe := func(pid uint32) string {
 			return strings.TrimSpace(r.run("readlink", fmt.Sprintf("/proc/%d/exe", pid)))
 		}
 		pid := r.svc("MainPID").(uint32)
 		restarts := r.svc("NRestarts").(uint32)
-		before := exe(pid)
+		inv := fmt.Sprint(r.svc("InvocationID"))
+		if before := exe(pid); !strings.Contains(before, "/releases/blue/") {
+			t.Fatalf("watcher runs %s, want blue's binary", before)
+		}
 		r.run("sh", "-c", "mkdir -p /opt/kubeslot/releases/green && cp -a /opt/kubeslot/releases/blue/kubeslot-watcher /opt/kubeslot/releases/green/")
-		flip := func(to string) error {
-			_, err := r.h.Run(ctx, "sh", "-c", "ln -sfn releases/"+to+" /opt/kubeslot/current.new && mv -T /opt/kubeslot/current.new /opt/kubeslot/current")
-			return err
+		t.Cleanup(func() { r.h.Run(ctx, "rm", "-rf", "/opt/kubeslot/releases/green") })
+		flip := func(to string) {
+			t.Helper()
+			r.run("sh", "-c", "ln -sfn releases/"+to+" /opt/kubeslot/current.new && mv -T /opt/kubeslot/current.new /opt/kubeslot/current")
+			t0 := time.Now()
+			want := "/opt/kubeslot/releases/" + to + "/kubeslot-watcher"
+			eventually(t, 30*time.Second, "watcher pid "+fmt.Sprint(pid)+" runs "+want, func() (bool, string) {
+				out, err := r.h.Run(ctx, "readlink", fmt.Sprintf("/proc/%d/exe", pid))
+				got := strings.TrimSpace(string(out))
+				return err == nil && got == want, got
+			})
+			rigTiming(t, "current flip -> watcher re-executed ("+to+")", time.Since(t0))
+			if got := r.svc("MainPID").(uint32); got != pid {
+				t.Errorf("MainPID %d -> %d: want the same process re-executed", pid, got)
+			}
+			if got := r.svc("NRestarts").(uint32); got != restarts {
+				t.Errorf("NRestarts %d -> %d: the unit restarted instead of re-executing", restarts, got)
+			}
+			if got := fmt.Sprint(r.svc("InvocationID")); got != inv {
+				t.Errorf("InvocationID changed: the unit was started again instead of re-executing")
+			}
+			if s := unitState(t, ctx, r.sd, units.Watcher); !strings.HasPrefix(s, "ActiveState=active") {
+				t.Errorf("unit after re-exec: %s", s)
+			}
 		}
-		if err := flip("green"); err != nil {
-			t.Fatal(err)
+		flip("green")
+		if j := r.journal(); !strings.Contains(j, "re-executing") {
+			t.Errorf("no re-exec line in the watcher's journal:\n%s", j)
 		}
-		t.Cleanup(func() { _ = flip("blue") })
-		time.Sleep(3 * time.Second) // the old watcher re-executed within ~1 s of a flip
-		if got := r.svc("MainPID").(uint32); got != pid {
-			t.Errorf("MainPID %d -> %d after flipping current: the watcher restarted itself", pid, got)
-		} else if now := exe(pid); now != before || strings.Contains(now, "green") {
-			t.Errorf("watcher binary %s -> %s after flipping current: it re-executed itself", before, now)
-		}
-		if got := r.svc("NRestarts").(uint32); got != restarts {
-			t.Errorf("NRestarts %d -> %d after flipping current", restarts, got)
-		}
-		if s := unitState(t, ctx, r.sd, units.Watcher); !strings.HasPrefix(s, "ActiveState=active") {
-			t.Errorf("unit after the flip: %s", s)
-		}
-		t.Logf("watcher binary after the flip: %s (pid %d)", before, pid)
-		t.Logf("watcher RSS: %s", r.rss())
+		// Back, as a rollback does; the later subtests run on blue.
+		flip("blue")
+		t.Logf("watcher RSS after two re-execs: %s", r.rss())
 		fmt.Printf("rig: watcher RSS %s\n", r.rss())
 	})
 

@@ -11,10 +11,11 @@
 // after the first sync, watchdog pings) until SIGTERM, rebuilding the client
 // when the identity changes.
 //
-// The watcher never re-executes or restarts itself: when an upgrade flips
-// <base>/current, the upgrader restarts kubeslot-watcher.service from its own
-// unit, and the new release's watcher reports the upgrade (the
-// pending-upgrade signal, lib/requests).
+// Started as <base>/current/kubeslot-watcher (the unit), it follows that
+// link: when an upgrade flips it, the watcher stops its loop and
+// re-executes the new release's binary in the same process (same PID, same
+// unit invocation), and the new release's watcher reports the upgrade (the
+// pending-upgrade signal, lib/requests). It never restarts its own unit.
 //
 // Test hook: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<Go duration> makes the
 // watcher log a warning and exit 1 that long after it started ("0s": at

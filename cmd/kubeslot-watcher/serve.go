@@ -2,39 +2,51 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/watcher"
 )
 
-// serve runs the watch loop until ctx ends, and runs it again with a fresh
-// client when the identity files change (certificate rotation). It never
-// re-executes or restarts itself: a new release's watcher is started by
-// the upgrader's unit restarting kubeslot-watcher.service (DESIGN.md, "The
-// watcher").
+// serve runs the watch loop until ctx ends. It runs the loop again with a
+// fresh client when the identity files change (certificate rotation), and
+// re-executes, in this process, the binary behind <base>/current when an
+// upgrade flips that link. It never restarts its own unit: a child in the
+// unit's cgroup would die with it.
 func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.Time) error {
+	self, follow := ownBinary(), startedThroughCurrent(st.root)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("watch the node identity: %w", err)
+		return fmt.Errorf("watch the host root: %w", err)
 	}
 	defer fw.Close()
 	base, err := st.root.Path()
 	if err != nil {
 		return err
 	}
-	// The kubeconfig's directory holds the identity, rewritten (by rename)
-	// when the kubelet rotates it.
+	// The base holds the current link (flipped by rename); the kubeconfig's
+	// directory holds the identity (rewritten by rename when the kubelet
+	// rotates it).
 	idDir := filepath.Dir(st.kubeconfig)
-	if err := fw.Add(idDir); err != nil {
-		return fmt.Errorf("watch %s: %w", idDir, err)
+	for _, d := range []string{base, idDir} {
+		if err := fw.Add(d); err != nil {
+			return fmt.Errorf("watch %s: %w", d, err)
+		}
+	}
+	// A flip between this process's exec and the watch above has no event.
+	if now, err := currentBinary(st.root); err == nil && follow && now != self {
+		return reexec(log, now)
 	}
 
 	var readyOnce sync.Once
@@ -48,6 +60,9 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 	defer readyTimer.Stop()
 	var watchdog <-chan time.Time
 	if d, err := daemon.SdWatchdogEnabled(false); err == nil && d > 0 {
+		// At once too: systemd's watchdog clock runs across re-execs, and
+		// upgrades in a row would otherwise starve it.
+		_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 		t := time.NewTicker(d / 3)
 		defer t.Stop()
 		watchdog = t.C
@@ -72,7 +87,8 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 				Synced: func() { readyTimer.Stop(); ready("watching Machine " + st.machineName) },
 			})
 		}()
-		for restart := false; !restart; {
+		restart, next := false, ""
+		for !restart && next == "" {
 			select {
 			case <-ctx.Done():
 				cancel()
@@ -85,17 +101,82 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 			case <-watchdog:
 				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 			case ev := <-fw.Events:
+				switch {
+				case filepath.Dir(ev.Name) == base && filepath.Base(ev.Name) == hostroot.CurrentLink:
+					if now, err := currentBinary(st.root); err == nil && follow && now != self {
+						next = now
+					}
 				// With the kubeconfig directly in the base, only the kubeconfig
 				// itself names the identity; anything else there is not ours.
-				if idDir != base || ev.Name == st.kubeconfig {
+				case filepath.Dir(ev.Name) == idDir && (idDir != base || ev.Name == st.kubeconfig):
 					log.Info("node identity changed; reconnecting", "file", ev.Name)
 					restart = true
 				}
 			case err := <-fw.Errors:
-				log.Warn("identity watch error", "err", err.Error())
+				log.Warn("host root watch error", "err", err.Error())
 			}
 		}
 		cancel()
 		<-done
+		if next != "" {
+			return reexec(log, next)
+		}
 	}
+}
+
+// reexec replaces this process with binary, same PID and arguments, so
+// systemd sees the same service (no restart, no new invocation). The watch
+// loop has stopped and every result is on disk, so nothing is lost. Exec
+// returns only on failure: then exit 0 and let Restart=always start the
+// unit's binary again.
+func reexec(log *slog.Logger, binary string) error {
+	log.Info("the release behind current changed; re-executing", "binary", binary)
+	// The new process starts its watchdog pings only after its start-up
+	// phases (the lock wait included): ping now.
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog+"\nSTATUS=re-executing "+binary)
+	// argv[0] stays the path through current, so the new process follows
+	// the link too.
+	err := syscall.Exec(binary, os.Args, os.Environ())
+	log.Error("re-exec failed; exiting for systemd to start the watcher again", "binary", binary, "err", err.Error())
+	return nil
+}
+
+// ownBinary is the binary this process runs, every link resolved.
+func ownBinary() string {
+	p, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		return real
+	}
+	return p
+}
+
+// startedThroughCurrent reports whether this process was started as
+// <base>/current/kubeslot-watcher, as the unit does. Only then does it
+// follow the link: a watcher run by hand from elsewhere stays what it is.
+func startedThroughCurrent(root *hostroot.Root) bool {
+	if len(os.Args) == 0 {
+		return false
+	}
+	// Not root.Path: that resolves the link.
+	return filepath.Clean(os.Args[0]) == filepath.Join(root.Prefix(), root.HostPath(hostroot.CurrentLink, name))
+}
+
+// currentBinary is the local path of the watcher binary behind the current
+// link, with every link resolved.
+func currentBinary(root *hostroot.Root) (string, error) {
+	p, err := root.Path(hostroot.CurrentLink, name)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() {
+		return "", errors.New("no watcher binary at " + real)
+	}
+	return real, nil
 }

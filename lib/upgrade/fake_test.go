@@ -28,11 +28,16 @@ import (
 
 // fakeSystemd models the watcher unit: a restart runs the binary current
 // names; a release listed in crash exits at once and is restarted by
-// systemd on every read of the unit, one in flaky after a few reads.
+// systemd on every read of the unit, one in flaky after a few reads. With
+// reexec, a running watcher follows current in place (same PID and
+// invocation) on the next read, as the real one does on the link's event.
 type fakeSystemd struct {
 	mu       sync.Mutex
 	t        *testing.T
 	root     *hostroot.Root
+	reexec   bool
+	reexecs  int
+	pending  bool // a restart job queued, not yet run
 	crash    map[string]bool
 	flaky    map[string]int // release → reads until its watcher restarts once
 	reloads  int
@@ -70,8 +75,9 @@ func (f *fakeSystemd) RestartUnit(_ context.Context, name string) error {
 		f.t.Errorf("restart of %s, want only %s", name, WatcherUnit)
 	}
 	f.restarts++
-	f.st.NRestarts = 0
-	f.launch()
+	// The job is queued, as with systemd: the next read still shows the
+	// invocation being restarted.
+	f.pending = true
 	return nil
 }
 
@@ -99,16 +105,43 @@ func (f *fakeSystemd) launch() {
 func (f *fakeSystemd) Unit(_ context.Context, name string) (UnitStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.pending {
+		f.pending = false
+		before := f.st
+		f.st.NRestarts = 0
+		f.launch()
+		if before.InvocationID != "" {
+			return before, nil
+		}
+	}
 	if f.st.InvocationID == "" {
 		return UnitStatus{ActiveState: "inactive", SubState: "dead"}, nil
 	}
 	f.reads++
+	if cur, err := release.Current(f.root); err == nil && f.reexec && cur != f.rel && f.st.ActiveState == "active" {
+		f.reexecs++
+		f.rel, f.reads = cur, 0
+		dir, _ := release.Dir(f.root, cur)
+		f.exe[f.st.MainPID] = filepath.Join(dir, "kubeslot-watcher")
+	}
 	switch {
 	case f.crash[f.rel], f.flaky[f.rel] > 0 && f.reads == f.flaky[f.rel]:
 		f.st.NRestarts++ // Restart=always
 		f.launch()
 	}
 	return f.st, nil
+}
+
+// settle runs a queued restart job, as systemd has long done by the time a
+// killed upgrader is run again.
+func (f *fakeSystemd) settle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending {
+		f.pending = false
+		f.st.NRestarts = 0
+		f.launch()
+	}
 }
 
 func (f *fakeSystemd) exeOf(pid uint32) (string, error) {
@@ -169,6 +202,9 @@ func newEnv(t *testing.T) *env {
 		Bundles: BundleFiles{}, Exec: ExecRunner{}, Exe: e.sd.exeOf, Arch: buildinfo.Arch}
 	// The watcher of blue runs.
 	if err := e.sd.RestartUnit(t.Context(), WatcherUnit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sd.Unit(t.Context(), WatcherUnit); err != nil { // runs the queued job
 		t.Fatal(err)
 	}
 	e.sd.restarts = 0
@@ -256,7 +292,8 @@ func (e *env) request(url, sha string) string {
 }
 
 func (e *env) job() Job {
-	return Job{Triggered: true, HealthWindow: 30 * time.Millisecond, HealthTimeout: 3 * time.Second, LockWait: 2 * time.Second}
+	return Job{Triggered: true, HealthWindow: 30 * time.Millisecond, HealthTimeout: 3 * time.Second, LockWait: 2 * time.Second,
+		HandoverTimeout: 300 * time.Millisecond}
 }
 
 func (e *env) current() string {

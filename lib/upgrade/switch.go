@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,28 +64,19 @@ func (t *txn) afterSwitch(ctx context.Context) (*Result, error) {
 	}
 	// The new watcher takes the installation lock when it starts.
 	t.release()
-	var unhealthy, before string
+	var unhealthy string
+	var h handover
 	err = t.step(ctx, Restart, func() error {
-		// The invocation before the restart: the gate judges only later ones.
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		st, err := d.Systemd.Unit(cctx, WatcherUnit)
-		cancel()
-		if err == nil {
-			before = st.InvocationID
-		}
-		// A unit that hit its start limit (a crash loop before) refuses a
-		// restart until its failed state is reset.
-		if err := d.Systemd.ResetFailed(ctx, WatcherUnit); err != nil {
-			t.log.Warn("reset-failed of the watcher", "err", err)
-		}
-		return restartWatcher(ctx, d)
+		var err error
+		h, err = t.handOver(ctx, toDir)
+		return err
 	})
 	if err != nil && !isInterrupted(ctx, err) {
 		unhealthy = fmt.Sprintf("could not be restarted: %v", err)
 	}
 	if err == nil {
 		err = t.step(ctx, Health, func() error {
-			why, err := gate(ctx, d, toDir, before, t.j.HealthWindow, t.j.HealthTimeout)
+			why, err := gate(ctx, d, toDir, h, t.j.HealthWindow, t.j.HealthTimeout)
 			if err != nil {
 				return err
 			}
@@ -243,6 +235,116 @@ func releaseUnits(d *Deps, dir string) (map[string][]byte, error) {
 	return units.RenderFrom(tmpl, units.Vars{Base: d.Root.Base()})
 }
 
+// handover is how the new release's watcher came to run, for the gate.
+type handover struct {
+	// reexeced: the running watcher re-executed the new binary itself; st
+	// is the unit then, so every later restart or failure counts.
+	reexeced bool
+	st       UnitStatus
+	// before is the invocation restarted (restart path): its states are not
+	// held against the new watcher.
+	before string
+}
+
+// handOver gets the new release's watcher running. A watcher started
+// through current re-executes the new binary in place when the link flips
+// (same PID, no restart), which is all an upgrade needs when the watcher's
+// unit file did not change. When it did (new settings take effect only on a
+// start), or the watcher is not running, or it did not re-execute within
+// the handover bound (a release from before re-exec), the unit is
+// restarted.
+func (t *txn) handOver(ctx context.Context, toDir string) (handover, error) {
+	d := t.d
+	changed, err := watcherUnitChanged(d, t.sig.FromRelease, toDir)
+	if err != nil {
+		t.log.Warn("compare the watcher unit files of the two releases; restarting the watcher", "err", err)
+		changed = true
+	}
+	if !changed {
+		st, ok, err := awaitReexec(ctx, d, toDir, t.j.HandoverTimeout)
+		if err != nil {
+			return handover{}, err
+		}
+		if ok {
+			t.log.Info("the watcher re-executed the new release in place", "pid", st.MainPID)
+			return handover{reexeced: true, st: st}, nil
+		}
+		t.log.Info("the watcher did not re-execute the new release; restarting its unit", "within", t.j.HandoverTimeout)
+	} else {
+		t.log.Info("the new release changes the watcher's unit file; restarting the watcher")
+	}
+	var h handover
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	st, err := d.Systemd.Unit(cctx, WatcherUnit)
+	cancel()
+	if err == nil {
+		h.before = st.InvocationID
+	}
+	// A unit that hit its start limit (a crash loop before) refuses a
+	// restart until its failed state is reset.
+	if err := d.Systemd.ResetFailed(ctx, WatcherUnit); err != nil {
+		t.log.Warn("reset-failed of the watcher", "err", err)
+	}
+	return h, restartWatcher(ctx, d)
+}
+
+// watcherUnitChanged reports whether the watcher's rendered unit file
+// differs between release from and the release directory toDir.
+func watcherUnitChanged(d *Deps, from, toDir string) (bool, error) {
+	fromDir, err := release.Dir(d.Root, from)
+	if err != nil {
+		return true, err
+	}
+	a, err := releaseUnits(d, fromDir)
+	if err != nil {
+		return true, err
+	}
+	b, err := releaseUnits(d, toDir)
+	if err != nil {
+		return true, err
+	}
+	return !bytes.Equal(a[WatcherUnit], b[WatcherUnit]), nil
+}
+
+// awaitReexec waits, within timeout, until the running watcher runs dir's
+// binary. It gives up at once when the watcher is not running: nothing
+// would re-execute.
+func awaitReexec(ctx context.Context, d *Deps, dir string, timeout time.Duration) (UnitStatus, bool, error) {
+	want := watcherBinary(dir)
+	deadline := d.now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		st, err := d.Systemd.Unit(cctx, WatcherUnit)
+		cancel()
+		if err == nil {
+			if st.ActiveState != "active" && st.ActiveState != "reloading" || st.MainPID == 0 {
+				return st, false, nil
+			}
+			if exe, err := d.Exe(st.MainPID); err == nil && exe == want {
+				return st, true, nil
+			}
+		}
+		if d.now().After(deadline) {
+			return st, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, false, &interrupted{context.Cause(ctx)}
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// watcherBinary is dir's watcher binary, links resolved as /proc/PID/exe
+// shows it.
+func watcherBinary(dir string) string {
+	want := filepath.Join(dir, "kubeslot-watcher")
+	if p, err := filepath.EvalSymlinks(want); err == nil {
+		return p
+	}
+	return want
+}
+
 // restartWatcher queues a restart of the watcher unit.
 func restartWatcher(ctx context.Context, d *Deps) error {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -253,23 +355,27 @@ func restartWatcher(ctx context.Context, d *Deps) error {
 // gate waits until the watcher runs dir's binary and stays up for window,
 // within timeout. It returns "" when healthy, else what went wrong ("exited",
 // "was restarted 2 times", "not active within 45s"); an error only when the
-// unit could not be read at all. States of invocation before (the one
-// before the restart) are not held against the new watcher.
-func gate(ctx context.Context, d *Deps, dir, before string, window, timeout time.Duration) (string, error) {
-	return watch(ctx, d, dir, before, window, timeout, true)
+// unit could not be read at all. After a restart, states of the invocation
+// restarted are not held against the new watcher; after a re-exec, every
+// failure and automatic restart since counts.
+func gate(ctx context.Context, d *Deps, dir string, h handover, window, timeout time.Duration) (string, error) {
+	if h.reexeced {
+		return watch(ctx, d, dir, "", &h.st, window, timeout, true)
+	}
+	return watch(ctx, d, dir, h.before, nil, window, timeout, true)
 }
 
 // waitActive waits, within timeout, until the watcher is active and runs
 // dir's binary (the rollback's check; no window).
 func waitActive(ctx context.Context, d *Deps, dir string, timeout time.Duration) (string, error) {
-	return watch(ctx, d, dir, "", 0, timeout, false)
+	return watch(ctx, d, dir, "", nil, 0, timeout, false)
 }
 
-func watch(ctx context.Context, d *Deps, dir, before string, window, timeout time.Duration, strict bool) (string, error) {
-	want := filepath.Join(dir, "kubeslot-watcher")
-	if p, err := filepath.EvalSymlinks(want); err == nil {
-		want = p
-	}
+// watch is the gate (strict) and the rollback's wait. seen, when set, is the
+// unit already running dir's binary: its invocation and restart counter
+// are the baseline from the start.
+func watch(ctx context.Context, d *Deps, dir, before string, seen *UnitStatus, window, timeout time.Duration, strict bool) (string, error) {
+	want := watcherBinary(dir)
 	deadline := d.now().Add(timeout)
 	var (
 		inv      string // the first invocation seen running want
@@ -281,6 +387,9 @@ func watch(ctx context.Context, d *Deps, dir, before string, window, timeout tim
 		lastExe  string
 		restarts uint32
 	)
+	if seen != nil {
+		inv, base, pid, since = seen.InvocationID, seen.NRestarts, seen.MainPID, d.now()
+	}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		st, err := d.Systemd.Unit(cctx, WatcherUnit)
@@ -307,7 +416,9 @@ func watch(ctx context.Context, d *Deps, dir, before string, window, timeout tim
 			if st.ActiveState == "active" && st.MainPID != 0 {
 				exe, err := d.Exe(st.MainPID)
 				lastExe = exe
-				if err == nil && exe == want {
+				// The invocation being restarted may run want already (it
+				// re-executed on the switch): only a later one counts.
+				if err == nil && exe == want && (before == "" || st.InvocationID != before) {
 					if inv == "" {
 						inv, base = st.InvocationID, st.NRestarts
 					}

@@ -16,7 +16,10 @@
 //	switch      <base>/current -> the new release (atomic)
 //	units       the new release's unit files, journalled, daemon-reload
 //	restart     the installation lock is released (the new watcher takes it
-//	            at start) and kubeslot-watcher.service restarted
+//	            at start); the watcher, started through current, has
+//	            re-executed the new binary in place on the switch; when the
+//	            watcher's unit file changed (or it did not re-execute within
+//	            10 s, or is not running) kubeslot-watcher.service is restarted
 //	health      the watcher is active, its MainPID runs the new release's
 //	            binary, and neither its PID nor its restart counter change for
 //	            the health window, within the health timeout
@@ -94,6 +97,9 @@ const (
 	DefaultHealthWindow  = 5 * time.Second
 	DefaultHealthTimeout = 45 * time.Second
 	DefaultLockWait      = 30 * time.Second
+	// A watcher re-executes within about a second of the flip; the rest is
+	// room for a loaded host.
+	DefaultHandoverTimeout = 10 * time.Second
 	// versionTimeout bounds one `--version` of the smoke test.
 	versionTimeout = 5 * time.Second
 	// pollInterval is how often the health gate reads the unit.
@@ -191,6 +197,9 @@ type Job struct {
 	Triggered bool
 	// Bounds; zero means the default.
 	HealthWindow, HealthTimeout, LockWait time.Duration
+	// HandoverTimeout bounds the wait for the watcher to re-execute the
+	// new release in place before its unit is restarted instead.
+	HandoverTimeout time.Duration
 }
 
 func (j *Job) defaults() {
@@ -202,6 +211,9 @@ func (j *Job) defaults() {
 	}
 	if j.LockWait <= 0 {
 		j.LockWait = DefaultLockWait
+	}
+	if j.HandoverTimeout <= 0 {
+		j.HandoverTimeout = DefaultHandoverTimeout
 	}
 	if j.Stage == "" {
 		j.Stage = "kubeslot-upgrader"

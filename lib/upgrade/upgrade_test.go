@@ -347,6 +347,7 @@ func TestResumeAfterInterruption(t *testing.T) {
 				if _, err := Run(t.Context(), e.d, e.job()); !errors.Is(err, crash) {
 					t.Fatalf("first run: %v, want the crash", err)
 				}
+				e.sd.settle()
 				e.currentRuns()
 				if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase == requests.Failed {
 					t.Fatalf("the interruption was recorded as a failure: %+v", st)
@@ -493,4 +494,55 @@ func tree(t *testing.T, dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+func TestHandover(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		reexec      bool
+		watcherLine string
+		crash       bool
+		flaky       int
+		restarts    int
+		outcome     string
+	}{
+		// The watcher follows current: same PID, no restart.
+		{name: "re-executed in place", reexec: true, outcome: Upgraded},
+		// A watcher that does not re-execute (a release from before) is
+		// restarted after the handover bound.
+		{name: "no re-exec", restarts: 1, outcome: Upgraded},
+		// A changed unit file takes effect only on a start.
+		{name: "unit changed", reexec: true, watcherLine: marker, restarts: 1, outcome: Upgraded},
+		// A re-executed watcher restarted by systemd once it was seen
+		// running: the gate counts that, the rollback restarts the old one.
+		{name: "re-executed then restarted", reexec: true, flaky: 2, restarts: 1, outcome: RolledBack},
+		// One that crashes before it is seen running is restarted (the
+		// fallback), then rolled back.
+		{name: "re-executed then crashes", reexec: true, crash: true, restarts: 2, outcome: RolledBack},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.sd.reexec, e.sd.crash["green"], e.sd.flaky["green"] = c.reexec, c.crash, c.flaky
+			e.sd.mu.Lock()
+			pid := e.sd.st.MainPID
+			e.sd.mu.Unlock()
+			p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: c.watcherLine})
+			e.request(e.serve(p), sha)
+			res, err := Run(t.Context(), e.d, e.job())
+			if res == nil || res.Outcome != c.outcome {
+				t.Fatalf("Run: %+v, %v; want outcome %s", res, err, c.outcome)
+			}
+			e.sd.mu.Lock()
+			defer e.sd.mu.Unlock()
+			if e.sd.restarts != c.restarts {
+				t.Errorf("unit restarts %d, want %d", e.sd.restarts, c.restarts)
+			}
+			if c.restarts == 0 && e.sd.st.MainPID != pid {
+				t.Errorf("MainPID %d -> %d, want the same process", pid, e.sd.st.MainPID)
+			}
+			if c.outcome == RolledBack && !strings.Contains(res.Message, "was restarted") && !strings.Contains(res.Message, "exited") {
+				t.Errorf("rollback message %q does not say why", res.Message)
+			}
+		})
+	}
 }
