@@ -12,8 +12,9 @@
 // when the identity changes.
 //
 // Started as <base>/current/kubeslot-watcher (the unit), it follows that
-// link: when an upgrade flips it, the watcher stops its loop and
-// re-executes the new release's binary in the same process (same PID, same
+// path: when an upgrade flips current or the host root is moved, so that
+// the path leads to another binary, the watcher stops its loop and
+// re-executes that binary in the same process (same PID, same
 // unit invocation), and the new release's watcher reports the upgrade (the
 // pending-upgrade signal, lib/requests). It never restarts its own unit.
 //

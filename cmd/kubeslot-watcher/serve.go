@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,11 +20,11 @@ import (
 
 // serve runs the watch loop until ctx ends. It runs the loop again with a
 // fresh client when the identity files change (certificate rotation), and
-// re-executes, in this process, the binary behind <base>/current when an
-// upgrade flips that link. It never restarts its own unit: a child in the
-// unit's cgroup would die with it.
+// re-executes, in this process, the binary its unit's path leads to when
+// that changes (an upgrade flipped current, the host root moved). It never
+// restarts its own unit: a child in the unit's cgroup would die with it.
 func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.Time) error {
-	self, follow := ownBinary(), startedThroughCurrent(st.root)
+	fol := newFollower(st.root)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch the host root: %w", err)
@@ -39,13 +38,13 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 	// directory holds the identity (rewritten by rename when the kubelet
 	// rotates it).
 	idDir := filepath.Dir(st.kubeconfig)
-	for _, d := range []string{base, idDir} {
+	for _, d := range append([]string{base, idDir}, fol.dirs()...) {
 		if err := fw.Add(d); err != nil {
 			return fmt.Errorf("watch %s: %w", d, err)
 		}
 	}
-	// A flip between this process's exec and the watch above has no event.
-	if now, err := currentBinary(st.root); err == nil && follow && now != self {
+	// A change between this process's exec and the watch above has no event.
+	if now := fol.changed(); now != "" {
 		return reexec(log, now)
 	}
 
@@ -102,10 +101,8 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 			case ev := <-fw.Events:
 				switch {
-				case filepath.Dir(ev.Name) == base && filepath.Base(ev.Name) == hostroot.CurrentLink:
-					if now, err := currentBinary(st.root); err == nil && follow && now != self {
-						next = now
-					}
+				case filepath.Dir(ev.Name) == base && filepath.Base(ev.Name) == hostroot.CurrentLink, fol.concerns(ev.Name):
+					next = fol.changed()
 				// With the kubeconfig directly in the base, only the kubeconfig
 				// itself names the identity; anything else there is not ours.
 				case filepath.Dir(ev.Name) == idDir && (idDir != base || ev.Name == st.kubeconfig):
@@ -141,6 +138,61 @@ func reexec(log *slog.Logger, binary string) error {
 	return nil
 }
 
+// follower knows the binary the unit runs, <base>/current/kubeslot-watcher
+// as the unit names it, and tells when that path leads to another binary
+// than this process runs: an upgrade flipped current, or the host root
+// moved (the base re-pointed or replaced).
+type follower struct {
+	argv0 string // "" when not started through current: never follow
+	self  string // the binary this process runs, links resolved
+}
+
+// newFollower follows only a watcher started as <base>/current/kubeslot-watcher,
+// as the unit does: one run by hand from elsewhere stays what it is.
+func newFollower(root *hostroot.Root) *follower {
+	f := &follower{self: ownBinary()}
+	// Not root.Path: that resolves the links this is about.
+	unitPath := filepath.Join(root.Prefix(), root.HostPath(hostroot.CurrentLink, name))
+	if len(os.Args) > 0 && filepath.Clean(os.Args[0]) == unitPath && f.self != "" {
+		f.argv0 = unitPath
+	}
+	return f
+}
+
+// base is the host root as the unit's path names it (links not resolved).
+func (f *follower) base() string { return filepath.Dir(filepath.Dir(f.argv0)) }
+
+// dirs are the extra directories to watch: the one holding the base, whose
+// entry changes when the host root is moved or re-pointed. (The base itself,
+// holding current, is watched anyway.)
+func (f *follower) dirs() []string {
+	if f.argv0 == "" {
+		return nil
+	}
+	return []string{filepath.Dir(f.base())}
+}
+
+// concerns reports whether an event on name may have changed the binary.
+func (f *follower) concerns(name string) bool {
+	return f.argv0 != "" && (name == f.base() || name == filepath.Join(f.base(), hostroot.CurrentLink))
+}
+
+// changed is the binary the unit's path leads to now when it differs from
+// this process's, else "" (also when not following or nothing is there).
+func (f *follower) changed() string {
+	if f.argv0 == "" {
+		return ""
+	}
+	real, err := filepath.EvalSymlinks(f.argv0)
+	if err != nil {
+		return ""
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() || real == f.self {
+		return ""
+	}
+	return real
+}
+
 // ownBinary is the binary this process runs, every link resolved.
 func ownBinary() string {
 	p, err := os.Executable()
@@ -151,32 +203,4 @@ func ownBinary() string {
 		return real
 	}
 	return p
-}
-
-// startedThroughCurrent reports whether this process was started as
-// <base>/current/kubeslot-watcher, as the unit does. Only then does it
-// follow the link: a watcher run by hand from elsewhere stays what it is.
-func startedThroughCurrent(root *hostroot.Root) bool {
-	if len(os.Args) == 0 {
-		return false
-	}
-	// Not root.Path: that resolves the link.
-	return filepath.Clean(os.Args[0]) == filepath.Join(root.Prefix(), root.HostPath(hostroot.CurrentLink, name))
-}
-
-// currentBinary is the local path of the watcher binary behind the current
-// link, with every link resolved.
-func currentBinary(root *hostroot.Root) (string, error) {
-	p, err := root.Path(hostroot.CurrentLink, name)
-	if err != nil {
-		return "", err
-	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", err
-	}
-	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() {
-		return "", errors.New("no watcher binary at " + real)
-	}
-	return real, nil
 }

@@ -8,40 +8,104 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
-func TestFollowsCurrent(t *testing.T) {
+// TestFollower: the watcher follows the path its unit runs, through the
+// current link and the host root, and only when started through it.
+func TestFollower(t *testing.T) {
 	prefix := t.TempDir()
 	root, err := hostroot.New(prefix, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := filepath.Join(prefix, root.HostPath())
-	blue := filepath.Join(base, "releases", "blue")
-	if err := os.MkdirAll(blue, 0o755); err != nil {
-		t.Fatal(err)
+	// The base is a link to a data directory, so that it can be moved.
+	data := filepath.Join(prefix, "data-1")
+	release := func(data, rel string) string {
+		dir := filepath.Join(data, "releases", rel)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	if err := os.WriteFile(filepath.Join(blue, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("releases/blue", filepath.Join(base, hostroot.CurrentLink)); err != nil {
-		t.Fatal(err)
-	}
-	args := os.Args
-	t.Cleanup(func() { os.Args = args })
-	for _, c := range []struct {
-		argv0 string
-		want  bool
-	}{
-		{filepath.Join(base, hostroot.CurrentLink, name), true}, // as the unit starts it
-		{filepath.Join(blue, name), false},                      // the release's path itself
-		{"./" + name, false},                                    // by hand
-	} {
-		os.Args = []string{c.argv0}
-		if got := startedThroughCurrent(root); got != c.want {
-			t.Errorf("argv[0] %s: follows current = %v, want %v", c.argv0, got, c.want)
+	link := func(target, at string) {
+		t.Helper()
+		if err := os.Symlink(target, at+".new"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(at+".new", at); err != nil {
+			t.Fatal(err)
 		}
 	}
-	got, err := currentBinary(root)
-	if want, _ := filepath.EvalSymlinks(filepath.Join(blue, name)); err != nil || got != want {
-		t.Errorf("currentBinary = %q, %v; want %s", got, err, want)
+	blue, green := release(data, "blue"), release(data, "green")
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	link(data, base)
+	link("releases/blue", filepath.Join(data, hostroot.CurrentLink))
+
+	args := os.Args
+	t.Cleanup(func() { os.Args = args })
+	unitPath := filepath.Join(base, hostroot.CurrentLink, name)
+	for _, c := range []struct {
+		argv0  string
+		follow bool
+	}{
+		{unitPath, true},             // as the unit starts it
+		{blue, false},                // the release's path itself
+		{"./" + name, false},         // by hand
+		{unitPath + "-other", false}, // another name
+	} {
+		os.Args = []string{c.argv0}
+		if f := newFollower(root); (f.argv0 != "") != c.follow {
+			t.Errorf("argv[0] %s: follows = %v, want %v", c.argv0, f.argv0 != "", c.follow)
+		}
+	}
+
+	os.Args = []string{unitPath}
+	f := newFollower(root)
+	f.self = blue // as if this process ran blue's binary
+	if got := f.changed(); got != "" {
+		t.Errorf("nothing moved: changed() = %q", got)
+	}
+	if !f.concerns(filepath.Join(base, hostroot.CurrentLink)) || !f.concerns(base) || f.concerns(filepath.Join(base, "state")) {
+		t.Error("concerns: want the current link and the base, nothing else")
+	}
+	if d := f.dirs(); len(d) != 1 || d[0] != filepath.Dir(base) {
+		t.Errorf("dirs() = %v, want the base's parent", d)
+	}
+	// An upgrade flips current.
+	link("releases/green", filepath.Join(data, hostroot.CurrentLink))
+	if got, want := f.changed(), resolved(t, green); got != want {
+		t.Errorf("after the flip: changed() = %q, want %s", got, want)
+	}
+	// The host root moves: the base now leads to another data directory.
+	data2 := filepath.Join(prefix, "data-2")
+	moved := release(data2, "blue")
+	link("releases/blue", filepath.Join(data2, hostroot.CurrentLink))
+	link(data2, base)
+	if got, want := f.changed(), resolved(t, moved); got != want {
+		t.Errorf("after the move: changed() = %q, want %s", got, want)
+	}
+	// Nothing there any more: nothing to run instead.
+	os.Remove(base)
+	if got := f.changed(); got != "" {
+		t.Errorf("base gone: changed() = %q, want none", got)
+	}
+	// Not following: never.
+	os.Args = []string{blue}
+	if got := newFollower(root).changed(); got != "" {
+		t.Errorf("not following: changed() = %q", got)
+	}
+}
+
+func resolved(t *testing.T, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
