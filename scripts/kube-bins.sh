@@ -3,8 +3,8 @@
 # binaries the test rig runs, and print the directory that holds them.
 #
 #   scripts/kube-bins.sh [component ...]
-#     components: kube-apiserver kube-controller-manager kubelet etcd
-#     (default: all four)
+#     components: kube-apiserver kube-controller-manager kubelet etcd kubectl
+#     (default: the four the tests run; `make demo` adds kubectl)
 #
 # Kubernetes publishes no `go install`-able main module (k8s.io/kubernetes
 # replaces its staging modules with ./staging paths that are not in the module
@@ -93,7 +93,7 @@ for c in "${want[@]}"; do
 	say "building $c (first time on this machine: minutes)"
 	case $c in
 	etcd) build_etcd ;;
-	kube-apiserver | kube-controller-manager | kubelet) build_kube "$c" ;;
+	kube-apiserver | kube-controller-manager | kubelet | kubectl) build_kube "$c" ;;
 	*) say "unknown component $c"; exit 2 ;;
 	esac
 	say "built $c in $(($(date +%s) - start))s"

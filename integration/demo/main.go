@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -88,7 +89,7 @@ func run() int {
 	flag.StringVar(&f.kubeBin, "kube-bin", os.Getenv("KUBESLOT_KUBE_BIN"), "directory of etcd, kube-apiserver, kube-controller-manager and kubelet (scripts/kube-bins.sh prints it)")
 	flag.StringVar(&f.nodeRootfs, "node-rootfs", os.Getenv("KUBESLOT_NODE_ROOTFS"), "node rootfs tarball (scripts/node-rootfs.sh prints it)")
 	flag.StringVar(&f.bundle, "bundle", "", "release bundle written by make bundle (optional)")
-	flag.StringVar(&f.kubectl, "kubectl", "/usr/bin/kubectl", "kubectl binary")
+	flag.StringVar(&f.kubectl, "kubectl", "kubectl", "kubectl binary (make demo passes the one scripts/kube-bins.sh builds)")
 	flag.BoolVar(&f.keep, "keep", os.Getenv("KEEP") == "1", "stop before the reset and keep the rig running until Enter (go on) or Ctrl-C (clean up)")
 	flag.DurationVar(&f.lockWait, "lock-wait", 5*time.Minute, "how long to wait for the machine lock held by rig test runs before going on without a leak check")
 	flag.BoolVar(&f.verbose, "v", false, "log the rig's progress (control plane, host boot)")
@@ -231,7 +232,12 @@ func (d *demo) checkInputs() error {
 			return fmt.Errorf("-kube-bin %s: %w (run make deps)", f.kubeBin, err)
 		}
 	}
-	for _, p := range []string{f.nodeRootfs, f.kubectl, filepath.Join(f.bins, "kubeslot"), filepath.Join(f.bins, "kubeslot-bootstrap")} {
+	kubectl, err := exec.LookPath(f.kubectl)
+	if err != nil {
+		return fmt.Errorf("-kubectl %s: %w (make demo builds one with scripts/kube-bins.sh kubectl)", f.kubectl, err)
+	}
+	f.kubectl = kubectl
+	for _, p := range []string{f.nodeRootfs, filepath.Join(f.bins, "kubeslot"), filepath.Join(f.bins, "kubeslot-bootstrap")} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%w (run make deps build)", err)
 		}
@@ -266,14 +272,14 @@ func (d *demo) keepRunning(ctx context.Context) (string, error) {
     The rig is running. From another shell:
       export KUBECONFIG=%s      # also written to %s
       export KUBECACHEDIR=%s    # keeps kubectl's cache out of ~/.kube
-      kubectl get machines,machineoperations,nodes -o wide
+      %s get machines,machineoperations,nodes -o wide
       nsenter -t %d -a bash                      # a shell in the host (its own systemd, /opt/kubeslot)
       nsenter -t %d -a machinectl list           # the node machine of the active slot
       nsenter -t %d -a journalctl -u 'kubeslot-*' --no-pager
       nsenter -t %d -a machinectl shell %s       # a shell in the node (kubelet, containerd)
       nsenter -t %d -a /opt/kubeslot/current/kubeslot status
     Press Enter to go on with the AgentReset, or Ctrl-C to clean up now.
-`, kc, pointer, d.kubectlCache(), pid, pid, pid, pid, d.activeSlot(), pid)
+`, kc, pointer, d.kubectlCache(), d.flags.kubectl, pid, pid, pid, pid, d.activeSlot(), pid)
 	enter := make(chan struct{})
 	go func() {
 		// EOF (no terminal) is not a key press: then only a signal ends the wait.
