@@ -8,12 +8,12 @@
 // different installation owns the host, a phase failed); 2 usage; 69 the
 // installation lock stayed busy (another stage owns the host).
 //
-// Environment for tests and sandboxes only (see lib/bootstrap):
+// Environment for tests and sandboxes only (see lib/sandbox, lib/bootstrap):
 // KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
 // KUBESLOT_NODE_READONLY_NET_SYSCTL=1, KUBESLOT_HOSTPREP=packages-only and
 // the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint>. The first five are
 // recorded in <base>/state/sandbox.json; later runs and stages use the
-// record, the environment overriding it (lib/bootstrap.LoadSandbox).
+// record, the environment overriding it (lib/sandbox.Load).
 package main
 
 import (
@@ -29,6 +29,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 const name = "kubeslot-bootstrap"
@@ -70,11 +72,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		return exitcode.UsageError(err)
 	}
 	// Recorded by an earlier run on this host, the environment overriding.
-	sandbox, err := bootstrap.LoadSandbox(root, getenv)
+	sb, err := sandbox.Load(root, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	settings := bootstrap.SandboxSettings(sandbox)
+	settings := sandbox.BackendSettings(sb)
 	pauseAt, err := bootstrap.PauseFromEnv(getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
@@ -82,11 +84,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	d := bootstrap.Deps{
 		Root:     root,
 		Log:      log,
-		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sandbox.HostPrep == bootstrap.HostPrepPackagesOnly},
+		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
 		Cluster:  &bootstrap.NodeCluster{Root: root, Log: log},
 		Releaser: bootstrap.ReleaseFromExe{Root: root, Log: log},
 		PauseAt:  pauseAt,
-		Sandbox:  sandbox,
+		Sandbox:  sb,
 		Paused: func(cp ownership.Checkpoint) {
 			fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", cp, os.Getpid())
 		},
@@ -96,7 +98,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		return bootstrap.Preflight(ctx, d, cfg, stdio.Stdout)
 	}
 	// 4. systemd over D-Bus, connected on first use (after admission).
-	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	sd := &systemdconn.Lazy{Ctx: ctx}
 	defer sd.Close()
 	d.Systemd = sd
 	d.NewIsolation = bootstrap.Isolation(root, sd, settings, log)

@@ -46,7 +46,9 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/repave"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 const name = "kubeslot-repaver"
@@ -123,7 +125,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	settings, err := bootstrap.Settings(root, getenv)
+	settings, err := sandbox.LoadSettings(root, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
@@ -154,7 +156,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		log.Warn("could not name the installation in the lock", "err", err)
 	}
 	// 4. Real collaborators: systemd over D-Bus on first use.
-	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	sd := &systemdconn.Lazy{Ctx: ctx}
 	defer sd.Close()
 	d := &repave.Deps{
 		Root: root, Log: log, Store: state.NewStore(root), Requests: requests.New(root),

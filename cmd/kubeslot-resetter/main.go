@@ -36,11 +36,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/reset"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 const name = "kubeslot-resetter"
@@ -117,7 +117,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		}
 	}
 	// 4. systemd over D-Bus, connected on first use.
-	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	sd := &systemdconn.Lazy{Ctx: ctx}
 	defer sd.Close()
 	d := reset.Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: request,
 		LockWait: f.LockWait, PublishWait: f.PublishWait}

@@ -15,13 +15,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 // started is what the locked start-up phase found.
@@ -85,7 +87,7 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 	}
 	var hooksErr error
 	if active != nil {
-		settings, err := bootstrap.Settings(root, os.Getenv)
+		settings, err := sandbox.LoadSettings(root, os.Getenv)
 		if err != nil {
 			return nil, exitcode.UsageError(err)
 		}
@@ -107,8 +109,7 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 		if err != nil || applied == nil {
 			return nil, fmt.Errorf("no kubeconfig %s and no trusted applied configuration to build the node identity from: %v", kc, err)
 		}
-		nc := &bootstrap.NodeCluster{Root: root}
-		st.identity = func() (*rest.Config, error) { return nc.RESTConfig(applied.Config) }
+		st.identity = func() (*rest.Config, error) { return nodeidentity.RESTConfig(root, "", applied.Config) }
 	}
 	cfg, err := st.rest()
 	if err != nil {
@@ -121,7 +122,7 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 }
 
 // hooksTimeout bounds ensuring the lifecycle hooks: connecting to systemd
-// (bootstrap.DialTimeout) plus a daemon-reload.
+// (systemdconn.DialTimeout) plus a daemon-reload.
 const hooksTimeout = 60 * time.Second
 
 // newOperator builds the node operator of the active slot's mode through the
@@ -131,7 +132,7 @@ var newOperator = func(ctx context.Context, root *hostroot.Root, rec *ownership.
 	if err != nil {
 		return nil, nil, err
 	}
-	sd := &bootstrap.LazySystemd{Ctx: ctx}
+	sd := &systemdconn.Lazy{Ctx: ctx}
 	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{},
 		Log: log, Record: rec, Settings: settings})
 	if err != nil {

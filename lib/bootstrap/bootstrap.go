@@ -7,7 +7,11 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap only.
+// Imported by cmd/kubeslot-bootstrap, and by the repaver for LoadConfig and
+// NodeCluster (cmd/kubeslot-repaver, lib/repave). Never by the watcher: this
+// package links client-go's typed clientset, which the watcher must stay
+// without (issue #6); what the stages share with it lives in lib/sandbox,
+// lib/systemdconn and lib/nodeidentity.
 package bootstrap
 
 import (
@@ -73,7 +77,7 @@ type Deps struct {
 	PauseAt ownership.Checkpoint
 	// Paused is called when the run pauses (tests); nil prints nothing.
 	Paused func(ownership.Checkpoint)
-	// Sandbox are the test and sandbox settings this run uses (LoadSandbox:
+	// Sandbox are the test and sandbox settings this run uses (sandbox.Load:
 	// the record, the environment overriding). The run records them in
 	// <base>/state/sandbox.json once it owns the host, so later stages
 	// started without that environment use them too.

@@ -381,15 +381,15 @@ func TestMachineFor(t *testing.T) {
 	}
 }
 
-func TestSettingsFromEnv(t *testing.T) {
-	env := map[string]string{EnvKubeletPort: "20250", EnvHealthzPort: "20248", EnvNodeIP: "127.0.0.1", EnvReadOnlyNetSysctl: "1"}
-	s, err := SettingsFromEnv(func(k string) string { return env[k] })
-	if err != nil || s.KubeletPort != 20250 || s.HealthzPort != 20248 || s.NodeIP != "127.0.0.1" || !s.ReadOnlyNetSysctl {
-		t.Errorf("settings %+v, %v", s, err)
+// TestPauseFromEnv: the test hook names an install checkpoint or nothing.
+// (The sandbox variables are lib/sandbox's, tested there.)
+func TestPauseFromEnv(t *testing.T) {
+	if cp, err := PauseFromEnv(func(string) string { return "" }); err != nil || cp != "" {
+		t.Errorf("unset: %q %v", cp, err)
 	}
-	env[EnvKubeletPort] = "x"
-	if _, err := SettingsFromEnv(func(k string) string { return env[k] }); err == nil {
-		t.Errorf("bad port accepted")
+	if cp, err := PauseFromEnv(func(string) string { return string(ownership.CheckpointStartingNode) }); err != nil ||
+		cp != ownership.CheckpointStartingNode {
+		t.Errorf("starting-node: %q %v", cp, err)
 	}
 	if _, err := PauseFromEnv(func(string) string { return "nope" }); err == nil {
 		t.Errorf("bad pause checkpoint accepted")

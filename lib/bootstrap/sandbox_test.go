@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
 
@@ -15,7 +16,7 @@ func TestSandboxRecordedAndReused(t *testing.T) {
 		EnvReadOnlyNetSysctl: "1", EnvHostPrep: HostPrepPackagesOnly}
 	f := newFakes(t)
 	// Before the host root exists: the environment alone.
-	sb, err := LoadSandbox(f.root, func(k string) string { return env[k] })
+	sb, err := sandbox.Load(f.root, func(k string) string { return env[k] })
 	want := state.Sandbox{KubeletPort: 20250, HealthzPort: 20248, NodeIP: "127.0.0.2", ReadOnlyNetSysctl: true, HostPrep: HostPrepPackagesOnly}
 	if err != nil || sb != want {
 		t.Fatalf("from the environment on a fresh host: %+v %v", sb, err)
@@ -27,22 +28,22 @@ func TestSandboxRecordedAndReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	noEnv := func(string) string { return "" }
-	if got, err := LoadSandbox(f.root, noEnv); err != nil || got != want {
+	if got, err := sandbox.Load(f.root, noEnv); err != nil || got != want {
 		t.Errorf("recorded settings without the environment: %+v %v", got, err)
 	}
-	s, err := Settings(f.root, noEnv)
+	s, err := sandbox.LoadSettings(f.root, noEnv)
 	if err != nil || s.KubeletPort != 20250 || s.HealthzPort != 20248 || s.NodeIP != "127.0.0.2" || !s.ReadOnlyNetSysctl {
 		t.Errorf("backend settings of a later stage: %+v %v", s, err)
 	}
 	// The environment overrides the record.
 	over := map[string]string{EnvKubeletPort: "30250", EnvReadOnlyNetSysctl: "0", EnvHostPrep: "full"}
-	got, err := LoadSandbox(f.root, func(k string) string { return over[k] })
+	got, err := sandbox.Load(f.root, func(k string) string { return over[k] })
 	if err != nil || got.KubeletPort != 30250 || got.HealthzPort != 20248 || got.ReadOnlyNetSysctl || got.HostPrep != "" {
 		t.Errorf("environment over the record: %+v %v", got, err)
 	}
 	// A complete-host re-run without the environment keeps the record as it is.
 	d = f.deps()
-	d.Sandbox, _ = LoadSandbox(f.root, noEnv)
+	d.Sandbox, _ = sandbox.Load(f.root, noEnv)
 	if _, err := Run(t.Context(), d, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestSandboxRecordedAndReused(t *testing.T) {
 	}
 	// Bad values are refused.
 	for k, v := range map[string]string{EnvKubeletPort: "x", EnvReadOnlyNetSysctl: "yes", EnvHostPrep: "some"} {
-		if _, err := LoadSandbox(f.root, func(n string) string {
+		if _, err := sandbox.Load(f.root, func(n string) string {
 			if n == k {
 				return v
 			}

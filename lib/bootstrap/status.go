@@ -16,12 +16,8 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,7 +34,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
-	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
@@ -73,7 +69,7 @@ const MaxMessage = 1024
 const reportTimeout = 10 * time.Second
 
 // ErrNoIdentity: the kubelet has not obtained its client certificate yet.
-var ErrNoIdentity = errors.New("no node identity yet")
+var ErrNoIdentity = nodeidentity.ErrNoIdentity
 
 // NodeCluster is the real Cluster over the node identity.
 type NodeCluster struct {
@@ -86,43 +82,15 @@ type NodeCluster struct {
 
 // RESTConfig is a client configuration for the node identity: the
 // configuration's server and CA, and the kubelet's current client
-// certificate. ErrNoIdentity (wrapped) when there is none yet.
+// certificate (lib/nodeidentity). ErrNoIdentity (wrapped) when there is none
+// yet.
 func (c *NodeCluster) RESTConfig(cfg *config.Config) (*rest.Config, error) {
-	dir := c.Identity
-	if dir == "" {
-		dir = c.Root.HostPath(hostroot.IdentityDir)
-	}
-	p := path.Join(dir, "kubelet-client-current.pem")
-	local, err := localEntry(c.Root, p)
+	rc, err := nodeidentity.RESTConfig(c.Root, c.Identity, cfg)
 	if err != nil {
 		return nil, err
 	}
-	// The kubelet links the current pair by its path inside the node
-	// (/var/lib/kubelet/pki/...), where the identity directory is bound.
-	if target, err := os.Readlink(local); err == nil {
-		name := path.Base(target)
-		if strings.HasPrefix(target, "/") && !strings.HasPrefix(target, nodeconfig.CertDir+"/") {
-			return nil, fmt.Errorf("node identity %s links to %s, outside %s", p, target, nodeconfig.CertDir)
-		}
-		local = filepath.Join(filepath.Dir(local), name)
-	}
-	pair, err := os.ReadFile(local)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", p, ErrNoIdentity)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node identity: %w", err)
-	}
-	creds, err := nodeconfig.LoadCredentials(c.Root, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &rest.Config{
-		Host:            cfg.Cluster.Server,
-		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CAPEM, CertData: pair, KeyData: pair},
-		Timeout:         5 * time.Second,
-		UserAgent:       Stage + "/" + buildinfo.Version,
-	}, nil
+	rc.UserAgent = Stage + "/" + buildinfo.Version
+	return rc, nil
 }
 
 // WaitNodeReady polls the Node until its Ready condition is True, bounded

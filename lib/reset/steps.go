@@ -34,7 +34,7 @@ const ownService = "kubeslot-reset.service"
 
 // UnitLister lists the units systemd has loaded whose names match glob
 // patterns. The Deps.Systemd of a real run implements it
-// (bootstrap.LazySystemd); without it only the known instances are stopped.
+// (systemdconn.Lazy); without it only the known instances are stopped.
 type UnitLister interface {
 	ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error)
 }
