@@ -85,13 +85,7 @@ func TestAPIAgentAccess(t *testing.T) {
 
 	// Operations: admin creates one per target kind
 	newOp := func(name, ref string, sel map[string]string) {
-		op := testOperation(name, v1alpha1.OperationNodeRestart)
-		op.Spec.MachineRef = nil
-		if ref != "" {
-			op.Spec.MachineRef = &v1alpha1.MachineReference{Name: ref}
-		} else {
-			op.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: sel}
-		}
+		op := targetedOp(name, ref, sel)
 		if _, err := admin.CreateOperation(ctx, op); err != nil {
 			t.Fatalf("admin creates %s: %v", name, err)
 		}
@@ -205,13 +199,7 @@ func TestAPIAgentAccess(t *testing.T) {
 func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.Client) {
 	newOp := func(name, ref string, sel map[string]string, ttl bool) {
 		t.Helper()
-		op := testOperation(name, v1alpha1.OperationNodeRestart)
-		op.Spec.MachineRef = nil
-		if ref != "" {
-			op.Spec.MachineRef = &v1alpha1.MachineReference{Name: ref}
-		} else {
-			op.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: sel}
-		}
+		op := targetedOp(name, ref, sel)
 		if !ttl {
 			op.Spec.TTLSecondsAfterFinished = nil
 		}
@@ -566,4 +554,16 @@ func collect(t *testing.T, w watch.Interface, n int, show func(watch.Event) stri
 	case <-time.After(500 * time.Millisecond):
 	}
 	return out
+}
+
+// targetedOp is a NodeRestart operation for Machine ref, or for the Machines sel picks when ref is empty.
+func targetedOp(name, ref string, sel map[string]string) *v1alpha1.MachineOperation {
+	op := testOperation(name, v1alpha1.OperationNodeRestart)
+	op.Spec.MachineRef = nil
+	if ref != "" {
+		op.Spec.MachineRef = &v1alpha1.MachineReference{Name: ref}
+	} else {
+		op.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: sel}
+	}
+	return op
 }

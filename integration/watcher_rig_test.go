@@ -7,6 +7,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,9 +15,11 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
@@ -157,6 +160,27 @@ func (r *watcherRig) journal() string {
 		return "journal: " + err.Error()
 	}
 	return j
+}
+
+// updateSpec changes the Machine as an admin would, again on a conflict with the watcher's status writes, and
+// returns the new generation.
+func (r *watcherRig) updateSpec(t *testing.T, change func(*v1alpha1.Machine)) int64 {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		m, err := r.admin.GetMachine(r.ctx, r.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(m)
+		out, err := r.admin.UpdateMachine(r.ctx, m)
+		if err == nil {
+			return out.Generation
+		}
+		if !apierrors.IsConflict(errors.Unwrap(err)) && !apierrors.IsConflict(err) || attempt == 10 {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (r *watcherRig) svc(name string) any { return svcProp(r.t, r.ctx, r.sd, units.Watcher, name) }

@@ -5,7 +5,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -45,23 +44,6 @@ func TestWatcherOnRig(t *testing.T) {
 		}
 		return m
 	}
-	// updateSpec changes the Machine as an admin would, again on a conflict with the watcher's status writes.
-	updateSpec := func(t *testing.T, change func(*v1alpha1.Machine)) int64 {
-		t.Helper()
-		for attempt := 1; ; attempt++ {
-			m := getMachine()
-			change(m)
-			out, err := r.admin.UpdateMachine(ctx, m)
-			if err == nil {
-				return out.Generation
-			}
-			if !apierrors.IsConflict(errors.Unwrap(err)) && !apierrors.IsConflict(err) || attempt == 10 {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-
 	t.Run("DeferredWhileInstallationIncomplete", func(t *testing.T) {
 		if res := r.start(units.Watcher); res != "done" {
 			t.Errorf("start job: %s, want done (exit %d is success)", res, exitcode.Deferred)
@@ -101,7 +83,7 @@ func TestWatcherOnRig(t *testing.T) {
 		var lat []time.Duration
 		var gen int64
 		for i := 0; i < 5; i++ {
-			gen = updateSpec(t, func(m *v1alpha1.Machine) {
+			gen = r.updateSpec(t, func(m *v1alpha1.Machine) {
 				m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
 				m.Spec.Node.KubernetesVersion = fmt.Sprintf("1.99.%d", i)
 			})
@@ -120,7 +102,7 @@ func TestWatcherOnRig(t *testing.T) {
 		if req.Desired == nil || req.Desired.Kubernetes.Version != "1.99.4" || req.MachineGeneration != gen {
 			t.Errorf("claimed request: %+v", req)
 		}
-		updateSpec(t, func(m *v1alpha1.Machine) { m.Labels = map[string]string{"touched": "yes"} })
+		r.updateSpec(t, func(m *v1alpha1.Machine) { m.Labels = map[string]string{"touched": "yes"} })
 		time.Sleep(2 * time.Second)
 		if id := r.pendingID(requests.Repave); id != "" {
 			t.Errorf("a second repave request %s after a no-op change", id)
@@ -279,7 +261,7 @@ func TestWatcherOnRig(t *testing.T) {
 		var lat []time.Duration
 		for i := 0; i < changes; i++ {
 			t0 := time.Now()
-			gen := updateSpec(t, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = fmt.Sprintf("1.98.%d", i) })
+			gen := r.updateSpec(t, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = fmt.Sprintf("1.98.%d", i) })
 			want := requests.NewID(requests.Repave, gen, "")
 			for r.pendingID(requests.Repave) != want {
 				if time.Since(t0) > 20*time.Second {
@@ -513,7 +495,7 @@ func TestWatcherOnRig(t *testing.T) {
 		}
 		rigTiming(t, "watcher start, cluster unreachable -> READY", time.Since(t0))
 		// While it cannot reach the cluster the spec moves on; nothing may be dispatched from what it saw before.
-		gen := updateSpec(t, func(m *v1alpha1.Machine) {
+		gen := r.updateSpec(t, func(m *v1alpha1.Machine) {
 			m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
 			m.Spec.Node.KubernetesVersion = "1.99.7"
 		})
@@ -545,7 +527,7 @@ func TestWatcherOnRig(t *testing.T) {
 	t.Run("InvalidSpecDegraded", func(t *testing.T) {
 		// The schema accepts this label; the agent's own check does not (the kubelet may not set it on its Node).
 		const key = "node-role.kubernetes.io/worker"
-		gen := updateSpec(t, func(m *v1alpha1.Machine) {
+		gen := r.updateSpec(t, func(m *v1alpha1.Machine) {
 			m.Spec.Node.Labels = map[string]v1alpha1.LabelValue{key: "x"}
 			m.Spec.Node.KubernetesVersion = "1.99.8"
 		})
@@ -573,7 +555,7 @@ func TestWatcherOnRig(t *testing.T) {
 		if err := os.WriteFile(p, append(b, ' '), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		gen := updateSpec(t, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = "1.99.9" })
+		gen := r.updateSpec(t, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = "1.99.9" })
 		eventually(t, 30*time.Second, "Degraded condition naming the applied config", func() (bool, string) {
 			m := getMachine()
 			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionDegraded)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
@@ -71,17 +74,23 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 		hooksErr = st.hooksErr.Error()
 	}
 
+	cfg, err := st.rest()
+	if err != nil {
+		return err
+	}
+	id := identityOf(cfg)
+	// A kubelet rotation is several events (new file, link made, link
+	// renamed): decide once they have settled.
+	idSettle := time.NewTimer(time.Hour)
+	idSettle.Stop()
+	defer idSettle.Stop()
 	for {
 		loopCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		cfg, err := st.rest()
-		if err != nil {
-			cancel()
-			return err
-		}
+		loopCfg := cfg
 		go func() {
 			done <- watcher.Run(loopCtx, watcher.Options{
-				Root: st.root, REST: cfg, NodeName: st.nodeName, MachineName: st.machineName,
+				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
 				AgentVersion: buildinfo.Version, Log: log, Started: t0, UpgradeSettle: f.UpgradeSettle, HooksErr: hooksErr,
 				Synced: func() { readyTimer.Stop(); ready("watching Machine " + st.machineName) },
 			})
@@ -106,8 +115,19 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 				// With the kubeconfig directly in the base, only the kubeconfig
 				// itself names the identity; anything else there is not ours.
 				case filepath.Dir(ev.Name) == idDir && (idDir != base || ev.Name == st.kubeconfig):
-					log.Info("node identity changed; reconnecting", "file", ev.Name)
-					restart = true
+					idSettle.Reset(identitySettle)
+				}
+			case <-idSettle.C:
+				// Rebuild only for another identity; one that cannot be read
+				// (mid-rotation by another writer) keeps the client that works.
+				ncfg, err := st.rest()
+				if err != nil {
+					log.Warn("the node identity changed but cannot be read; keeping the current client", "err", err.Error())
+					continue
+				}
+				if nid := identityOf(ncfg); nid != id {
+					log.Info("node identity changed; reconnecting")
+					cfg, id, restart = ncfg, nid, true
 				}
 			case err := <-fw.Errors:
 				log.Warn("host root watch error", "err", err.Error())
@@ -203,4 +223,35 @@ func ownBinary() string {
 		return real
 	}
 	return p
+}
+
+// identitySettle is how long identity events must be quiet before the
+// identity is read again.
+const identitySettle = 250 * time.Millisecond
+
+// identityOf is a digest of everything that makes cfg's identity: server,
+// CA, client pair or token, the files they name included.
+func identityOf(cfg *rest.Config) string {
+	h := sha256.New()
+	put := func(b []byte) { fmt.Fprintf(h, "%d:", len(b)); h.Write(b) }
+	file := func(p string) {
+		if p == "" {
+			put(nil)
+			return
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			b = []byte("unreadable: " + err.Error())
+		}
+		put([]byte(p))
+		put(b)
+	}
+	t := cfg.TLSClientConfig
+	for _, b := range [][]byte{[]byte(cfg.Host), t.CAData, t.CertData, t.KeyData, []byte(cfg.BearerToken)} {
+		put(b)
+	}
+	for _, p := range []string{t.CAFile, t.CertFile, t.KeyFile, cfg.BearerTokenFile} {
+		file(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

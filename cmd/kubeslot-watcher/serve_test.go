@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
@@ -108,4 +110,37 @@ func resolved(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return r
+}
+
+func TestIdentityOf(t *testing.T) {
+	dir := t.TempDir()
+	pair := filepath.Join(dir, "pair.pem")
+	if err := os.WriteFile(pair, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := &rest.Config{Host: "https://a:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CertData: []byte("c"), KeyData: []byte("k")}}
+	files := &rest.Config{Host: "https://a:6443", TLSClientConfig: rest.TLSClientConfig{CertFile: pair, KeyFile: pair}}
+	id, fid := identityOf(base), identityOf(files)
+	if identityOf(base) != id || identityOf(files) != fid {
+		t.Fatal("identityOf is not stable")
+	}
+	for name, c := range map[string]*rest.Config{
+		"server": {Host: "https://b:6443", TLSClientConfig: base.TLSClientConfig},
+		"cert":   {Host: base.Host, TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CertData: []byte("c2"), KeyData: []byte("k")}},
+		"key":    {Host: base.Host, TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CertData: []byte("c"), KeyData: []byte("k2")}},
+		"ca":     {Host: base.Host, TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca2"), CertData: []byte("c"), KeyData: []byte("k")}},
+		// a field boundary moved: "c"+"k" against "ck"+""
+		"split": {Host: base.Host, TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CertData: []byte("ck")}},
+	} {
+		if identityOf(c) == id {
+			t.Errorf("%s changed, identity the same", name)
+		}
+	}
+	// The same file names with new contents: a rotation in place.
+	if err := os.WriteFile(pair, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if identityOf(files) == fid {
+		t.Error("rewritten pair file, identity the same")
+	}
 }
