@@ -70,7 +70,8 @@ type MachineOperationSpec struct {
 	Parameters *OperationParameters `json:"parameters,omitempty"`
 
 	// TTLSecondsAfterFinished asks for the operation to be deleted this
-	// many seconds after it succeeded or failed. Unset: kept until deleted.
+	// many seconds after it succeeded or failed (status.completionTime);
+	// the agent of a targeted Machine deletes it. Unset: kept until deleted.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
