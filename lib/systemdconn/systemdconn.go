@@ -1,12 +1,13 @@
 // Package systemdconn is the stages' connection to the host's systemd: a
 // D-Bus client (lib/isolation/hostapi.DBus) dialled on first use and bounded
 // by DialTimeout, implementing hostapi.Systemd (isolation.SystemdConn) and
-// reset.UnitLister.
+// reset.UnitLister; Once is that first-use, bounded dial for any client.
 //
 // It imports lib/isolation/hostapi only (and through it go-systemd and
 // godbus), so the watcher can use it without linking the bootstrap's typed
 // Kubernetes clientset. Imported by the stage binaries (cmd/kubeslot-bootstrap,
-// cmd/kubeslot-repaver, cmd/kubeslot-resetter, cmd/kubeslot-watcher).
+// cmd/kubeslot-repaver, cmd/kubeslot-resetter, cmd/kubeslot-watcher) and
+// lib/upgrade (Once).
 package systemdconn
 
 import (
@@ -18,17 +19,70 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 )
 
+// Once makes a connection on first use, at most once: the dial runs with
+// the connection's lifetime context and is bounded by DialTimeout apart
+// from it, since go-systemd and godbus close a connection when the context
+// it was dialled with ends. A failed dial is remembered; a caller whose own
+// context ends first is not (a later call may dial again). Shared by Lazy
+// and lib/upgrade's systemd client.
+type Once[C any] struct {
+	mu   sync.Mutex
+	conn C
+	made bool
+	err  error
+}
+
+// Get returns the connection, dialling it with dial on the first call.
+func (o *Once[C]) Get(ctx, life context.Context, dial func(context.Context) (C, error)) (C, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.made || o.err != nil {
+		return o.conn, o.err
+	}
+	if life == nil {
+		life = context.Background()
+	}
+	type result struct {
+		c   C
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := dial(life)
+		ch <- result{c, err}
+	}()
+	t := time.NewTimer(DialTimeout)
+	defer t.Stop()
+	var zero C
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			o.err = r.err
+			return zero, o.err
+		}
+		o.conn, o.made = r.c, true
+	case <-t.C:
+		o.err = fmt.Errorf("connect to systemd over D-Bus: no answer within %s", DialTimeout)
+	case <-ctx.Done():
+		return zero, fmt.Errorf("connect to systemd over D-Bus: %w", context.Cause(ctx))
+	}
+	return o.conn, o.err
+}
+
+// Made returns the connection if one was made.
+func (o *Once[C]) Made() (C, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.conn, o.made
+}
+
 // Lazy connects to systemd over D-Bus on first use, so that a run
 // refused before it touches the host (invalid configuration, busy lock,
 // another installation) never needs the bus. Ctx is the connection's
-// lifetime (the process's context): go-systemd and godbus close a
-// connection when the context it was dialled with ends, so the dial is
-// bounded by DialTimeout separately.
+// lifetime (the process's context).
 type Lazy struct {
 	Ctx  context.Context
-	mu   sync.Mutex
-	conn *hostapi.DBus
-	err  error
+	once Once[*hostapi.DBus]
 }
 
 // DialTimeout bounds connecting to systemd.
@@ -37,44 +91,13 @@ const DialTimeout = 30 * time.Second
 var _ hostapi.Systemd = (*Lazy)(nil) // isolation.SystemdConn
 
 func (l *Lazy) get(ctx context.Context) (*hostapi.DBus, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != nil || l.err != nil {
-		return l.conn, l.err
-	}
-	life := l.Ctx
-	if life == nil {
-		life = context.Background()
-	}
-	type result struct {
-		c   *hostapi.DBus
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := hostapi.DialSystemd(life)
-		ch <- result{c, err}
-	}()
-	t := time.NewTimer(DialTimeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		l.conn, l.err = r.c, r.err
-	case <-t.C:
-		l.err = fmt.Errorf("connect to systemd over D-Bus: no answer within %s", DialTimeout)
-	case <-ctx.Done():
-		// Not sticky: a later call with a live context may dial again.
-		return nil, fmt.Errorf("connect to systemd over D-Bus: %w", context.Cause(ctx))
-	}
-	return l.conn, l.err
+	return l.once.Get(ctx, l.Ctx, hostapi.DialSystemd)
 }
 
 // Close closes the connection if one was made.
 func (l *Lazy) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != nil {
-		l.conn.Close()
+	if c, ok := l.once.Made(); ok {
+		c.Close()
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
@@ -17,65 +16,34 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 // DBus is the real Systemd: go-systemd's D-Bus client, connected on first
 // use so that a run refused before it touches systemd (busy lock, nothing to
 // do) never needs the bus. Life is the connection's lifetime (the process's
-// context); the dial itself is bounded by DialTimeout.
+// context); the dial itself is bounded (systemdconn.Once).
 type DBus struct {
 	Life context.Context
-	mu   sync.Mutex
-	conn *sddbus.Conn
-	err  error
+	once systemdconn.Once[*sddbus.Conn]
 }
-
-// DialTimeout bounds connecting to systemd.
-const DialTimeout = 30 * time.Second
 
 var _ Systemd = (*DBus)(nil)
 
 func (s *DBus) get(ctx context.Context) (*sddbus.Conn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn != nil || s.err != nil {
-		return s.conn, s.err
-	}
-	life := s.Life
-	if life == nil {
-		life = context.Background()
-	}
-	type result struct {
-		c   *sddbus.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
+	return s.once.Get(ctx, s.Life, func(life context.Context) (*sddbus.Conn, error) {
 		c, err := sddbus.NewWithContext(life)
-		ch <- result{c, err}
-	}()
-	t := time.NewTimer(DialTimeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		s.conn, s.err = r.c, r.err
-		if r.err != nil {
-			s.err = fmt.Errorf("connect to systemd over D-Bus: %w", r.err)
+		if err != nil {
+			return nil, fmt.Errorf("connect to systemd over D-Bus: %w", err)
 		}
-	case <-t.C:
-		s.err = fmt.Errorf("connect to systemd over D-Bus: no answer within %s", DialTimeout)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("connect to systemd over D-Bus: %w", context.Cause(ctx))
-	}
-	return s.conn, s.err
+		return c, nil
+	})
 }
 
 // Close closes the connection if one was made.
 func (s *DBus) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn != nil {
-		s.conn.Close()
+	if c, ok := s.once.Made(); ok {
+		c.Close()
 	}
 }
 
