@@ -21,10 +21,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
@@ -45,17 +44,9 @@ func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
 	var f flags
-	if _, code, done := cli.Parse(name, "kubeslot-bootstrap turns this host into a Kubernetes worker node on slot a.", &f, args, stdio); done {
-		return code
-	}
-	log, err := f.Logger(stdio.Stderr, name)
-	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
-		return exitcode.Usage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return cli.Exit(log, stage(ctx, &f, log, stdio, os.Getenv))
+	return cli.Run(name, "kubeslot-bootstrap turns this host into a Kubernetes worker node on slot a.", &f, args, stdio, func(ctx context.Context, _ *kong.Context, log *slog.Logger) error {
+		return stage(ctx, &f, log, stdio, os.Getenv)
+	})
 }
 
 // stage is the top-down list of what the binary does.

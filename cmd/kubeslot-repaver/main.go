@@ -32,10 +32,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/cli"
@@ -71,17 +70,9 @@ func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
 	var f flags
-	if _, code, done := cli.Parse(name, "kubeslot-repaver moves the node onto the other slot, or restarts it in place.", &f, args, stdio); done {
-		return code
-	}
-	log, err := f.Logger(stdio.Stderr, name)
-	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
-		return exitcode.Usage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return cli.Exit(log, stage(ctx, &f, log, stdio, os.Getenv))
+	return cli.Run(name, "kubeslot-repaver moves the node onto the other slot, or restarts it in place.", &f, args, stdio, func(ctx context.Context, _ *kong.Context, log *slog.Logger) error {
+		return stage(ctx, &f, log, stdio, os.Getenv)
+	})
 }
 
 // job reads what to do from the flags and the unit's environment.

@@ -31,11 +31,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostprep"
@@ -64,17 +63,9 @@ func run(args []string, stdio cli.IO) int {
 
 func runEnv(args []string, stdio cli.IO, getenv func(string) string) int {
 	var f flags
-	if _, code, done := cli.Parse(name, "kubeslot-resetter removes kubeslot from this host, leaving it as it was before bootstrap.", &f, args, stdio); done {
-		return code
-	}
-	log, err := f.Logger(stdio.Stderr, name)
-	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
-		return exitcode.Usage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return cli.Exit(log, stage(ctx, &f, log, stdio, getenv))
+	return cli.Run(name, "kubeslot-resetter removes kubeslot from this host, leaving it as it was before bootstrap.", &f, args, stdio, func(ctx context.Context, _ *kong.Context, log *slog.Logger) error {
+		return stage(ctx, &f, log, stdio, getenv)
+	})
 }
 
 // stage is the top-down list of what the binary does.

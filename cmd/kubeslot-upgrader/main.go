@@ -32,10 +32,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
@@ -81,21 +80,12 @@ func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
 	var f flags
-	kctx, code, done := cli.Parse(name, "kubeslot-upgrader replaces kubeslot itself with a new release bundle.", &f, args, stdio)
-	if done {
-		return code
-	}
-	log, err := f.Logger(stdio.Stderr, name)
-	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
-		return exitcode.Usage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if kctx.Command() == "recover" {
-		return cli.Exit(log, recoverStage(ctx, &f, log, stdio))
-	}
-	return cli.Exit(log, upgradeStage(ctx, &f, log, stdio, os.Getenv))
+	return cli.Run(name, "kubeslot-upgrader replaces kubeslot itself with a new release bundle.", &f, args, stdio, func(ctx context.Context, kctx *kong.Context, log *slog.Logger) error {
+		if kctx.Command() == "recover" {
+			return recoverStage(ctx, &f, log, stdio)
+		}
+		return upgradeStage(ctx, &f, log, stdio, os.Getenv)
+	})
 }
 
 // job reads what to do from the flags and the unit's environment.

@@ -26,11 +26,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
@@ -58,22 +58,22 @@ func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 func run(args []string, stdio cli.IO) int {
 	t0 := time.Now()
 	var f flags
-	if _, code, done := cli.Parse(name, "kubeslot-watcher follows this host's Machine in the cluster and dispatches work to the other stages.", &f, args, stdio); done {
-		return code
-	}
-	log, err := f.Logger(stdio.Stderr, name)
-	if err != nil {
-		return cli.Exit(log, err)
-	}
+	return cli.Run(name, "kubeslot-watcher follows this host's Machine in the cluster and dispatches work to the other stages.", &f, args, stdio, func(ctx context.Context, _ *kong.Context, log *slog.Logger) error {
+		return stage(ctx, &f, log, t0)
+	})
+}
+
+// stage is the top-down list of what the binary does.
+func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error {
 	if f.UpgradeSettle <= 0 {
-		return cli.Exit(log, exitcode.UsageError(fmt.Errorf("--upgrade-settle %s: want a positive duration", f.UpgradeSettle)))
+		return exitcode.UsageError(fmt.Errorf("--upgrade-settle %s: want a positive duration", f.UpgradeSettle))
 	}
 	if exit, err := testExitAfter(os.Getenv(EnvTestExitAfter)); err != nil {
-		return cli.Exit(log, err)
+		return err
 	} else if exit != nil {
 		if *exit <= 0 {
 			log.Warn("test hook: exiting 1 at start", "env", EnvTestExitAfter)
-			return exitcode.Failure
+			return cli.Reported(exitcode.Failure)
 		}
 		time.AfterFunc(time.Until(t0.Add(*exit)), func() {
 			log.Warn("test hook: exiting 1", "env", EnvTestExitAfter, "after", *exit)
@@ -82,11 +82,9 @@ func run(args []string, stdio cli.IO) int {
 	}
 	root, err := f.Root()
 	if err != nil {
-		return cli.Exit(log, err)
+		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	st, err := start(ctx, root, f, log)
+	st, err := start(ctx, root, *f, log)
 	if err != nil {
 		if exitcode.Of(err) == exitcode.Deferred {
 			// A Type=notify service that exits before READY=1 is a protocol
@@ -94,9 +92,9 @@ func run(args []string, stdio cli.IO) int {
 			// the unit inactive and not failed.
 			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=deferred: "+err.Error())
 		}
-		return cli.Exit(log, err)
+		return err
 	}
-	return cli.Exit(log, serve(ctx, st, f, log, t0))
+	return serve(ctx, st, *f, log, t0)
 }
 
 // testExitAfter parses the EnvTestExitAfter hook: nil when unset.

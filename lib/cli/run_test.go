@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+)
+
+func TestRun(t *testing.T) {
+	type flags struct{ Globals }
+	call := func(args []string, body func(context.Context, *kong.Context, *slog.Logger) error) (int, string, bool) {
+		var f flags
+		var out, errs bytes.Buffer
+		ran := false
+		code := Run("kubeslot-test", "a test stage", &f, args, IO{Stdout: &out, Stderr: &errs}, func(ctx context.Context, k *kong.Context, log *slog.Logger) error {
+			ran = true
+			if ctx.Err() != nil || log == nil || k == nil {
+				t.Errorf("body got ctx err %v, log %v, kong ctx %v", ctx.Err(), log, k)
+			}
+			return body(ctx, k, log)
+		})
+		return code, out.String() + errs.String(), ran
+	}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		err   error
+		code  int
+		ran   bool
+		wants []string
+	}{
+		{"ok", nil, nil, 0, true, nil},
+		{"deferred", nil, exitcode.Defer(errors.New("busy")), exitcode.Deferred, true, []string{"deferred", "busy"}},
+		{"failed", nil, errors.New("boom"), exitcode.Failure, true, []string{"failed", "boom"}},
+		{"reported", nil, Reported(exitcode.Failure), exitcode.Failure, true, nil},
+		{"usage", nil, exitcode.UsageError(errors.New("bad --x")), exitcode.Usage, true, []string{"bad --x"}},
+		{"bad flag", []string{"--nope"}, nil, exitcode.Usage, false, []string{"--nope"}},
+		{"version", []string{"--version"}, nil, 0, false, []string{"kubeslot-test"}},
+		{"bad log level", []string{"--log-level", "loud"}, nil, exitcode.Usage, false, []string{"loud"}},
+	} {
+		code, out, ran := call(c.args, func(context.Context, *kong.Context, *slog.Logger) error { return c.err })
+		if code != c.code || ran != c.ran {
+			t.Errorf("%s: exit %d, body ran %v; want %d, %v\n%s", c.name, code, ran, c.code, c.ran, out)
+		}
+		for _, w := range c.wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", c.name, w, out)
+			}
+		}
+		if c.name == "reported" && out != "" {
+			t.Errorf("reported: want no output, got %q", out)
+		}
+	}
+}
