@@ -96,7 +96,17 @@ func (c *NodeCluster) RESTConfig(cfg *config.Config) (*rest.Config, error) {
 // WaitNodeReady polls the Node until its Ready condition is True, bounded
 // by ctx. The identity appears once the kubelet's TLS bootstrap finished.
 func (c *NodeCluster) WaitNodeReady(ctx context.Context, cfg *config.Config) error {
+	return c.WaitNodeReadySince(ctx, cfg, time.Time{})
+}
+
+// WaitNodeReadySince polls the Node until it is Ready with a heartbeat
+// newer than since (any heartbeat when since is zero), bounded by ctx.
+// Heartbeats have a resolution of one second, so "newer" means at least the
+// second after since: a heartbeat of an old kubelet in the same second is
+// never taken for a new one's (the repaver).
+func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config, since time.Time) error {
 	node := cfg.Machine.NodeName
+	floor := since.Truncate(time.Second)
 	last := "no node identity yet"
 	var cs *kubernetes.Clientset
 	for {
@@ -111,19 +121,26 @@ func (c *NodeCluster) WaitNodeReady(ctx context.Context, cfg *config.Config) err
 		}
 		if cs != nil {
 			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			if err == nil {
+			switch {
+			case err == nil:
 				last = "Node " + node + " has no Ready condition yet"
 				for _, cond := range n.Status.Conditions {
-					if cond.Type == corev1.NodeReady {
-						if cond.Status == corev1.ConditionTrue {
-							return nil
-						}
-						last = fmt.Sprintf("Node %s Ready=%s: %s", node, cond.Status, cond.Message)
+					if cond.Type != corev1.NodeReady {
+						continue
+					}
+					hb := cond.LastHeartbeatTime.Time
+					if cond.Status == corev1.ConditionTrue && (since.IsZero() || hb.After(floor)) {
+						return nil
+					}
+					last = fmt.Sprintf("Node %s Ready=%s: %s", node, cond.Status, cond.Message)
+					if !since.IsZero() {
+						last = fmt.Sprintf("Node %s Ready=%s (heartbeat %s, want after %s): %s", node, cond.Status,
+							hb.UTC().Format(time.RFC3339), floor.UTC().Format(time.RFC3339), cond.Message)
 					}
 				}
-			} else if apierrors.IsNotFound(err) {
+			case apierrors.IsNotFound(err):
 				last = "Node " + node + " not registered yet"
-			} else {
+			default:
 				last = err.Error()
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,53 +33,11 @@ type NodeCluster struct {
 }
 
 // WaitReady polls the Node until it is Ready with a heartbeat newer than
-// since. Heartbeats have a resolution of one second, so "newer" means at
-// least the second after since: a heartbeat of the old kubelet in the same
-// second is never taken for the new one's.
+// since (bootstrap.NodeCluster.WaitNodeReadySince: the second after since,
+// so the old kubelet's last heartbeat is never taken for the new one's).
 func (c *NodeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
 	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
-	node := cfg.Machine.NodeName
-	floor := since.Truncate(time.Second)
-	last := "no node identity yet"
-	var cs *kubernetes.Clientset
-	for {
-		if cs == nil {
-			rc, err := nc.RESTConfig(cfg)
-			if err == nil {
-				cs, err = kubernetes.NewForConfig(rc)
-			}
-			if err != nil {
-				last = err.Error()
-			}
-		}
-		if cs != nil {
-			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			switch {
-			case err == nil:
-				last = "Node " + node + " has no Ready condition yet"
-				for _, cond := range n.Status.Conditions {
-					if cond.Type != corev1.NodeReady {
-						continue
-					}
-					hb := cond.LastHeartbeatTime.Time
-					if cond.Status == corev1.ConditionTrue && hb.After(floor) {
-						return nil
-					}
-					last = fmt.Sprintf("Node %s Ready=%s (heartbeat %s, want after %s): %s", node, cond.Status,
-						hb.UTC().Format(time.RFC3339), floor.UTC().Format(time.RFC3339), cond.Message)
-				}
-			case apierrors.IsNotFound(err):
-				last = "Node " + node + " not registered"
-			default:
-				last = err.Error()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %s", context.Cause(ctx), last)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return nc.WaitNodeReadySince(ctx, cfg, since)
 }
 
 // SetLabels implements Cluster with a JSON merge patch of the Node's
