@@ -479,14 +479,7 @@ func TestAPIWatchHelpers(t *testing.T) {
 		}
 	}
 	op := func(name, ref string, sel map[string]string) {
-		o := testOperation(name, v1alpha1.OperationNodeRestart)
-		o.Spec.MachineRef = nil
-		if ref != "" {
-			o.Spec.MachineRef = &v1alpha1.MachineReference{Name: ref}
-		} else {
-			o.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: sel}
-		}
-		if _, err := admin.CreateOperation(ctx, o); err != nil {
+		if _, err := admin.CreateOperation(ctx, targetedOp(name, ref, sel)); err != nil {
 			t.Fatal(err)
 		}
 	}
