@@ -10,9 +10,10 @@ import (
 )
 
 // A kubeslot binary run as a systemd service logs to the journal natively:
-// its attributes become KUBESLOT_* fields and errors get priority 3. (The
-// OBJECT_SYSTEMD_UNIT field lib/logging adds did not show up in this
-// journal on systemd 252; to be understood before it is asserted here.)
+// its attributes become KUBESLOT_* fields, errors get priority 3, and each
+// record names its unit in OBJECT_SYSTEMD_UNIT (which `journalctl -u`
+// matches), so a run that exits before journald reads its cgroup stays
+// findable by unit.
 func TestStageLogsReachJournalAsFields(t *testing.T) {
 	if err := sdhost.Available(); err != nil {
 		t.Skip("rig unavailable: ", err)
@@ -46,7 +47,8 @@ func TestStageLogsReachJournalAsFields(t *testing.T) {
 			break
 		}
 	}
-	for _, want := range []string{"KUBESLOT_STAGE=kubeslot", "KUBESLOT_ERR=", "/no/such/prefix", "PRIORITY=3", "MESSAGE=failed"} {
+	for _, want := range []string{"KUBESLOT_STAGE=kubeslot", "KUBESLOT_ERR=", "/no/such/prefix", "PRIORITY=3", "MESSAGE=failed",
+		"OBJECT_SYSTEMD_UNIT=ks-log-probe.service"} {
 		if !strings.Contains(journal, want) {
 			t.Errorf("journal record lacks %q:\n%s", want, journal)
 		}

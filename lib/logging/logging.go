@@ -170,28 +170,32 @@ func ownUnit() string {
 }
 
 // unitFromCgroup finds the unit in /proc/self/cgroup content: the last
-// .service or .scope component of the systemd hierarchy (the unified "0::"
-// line, or "name=systemd" on a v1 or hybrid layout). Units nested in a
-// delegated subtree end at the innermost one.
+// .service or .scope component of the systemd hierarchy, the "name=systemd"
+// line of a v1 or hybrid layout first, else the unified "0::" line. (In a
+// container on a hybrid host the name=systemd line can be a bare "/" while
+// the unified one names the unit.) Units nested in a delegated subtree end
+// at the innermost one.
 func unitFromCgroup(content string) string {
-	var path string
+	var named, unified string
 	for _, line := range strings.Split(content, "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
-		if parts[0] == "0" && parts[1] == "" && path == "" {
-			path = parts[2]
-		}
-		if parts[1] == "name=systemd" {
-			path = parts[2]
+		switch {
+		case parts[1] == "name=systemd":
+			named = parts[2]
+		case parts[0] == "0" && parts[1] == "":
+			unified = parts[2]
 		}
 	}
-	comps := strings.Split(path, "/")
-	for i := len(comps) - 1; i >= 0; i-- {
-		c := comps[i]
-		if strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".scope") {
-			return c
+	for _, path := range []string{named, unified} {
+		comps := strings.Split(path, "/")
+		for i := len(comps) - 1; i >= 0; i-- {
+			c := comps[i]
+			if strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".scope") {
+				return c
+			}
 		}
 	}
 	return ""

@@ -56,6 +56,8 @@ func TestUnitFromCgroup(t *testing.T) {
 		// a transient unit in a delegated subtree
 		{"0::/machine.slice/ks-h.scope/system.slice/ks-log-probe.service/payload\n", "ks-log-probe.service"},
 		{"0::/user.slice/user-0.slice/session-3.scope\n", "session-3.scope"},
+		// a hybrid host seen from a container: name=systemd is bare, the unified line names the unit (the rig)
+		{"9:name=systemd:/\n8:pids:/\n0::/system.slice/ks-cg.service\n", "ks-cg.service"},
 		{"0::/\n", ""},
 		{"", ""},
 	} {
