@@ -88,7 +88,18 @@ func buildRelease(t *testing.T, version string) string {
 // lines (key=value, placed in [Unit] or [Service] by key); it returns its path and sha256.
 func makeUpgradeBundle(t *testing.T, bins, version string, extra ...string) (string, string) {
 	t.Helper()
+	return makeUpgradeBundleWith(t, bins, version, nil, extra...)
+}
+
+// makeUpgradeBundleWith is makeUpgradeBundle with more unit templates (name → content).
+func makeUpgradeBundleWith(t *testing.T, bins, version string, moreUnits map[string]string, extra ...string) (string, string) {
+	t.Helper()
 	udir := t.TempDir()
+	for name, data := range moreUnits {
+		if err := os.WriteFile(filepath.Join(udir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for name, data := range units.Templates() {
 		if name == units.Watcher {
 			for _, l := range extra {
@@ -386,7 +397,16 @@ func TestUpgradeOnRig(t *testing.T) {
 		return r.mirror.URL(name)
 	}
 	p1, sum1 := makeUpgradeBundle(t, bins1, "up-1")
-	p2, sum2 := makeUpgradeBundle(t, bins2, "up-2")
+	// Release up-2 has one unit more than up-1: upgrading to it installs and enables the unit, going back to up-1
+	// removes it.
+	const extraUnit = "kubeslot-extra.service"
+	p2, sum2 := makeUpgradeBundleWith(t, bins2, "up-2", map[string]string{
+		extraUnit: "[Unit]\nDescription=kubeslot test: a unit only up-2 has\n[Service]\nType=oneshot\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"})
+	extraInstalled := func() (file, link bool) {
+		_, err := r.h.Run(ctx, "test", "-f", "/etc/systemd/system/"+extraUnit)
+		_, lerr := r.h.Run(ctx, "test", "-L", "/etc/systemd/system/multi-user.target.wants/"+extraUnit)
+		return err == nil, lerr == nil
+	}
 	url1, url2 := serve("up-1.tar.gz", p1), serve("up-2.tar.gz", p2)
 
 	// good checks an upgrade that ends Succeeded on release rel running version.
@@ -448,6 +468,9 @@ func TestUpgradeOnRig(t *testing.T) {
 		if got := fmt.Sprint(svcProp(t, ctx, r.sd, units.Watcher, "InvocationID")); got != inv {
 			t.Error("the watcher unit was started again: want an in-place re-exec")
 		}
+		if f, l := extraInstalled(); !f || !l {
+			t.Errorf("up-2's extra unit: file %v, enable link %v; want both", f, l)
+		}
 	})
 
 	t.Run("ChecksumMismatch", func(t *testing.T) {
@@ -502,6 +525,9 @@ func TestUpgradeOnRig(t *testing.T) {
 				res := r.start("kubeslot-upgrade.service")
 				t.Logf("re-run: %s", res)
 				good(t, name, n.rel, n.version, t0)
+				if f, l := extraInstalled(); (f || l) != (n.version == "up-2") {
+					t.Errorf("on %s, up-2's extra unit: file %v, enable link %v", n.version, f, l)
+				}
 			})
 		}
 	})

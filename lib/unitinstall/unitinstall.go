@@ -1,8 +1,9 @@
 // Package unitinstall writes kubeslot's rendered unit files into
 // /etc/systemd/system and enables them as `systemctl enable` would, each
 // file, link and new directory journalled in the ownership record before it
-// is made, so reset removes exactly what kubeslot made. The caller renders
-// the units (lib/units) and reloads systemd when something changed.
+// is made, so reset removes exactly what kubeslot made; Dropped and Remove
+// take away the units a release no longer has. The caller renders the units
+// (lib/units) and reloads systemd when something changed.
 //
 // Imported by lib/bootstrap (the first release's units, repair of a
 // complete host) and lib/upgrade (a new release's units, rollback).
@@ -30,7 +31,8 @@ import (
 // from what is in /etc/systemd/system and enables every unit with an
 // [Install] section (links in <target>.wants/ or .requires/). It returns
 // the host paths it changed; the caller reloads systemd when that is not
-// empty. Units no longer in rendered are left alone.
+// empty. Units no longer in rendered are left alone here: see Dropped and
+// Remove.
 func Install(root *hostroot.Root, rec *ownership.Record, rendered map[string][]byte) ([]string, error) {
 	var changed []string
 	for _, name := range slices.Sorted(maps.Keys(rendered)) {
@@ -56,6 +58,77 @@ func Install(root *hostroot.Root, rec *ownership.Record, rendered map[string][]b
 		}
 	}
 	return changed, nil
+}
+
+// Dropped lists the units kubeslot installed that rendered no longer has:
+// unit files the journal records as made by kubeslot (nothing was there
+// before), directly in /etc/systemd/system, named kubeslot-*, and still
+// there. An upgrade to a release that dropped a unit, or a rollback from
+// one that added it, removes them (after stopping them) with Remove.
+func Dropped(root *hostroot.Root, rec *ownership.Record, rendered map[string][]byte) ([]string, error) {
+	var out []string
+	for _, c := range rec.Changes() {
+		name := path.Base(c.Path)
+		if c.Kind != ownership.KindUnit || path.Dir(c.Path) != hostroot.UnitDir || c.Prior.State != ownership.PriorAbsent ||
+			!strings.HasPrefix(name, "kubeslot-") || rendered[name] != nil || slices.Contains(out, name) {
+			continue
+		}
+		local, err := LocalEntry(root, c.Path)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := os.Lstat(local)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode().IsRegular() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Remove deletes unit name's file from /etc/systemd/system and the
+// enablement links its [Install] section made, and returns the host paths
+// it removed. The journal keeps the entries: their prior is "absent", so
+// reset's undo finds nothing left to do.
+func Remove(root *hostroot.Root, name string) ([]string, error) {
+	hostPath := path.Join(hostroot.UnitDir, name)
+	local, err := LocalEntry(root, hostPath)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(local)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, link := range append(Links(name, data), hostPath) {
+		l, err := LocalEntry(root, link)
+		if err != nil {
+			return removed, err
+		}
+		if link != hostPath {
+			if target, err := os.Readlink(l); err != nil || target != hostPath {
+				continue // not our link
+			}
+		}
+		if err := os.Remove(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, fmt.Errorf("remove %s: %w", link, err)
+		}
+		if err := atomicfile.SyncDir(filepath.Dir(l)); err != nil {
+			return removed, err
+		}
+		removed = append(removed, link)
+	}
+	return removed, nil
 }
 
 // Changes lists, without changing anything, the host paths Install would

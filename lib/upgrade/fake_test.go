@@ -38,6 +38,7 @@ type fakeSystemd struct {
 	reexec   bool
 	reexecs  int
 	pending  bool // a restart job queued, not yet run
+	stopped  []string
 	crash    map[string]bool
 	flaky    map[string]int // release → reads until its watcher restarts once
 	reloads  int
@@ -58,6 +59,16 @@ func (f *fakeSystemd) DaemonReload(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reloads++
+	return nil
+}
+
+func (f *fakeSystemd) StopUnit(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if name == WatcherUnit {
+		f.t.Errorf("the upgrade stopped %s", name)
+	}
+	f.stopped = append(f.stopped, name)
 	return nil
 }
 
@@ -234,6 +245,8 @@ type bundleOpts struct {
 	scripts map[string]string
 	// watcherLine is added to the [Service] section of the watcher unit.
 	watcherLine string
+	// extraUnits are more unit templates (name → content).
+	extraUnits map[string]string
 }
 
 // makeBundle creates a bundle of version; it returns its path and sha256.
@@ -242,6 +255,11 @@ func (e *env) makeBundle(version string, o bundleOpts) (string, string) {
 	t.Helper()
 	bin := scripts(t, version, o.scripts)
 	udir := t.TempDir()
+	for name, data := range o.extraUnits {
+		if err := os.WriteFile(filepath.Join(udir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for name, data := range units.Templates() {
 		if name == units.Watcher && o.watcherLine != "" {
 			data = bytes.Replace(data, []byte("[Service]\n"), []byte("[Service]\n"+o.watcherLine+"\n"), 1)

@@ -88,6 +88,32 @@ func (s *DBus) ResetFailed(ctx context.Context, name string) error {
 	return nil
 }
 
+// StopUnit implements Systemd.
+func (s *DBus) StopUnit(ctx context.Context, name string) error {
+	c, err := s.get(ctx)
+	if err != nil {
+		return err
+	}
+	done := make(chan string, 1)
+	_, err = c.StopUnitContext(ctx, name, "replace", done)
+	var de godbus.Error
+	if errors.As(err, &de) && de.Name == "org.freedesktop.systemd1.NoSuchUnit" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	select {
+	case r := <-done:
+		if r != "done" {
+			return fmt.Errorf("stop %s: job %s", name, r)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop %s: %w", name, context.Cause(ctx))
+	}
+}
+
 // Unit implements Systemd.
 func (s *DBus) Unit(ctx context.Context, name string) (UnitStatus, error) {
 	var st UnitStatus

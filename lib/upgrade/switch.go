@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/bundle"
@@ -191,7 +192,9 @@ func (t *txn) rollback(ctx context.Context, reason string) (*Result, error) {
 
 // installReleaseUnits installs the unit files of the release directory dir
 // (its units/; a release without one gets this binary's embedded
-// templates), journalled, and reloads systemd when something changed.
+// templates), journalled; stops and removes the units kubeslot installed
+// that this release does not have (a unit a newer release dropped, or one
+// a rolled-back release added); and reloads systemd when something changed.
 func installReleaseUnits(ctx context.Context, d *Deps, rec *ownership.Record, dir string, log *slog.Logger) error {
 	rendered, err := releaseUnits(d, dir)
 	if err != nil {
@@ -201,10 +204,31 @@ func installReleaseUnits(ctx context.Context, d *Deps, rec *ownership.Record, di
 	if err != nil {
 		return err
 	}
+	dropped, err := unitinstall.Dropped(d.Root, rec, rendered)
+	if err != nil {
+		return err
+	}
+	for _, name := range dropped {
+		// A template has no unit of its own to stop; its instances are the
+		// workers', which end by themselves.
+		if !strings.Contains(name, "@.") {
+			sctx, cancel := context.WithTimeout(ctx, callTimeout)
+			err := d.Systemd.StopUnit(sctx, name)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("stop %s, which %s does not have: %w", name, filepath.Base(dir), err)
+			}
+		}
+		removed, err := unitinstall.Remove(d.Root, name)
+		if err != nil {
+			return err
+		}
+		changed = append(changed, removed...)
+	}
 	if len(changed) == 0 {
 		return nil
 	}
-	log.Info("unit files installed", "changed", changed)
+	log.Info("unit files installed", "changed", changed, "removed", dropped)
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	return d.Systemd.DaemonReload(rctx)

@@ -14,7 +14,9 @@
 //	signal      state/upgrade-pending.json (lib/requests): from/to releases
 //	            and versions; from here on it is the durable state
 //	switch      <base>/current -> the new release (atomic)
-//	units       the new release's unit files, journalled, daemon-reload
+//	units       the new release's unit files, journalled; units kubeslot
+//	            installed that it does not have stopped and removed;
+//	            daemon-reload
 //	restart     the installation lock is released (the new watcher takes it
 //	            at start); the watcher, started through current, has
 //	            re-executed the new binary in place on the switch; when the
@@ -124,6 +126,9 @@ type UnitStatus struct {
 type Systemd interface {
 	DaemonReload(ctx context.Context) error
 	RestartUnit(ctx context.Context, name string) error
+	// StopUnit stops a unit and waits for the job; a unit systemd does not
+	// know is stopped already.
+	StopUnit(ctx context.Context, name string) error
 	ResetFailed(ctx context.Context, name string) error
 	Unit(ctx context.Context, name string) (UnitStatus, error)
 }

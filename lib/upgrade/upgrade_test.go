@@ -6,10 +6,12 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -545,4 +547,70 @@ func TestHandover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDroppedUnits: a unit the new release no longer has is stopped and
+// removed with its enable link; a rollback removes what the failed release
+// added.
+func TestDroppedUnits(t *testing.T) {
+	e := newEnv(t)
+	e.sd.reexec = true
+	extra := map[string]string{"kubeslot-extra.service": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}
+	exists := func(p string) bool {
+		l, err := e.root.Resolve(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = os.Lstat(l)
+		return err == nil
+	}
+	const file, link = "/etc/systemd/system/kubeslot-extra.service", "/etc/systemd/system/multi-user.target.wants/kubeslot-extra.service"
+	n := 0
+	run := func(version string, o bundleOpts) (*Result, error) {
+		t.Helper()
+		p, sha := e.makeBundle(version, o)
+		n++
+		op := fmt.Sprintf("up-%d", n)
+		r := &requests.Request{Kind: requests.Upgrade, ID: requests.NewID(requests.Upgrade, 7, op), MachineGeneration: 7,
+			Operation: op, Reason: "test", Upgrade: &requests.UpgradeParams{URL: e.serve(p), SHA256: sha}}
+		if _, err := e.d.Requests.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(t.Context(), e.d, e.job())
+		if err == nil {
+			if err := e.d.Requests.RemoveUpgradeSignal(); err != nil { // the watcher reported it
+				t.Fatal(err)
+			}
+		}
+		return res, err
+	}
+	if _, err := run("2.0", bundleOpts{extraUnits: extra}); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(file) || !exists(link) {
+		t.Fatal("the release's extra unit was not installed and enabled")
+	}
+	// 3.0 drops it.
+	if _, err := run("3.0", bundleOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if exists(file) || exists(link) {
+		t.Error("the dropped unit's file or link is left")
+	}
+	if !slices.Contains(e.sd.stopped, "kubeslot-extra.service") {
+		t.Errorf("stopped %v, want the dropped unit stopped first", e.sd.stopped)
+	}
+	// 4.0 adds it again but its watcher crashes: the rollback takes it away.
+	inactive, err := release.Inactive(e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sd.crash[inactive] = true
+	if _, err := run("4.0", bundleOpts{extraUnits: extra}); !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("4.0: %v, want a rollback", err)
+	}
+	if exists(file) || exists(link) {
+		t.Error("the rolled-back release's unit is left")
+	}
+	e.currentRuns()
 }
