@@ -121,6 +121,37 @@ func TestRepaveOnRig(t *testing.T) {
 		t.Errorf("the failed target has an applied configuration: %v %s", err, out)
 	}
 
+	// 3b. The same rollback killed (-9) while it waits for the old node: the old slot's kubelet posted its status
+	// before the kill and will not post again for minutes, so the resumed wait must take its floor from the kubelet
+	// that runs, not from the time of the resume (issue 16, item 1).
+	broken.Timeouts.NodeReady.Duration = 20 * time.Second
+	rbreq := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 4, ""), MachineGeneration: 4,
+		Reason: "rig: broken kubelet, killed in the rollback", Desired: broken}
+	if out, err := r.h.Run(ctx, "systemctl", "stop", "kubeslot-repave.path"); err != nil {
+		t.Fatalf("stop the path unit: %v %s", err, out)
+	}
+	r.drop(ctx, rbreq)
+	tRb := time.Now()
+	r.pauseRepaver(ctx, "rig-repaver-rb", "rollback-verify")
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, tRb, 2*time.Minute, r.h) // the old slot's kubelet posted Ready
+	if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", "rig-repaver-rb"); err != nil {
+		t.Fatalf("kill the paused repaver: %v %s", err, out)
+	}
+	if data, err := r.h.ReadFile("/opt/kubeslot/state/repave.json"); err != nil || !strings.Contains(string(data), `"phase": "rollback-verify"`) {
+		t.Fatalf("after kill -9 in the rollback the state file is %v: %s", err, data)
+	}
+	tRes := time.Now()
+	if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-repave.path"); err != nil {
+		t.Fatalf("start the path unit: %v %s", err, out)
+	}
+	s = r.waitStatus(ctx, rbreq.ID, 3*time.Minute)
+	r.logStatus("rollback resumed after kill -9 in rollback-verify", s)
+	rigTiming(t, "rollback resumed by the path unit after kill -9 in rollback-verify", time.Since(tRes))
+	if s.Phase != requests.Failed || s.ActiveSlot != "b" || !strings.Contains(s.Message, "rolled back") {
+		t.Errorf("resumed rollback: status %+v, want Failed and rolled back to b", s)
+	}
+	r.waitResumed(ctx, "kill -9 in rollback-verify", 2*time.Minute)
+
 	// 4. kill -9 of the repaver paused at each phase in turn; kubeslot-repave.path resumes it (it watches the
 	// state file too). The path unit is stopped while the repaver is paused and killed, so the checks of what the
 	// kill left are not raced by the resume, then started again: its PathExists= fires for the state file.

@@ -115,6 +115,9 @@ func (b fakeBackend) Remove(_ context.Context, slot string) error {
 	return b.f.call("remove=" + slot)
 }
 func (b fakeBackend) Exec(context.Context, string, ...string) ([]byte, error) { return nil, nil }
+func (b fakeBackend) KubeletStartedAt(context.Context, string) (time.Time, error) {
+	return time.Unix(1, 0), nil
+}
 func (b fakeBackend) KubeletHealthy(_ context.Context, slot string) error {
 	return b.f.call("healthy=" + slot)
 }

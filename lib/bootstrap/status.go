@@ -22,6 +22,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -99,14 +100,22 @@ func (c *NodeCluster) WaitNodeReady(ctx context.Context, cfg *config.Config) err
 	return c.WaitNodeReadySince(ctx, cfg, time.Time{})
 }
 
-// WaitNodeReadySince polls the Node until it is Ready with a heartbeat
-// newer than since (any heartbeat when since is zero), bounded by ctx.
-// Heartbeats have a resolution of one second, so "newer" means at least the
-// second after since: a heartbeat of an old kubelet in the same second is
-// never taken for a new one's (the repaver).
+// WaitNodeReadySince polls the Node until it is Ready as posted by a kubelet
+// that started at since or later (any Ready when since is zero), bounded by
+// ctx.
+//
+// Node status times have whole seconds, so a status posted in the same
+// second as since may be the new kubelet's or the old one's last. The
+// Node's Lease (kube-node-lease/<node>) tells them apart: its renewTime has
+// microseconds, and a kubelet renews it as soon as it starts. So a Ready
+// condition counts when its heartbeat is in since's second or later and the
+// Lease was renewed after since: the kubelet that runs now reached the
+// apiserver, and the Ready status is not from before its second. (Requiring
+// a heartbeat strictly after since's second, as before, missed the new
+// kubelet's first status when it came within that second; the next one can
+// be minutes away, nodeStatusReportFrequency.)
 func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config, since time.Time) error {
 	node := cfg.Machine.NodeName
-	floor := since.Truncate(time.Second)
 	last := "no node identity yet"
 	var cs *kubernetes.Clientset
 	for {
@@ -121,23 +130,20 @@ func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config
 		}
 		if cs != nil {
 			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			var lease *coordinationv1.Lease
+			if err == nil && !since.IsZero() {
+				lease, err = cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					lease, err = nil, nil
+				}
+			}
 			switch {
 			case err == nil:
-				last = "Node " + node + " has no Ready condition yet"
-				for _, cond := range n.Status.Conditions {
-					if cond.Type != corev1.NodeReady {
-						continue
-					}
-					hb := cond.LastHeartbeatTime.Time
-					if cond.Status == corev1.ConditionTrue && (since.IsZero() || hb.After(floor)) {
-						return nil
-					}
-					last = fmt.Sprintf("Node %s Ready=%s: %s", node, cond.Status, cond.Message)
-					if !since.IsZero() {
-						last = fmt.Sprintf("Node %s Ready=%s (heartbeat %s, want after %s): %s", node, cond.Status,
-							hb.UTC().Format(time.RFC3339), floor.UTC().Format(time.RFC3339), cond.Message)
-					}
+				ok, why := NodeReadySince(n, lease, since)
+				if ok {
+					return nil
 				}
+				last = why
 			case apierrors.IsNotFound(err):
 				last = "Node " + node + " not registered yet"
 			default:
@@ -150,6 +156,40 @@ func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// NodeReadySince decides WaitNodeReadySince for one reading of the Node and
+// its Lease (nil: none): whether n is Ready as posted by a kubelet started
+// at since or later, and if not, why, for the error message.
+func NodeReadySince(n *corev1.Node, lease *coordinationv1.Lease, since time.Time) (bool, string) {
+	var ready *corev1.NodeCondition
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			ready = &n.Status.Conditions[i]
+		}
+	}
+	if ready == nil {
+		return false, "Node " + n.Name + " has no Ready condition yet"
+	}
+	if ready.Status != corev1.ConditionTrue {
+		return false, fmt.Sprintf("Node %s Ready=%s: %s", n.Name, ready.Status, ready.Message)
+	}
+	if since.IsZero() {
+		return true, ""
+	}
+	floor := since.Truncate(time.Second)
+	if hb := ready.LastHeartbeatTime.Time; hb.Before(floor) {
+		return false, fmt.Sprintf("Node %s Ready, but last posted at %s, before the kubelet started (%s)", n.Name,
+			hb.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339Nano))
+	}
+	if lease == nil || lease.Spec.RenewTime == nil {
+		return false, "Node " + n.Name + " Ready, but its Lease was not renewed yet"
+	}
+	if renew := lease.Spec.RenewTime.Time; !renew.After(since) {
+		return false, fmt.Sprintf("Node %s Ready, but its Lease was last renewed at %s, before the kubelet started (%s)", n.Name,
+			renew.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))
+	}
+	return true, ""
 }
 
 // Report writes AgentBootstrapped on the Machine (created if missing).

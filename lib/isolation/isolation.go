@@ -106,6 +106,10 @@ type Backend interface {
 	Exec(ctx context.Context, slot string, args ...string) ([]byte, error)
 	// KubeletHealthy asks the node's kubelet for its health once.
 	KubeletHealthy(ctx context.Context, slot string) error
+	// KubeletStartedAt returns when the kubelet that runs in the slot's
+	// node now was started: a Node status older than that was posted by
+	// another kubelet (the old slot's, or a crashed one's).
+	KubeletStartedAt(ctx context.Context, slot string) (time.Time, error)
 }
 
 // Operator is the node lifecycle of one mode. An operator implements its

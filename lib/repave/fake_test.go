@@ -40,11 +40,15 @@ type host struct {
 	// SetLabels.
 	nodeLabels map[string]string
 	labelErr   error
+	// started is when each slot's kubelet last started; waitedSince the
+	// floors WaitReady was given, in order.
+	started     map[string]time.Time
+	waitedSince []time.Time
 }
 
 func newHost() *host {
 	return &host{provisioned: map[string]bool{"a": true}, running: map[string]bool{"a": true},
-		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{},
+		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{}, started: map[string]time.Time{},
 		nodeLabels: map[string]string{"tier": "old", "kubernetes.io/hostname": "node1"}}
 }
 
@@ -104,6 +108,9 @@ func (b *fakeBackend) Start(ctx context.Context, slot string) error {
 	if !b.h.provisioned[slot] {
 		return fmt.Errorf("start %s: not provisioned", slot)
 	}
+	if !b.h.running[slot] {
+		b.h.started[slot] = time.Now()
+	}
 	b.h.running[slot] = true
 	return nil
 }
@@ -135,6 +142,15 @@ func (b *fakeBackend) Exec(ctx context.Context, slot string, args ...string) ([]
 	return nil, errors.New("no exec in the fake")
 }
 
+func (b *fakeBackend) KubeletStartedAt(ctx context.Context, slot string) (time.Time, error) {
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if !b.h.running[slot] {
+		return time.Time{}, fmt.Errorf("kubelet of %s not running", slot)
+	}
+	return b.h.started[slot], nil
+}
+
 func (b *fakeBackend) KubeletHealthy(ctx context.Context, slot string) error {
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
@@ -161,6 +177,9 @@ func (o *fakeOperator) Repave(ctx context.Context, from, to string) error {
 type fakeCluster struct{ h *host }
 
 func (c *fakeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
+	c.h.mu.Lock()
+	c.h.waitedSince = append(c.h.waitedSince, since)
+	c.h.mu.Unlock()
 	for {
 		c.h.mu.Lock()
 		ok := false

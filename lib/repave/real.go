@@ -32,9 +32,10 @@ type NodeCluster struct {
 	Log  *slog.Logger
 }
 
-// WaitReady polls the Node until it is Ready with a heartbeat newer than
-// since (bootstrap.NodeCluster.WaitNodeReadySince: the second after since,
-// so the old kubelet's last heartbeat is never taken for the new one's).
+// WaitReady polls the Node until it is Ready as posted by a kubelet started
+// at since or later (bootstrap.NodeCluster.WaitNodeReadySince: a heartbeat
+// from since's second on and a Lease renewed after since, so the old
+// kubelet's last status is never taken for the new one's).
 func (c *NodeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
 	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
 	return nc.WaitNodeReadySince(ctx, cfg, since)

@@ -45,18 +45,21 @@ const (
 	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
 	Switch   Phase = "switch"   // stop the old node gracefully
 	Start    Phase = "start"    // boot the target with the kept identity
-	Verify   Phase = "verify"   // kubelet healthy, Node Ready with a fresh heartbeat
+	Verify   Phase = "verify"   // kubelet healthy, Node Ready as posted by that kubelet
 	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
 	Clean    Phase = "clean"    // remove the old slot
-	Rollback Phase = "rollback" // stop the target, start and verify the old slot
+	Rollback Phase = "rollback" // stop the target, start the old slot
+	// RollbackVerify waits for the old slot's node (started again if a
+	// reboot came in between) and removes the failed target.
+	RollbackVerify Phase = "rollback-verify"
 )
 
 // Phases lists the forward phases in order.
 func Phases() []Phase { return []Phase{Prepare, Switch, Start, Verify, Commit, Clean} }
 
-// Valid reports whether p is a forward phase or Rollback.
+// Valid reports whether p is a forward phase or a rollback phase.
 func (p Phase) Valid() bool {
-	for _, x := range append(Phases(), Rollback) {
+	for _, x := range append(Phases(), Rollback, RollbackVerify) {
 		if p == x {
 			return true
 		}
@@ -89,13 +92,13 @@ type State struct {
 	Desired *config.Config `json:"desired"`
 	// Phase is the phase being run (written before it runs).
 	Phase Phase `json:"phase"`
-	// Reason is why the repave rolls back (Rollback only).
+	// Reason is why the repave rolls back (rollback phases only).
 	Reason string `json:"reason,omitempty"`
-	// FailedIn is the phase that failed (Rollback only).
+	// FailedIn is the phase that failed (rollback phases only).
 	FailedIn  Phase     `json:"failedIn,omitempty"`
 	StartedAt time.Time `json:"startedAt"`
 	// SwitchAt is when the old node began to stop: the start of the node
-	// downtime, and the time a Node heartbeat must be newer than.
+	// downtime.
 	SwitchAt time.Time `json:"switchAt,omitzero"`
 	// Warning is what went wrong after commit without undoing it (the
 	// Node's labels not updated); it ends up in the final status.
@@ -155,8 +158,8 @@ func removeState(root *hostroot.Root) error {
 
 // Cluster is what the repaver asks of the control plane.
 type Cluster interface {
-	// WaitReady waits until cfg's Node is Ready with a heartbeat newer
-	// than since, bounded by ctx.
+	// WaitReady waits until cfg's Node is Ready as posted by a kubelet
+	// started at since or later, bounded by ctx.
 	WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error
 	// SetLabels makes cfg's Node carry the labels set and not those named
 	// in drop, acting as the node itself; other labels are left alone.
@@ -263,9 +266,13 @@ func (d *Deps) oldBackend(st *State) (isolation.Backend, error) {
 	return b, err
 }
 
-// waitNode waits for slot's kubelet health and then the Node Ready with a
-// heartbeat newer than since, together bounded by cfg's timeouts.node_ready.
-func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string, since time.Time) error {
+// waitNode waits for slot's kubelet health and then the Node Ready as
+// posted by that kubelet (a heartbeat since it started: never the status
+// the old slot's kubelet, or an earlier run of this one, left), together
+// bounded by cfg's timeouts.node_ready. Taking the floor from the running
+// kubelet rather than from a time this process noted makes a resumed wait
+// (after a kill or a reboot, with the kubelet already up) finish too.
+func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {
 	bound := cfg.Timeouts.NodeReady.Duration
 	if bound <= 0 {
 		bound = config.DefaultNodeReady
@@ -273,8 +280,12 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 	wctx, cancel := context.WithTimeoutCause(ctx, bound,
 		fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
 	defer cancel()
+	var since time.Time
 	for {
 		err := b.KubeletHealthy(wctx, slot)
+		if err == nil {
+			since, err = b.KubeletStartedAt(wctx, slot)
+		}
 		if err == nil {
 			break
 		}
@@ -284,5 +295,6 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 		case <-time.After(d.poll()):
 		}
 	}
+	d.Log.Info("kubelet healthy; waiting for its Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
 	return d.Cluster.WaitReady(wctx, cfg, since)
 }

@@ -445,3 +445,65 @@ func TestSameRequestTwiceRunsOnce(t *testing.T) {
 		t.Error("the second write is still claimed")
 	}
 }
+
+// TestNodeReadyFloorIsTheRunningKubelet: every Node-Ready wait takes its
+// floor from the kubelet that runs in the slot, never from a clock reading
+// of the repaver: a resumed verify whose target kubelet started before the
+// resume still waits for that kubelet's status (today's status is already
+// posted; a floor of "now" would wait for the next one, minutes away), and
+// rollback and restart wait for the restarted kubelet.
+func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
+	lastFloor := func(r *rig) time.Time {
+		r.h.mu.Lock()
+		defer r.h.mu.Unlock()
+		if len(r.h.waitedSince) == 0 {
+			t.Fatal("no Node-Ready wait")
+		}
+		return r.h.waitedSince[len(r.h.waitedSince)-1]
+	}
+	t.Run("resumed verify", func(t *testing.T) {
+		r := newRig(t)
+		r.request(t, 5)
+		r.d.Hook = func(ctx context.Context, q Phase) error {
+			if q == Verify {
+				return errCrash
+			}
+			return nil
+		}
+		if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
+			t.Fatalf("first run: %v", err)
+		}
+		startedB := r.h.started["b"]
+		time.Sleep(20 * time.Millisecond)
+		r.d.Hook = nil
+		if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
+			t.Fatalf("resume: %+v, %v", s, err)
+		}
+		if got := lastFloor(r); startedB.IsZero() || !got.Equal(startedB) {
+			t.Errorf("resumed verify waited for a status since %v, want the target kubelet's start %v", got, startedB)
+		}
+	})
+	t.Run("rollback", func(t *testing.T) {
+		r := newRig(t)
+		r.request(t, 2)
+		r.h.fail["start:b"] = errors.New("machine b did not boot")
+		before := time.Now()
+		if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, ErrRolledBack) {
+			t.Fatalf("repave: %v", err)
+		}
+		if got := lastFloor(r); !got.Equal(r.h.started["a"]) || got.Before(before) {
+			t.Errorf("rollback waited for a status since %v, want the old slot's restarted kubelet %v", got, r.h.started["a"])
+		}
+	})
+	t.Run("restart", func(t *testing.T) {
+		r := newRig(t)
+		r.request(t, 2) // unclaimed: a restart does not touch it
+		before := time.Now()
+		if s, err := execute(t, r, Job{Kind: requests.Restart}); err != nil || s.Phase != requests.Succeeded {
+			t.Fatalf("restart: %+v %v", s, err)
+		}
+		if got := lastFloor(r); !got.Equal(r.h.started["a"]) || got.Before(before) {
+			t.Errorf("restart waited for a status since %v, want the restarted kubelet %v", got, r.h.started["a"])
+		}
+	})
+}

@@ -55,6 +55,8 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 		log.Info("repave phase done", "phase", st.Phase, "took", d.now().Sub(t0).Round(time.Millisecond), "err", err)
 		switch {
 		case err == nil && st.Phase == Rollback:
+			st.Phase = RollbackVerify
+		case err == nil && st.Phase == RollbackVerify:
 			msg := fmt.Sprintf("repave to slot %s failed in %s: %s; rolled back to slot %s, its node is Ready", st.To, st.FailedIn, st.Reason, st.From)
 			var down time.Duration
 			if !st.SwitchAt.IsZero() { // the old node was stopped: down until it was Ready again
@@ -141,7 +143,7 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		}
 		return target.Start(ctx, st.To)
 	case Verify:
-		return d.waitNode(ctx, target, st.Desired, st.To, st.SwitchAt)
+		return d.waitNode(ctx, target, st.Desired, st.To)
 	case Commit:
 		// What kubeslot labelled the Node with so far: the old slot's
 		// applied configuration, there until clean.
@@ -176,13 +178,28 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		}
 		return d.Store.RemoveApplied(st.From)
 	case Rollback:
-		return d.rollback(ctx, st, target)
+		if err := target.Stop(ctx, st.To); err != nil {
+			return fmt.Errorf("stop the target slot %s: %w", st.To, err)
+		}
+		old, err := d.oldBackend(st)
+		if err != nil {
+			return err
+		}
+		if err := old.Start(ctx, st.From); err != nil {
+			return fmt.Errorf("start the old slot %s again: %w", st.From, err)
+		}
+		return nil
+	case RollbackVerify:
+		return d.rollbackVerify(ctx, st, target)
 	}
 	return fmt.Errorf("repave state: unknown phase %q", st.Phase)
 }
 
-// rollback stops the target and brings the old slot back, verified.
-func (d *Deps) rollback(ctx context.Context, st *State, target isolation.Backend) error {
+// rollbackVerify waits for the old slot's node, Ready as posted by the
+// kubelet that runs there now, and removes the failed target. Starting the
+// old slot is idempotent, and needed when a reboot came after rollback: the
+// target may then run (as a stop in rollback left it) or not.
+func (d *Deps) rollbackVerify(ctx context.Context, st *State, target isolation.Backend) error {
 	if err := target.Stop(ctx, st.To); err != nil {
 		return fmt.Errorf("stop the target slot %s: %w", st.To, err)
 	}
@@ -190,7 +207,6 @@ func (d *Deps) rollback(ctx context.Context, st *State, target isolation.Backend
 	if err != nil {
 		return err
 	}
-	since := d.now()
 	if err := old.Start(ctx, st.From); err != nil {
 		return fmt.Errorf("start the old slot %s again: %w", st.From, err)
 	}
@@ -198,7 +214,7 @@ func (d *Deps) rollback(ctx context.Context, st *State, target isolation.Backend
 	if err != nil {
 		return err
 	}
-	if err := d.waitNode(ctx, old, a.Config, st.From, since); err != nil {
+	if err := d.waitNode(ctx, old, a.Config, st.From); err != nil {
 		return fmt.Errorf("old slot %s after rollback: %w", st.From, err)
 	}
 	// The failed target is removed; the next repave prepares it afresh.
@@ -237,7 +253,7 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 	st.Phases = append(st.Phases, requests.PhaseTiming{Name: "restart", StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
 	if err == nil {
 		t1 := d.now()
-		err = d.waitNode(ctx, b, a.Config, a.Slot, t0)
+		err = d.waitNode(ctx, b, a.Config, a.Slot)
 		st.Phases = append(st.Phases, requests.PhaseTiming{Name: string(Verify), StartedAt: t1.UTC(), Duration: d.now().Sub(t1)})
 	}
 	st.ActiveSlot = a.Slot
