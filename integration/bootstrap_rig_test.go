@@ -120,6 +120,8 @@ func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent 
 		bootstrap.EnvNodeIP + "=127.0.0.1",
 		bootstrap.EnvReadOnlyNetSysctl + "=1",
 		bootstrap.EnvHostPrep + "=packages-only",
+		bootstrap.EnvLoopbackCNI + "=1",
+		bootstrap.EnvSnapshotter + "=native",
 	}
 	r.layDown(ctx)
 	return r

@@ -415,6 +415,9 @@ func runNspawnDriver(args []string) int {
 	fs.IntVar(&set.HealthzPort, "healthz-port", 0, "")
 	fs.StringVar(&set.NodeIP, "node-ip", "", "")
 	fs.BoolVar(&set.ReadOnlyNetSysctl, "read-only-net-sysctl", false, "")
+	// The rig's node compromises (the node shares the machine's network namespace; the host's disk is overlayfs).
+	fs.BoolVar(&set.LoopbackCNI, "loopback-cni", true, "")
+	fs.StringVar(&set.Snapshotter, "snapshotter", "native", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -527,7 +530,9 @@ func TestNspawnNodeFilesMatchRig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := nodeconfig.Render(cfg, creds, nodeconfig.Options{NodeIP: "127.0.0.1"})
+	// The rig's node: the cgroup fallback of its hosts and the sandbox record's compromises.
+	rendered, err := nodeconfig.Render(cfg, creds, nodeconfig.Options{NodeIP: "127.0.0.1", Cgroups: nodeconfig.CgroupsNoControllers,
+		LoopbackCNI: true, Snapshotter: "native"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,8 @@ func (d *demo) layDown(ctx context.Context) (string, error) {
 		bootstrap.EnvNodeIP + "=127.0.0.1",
 		bootstrap.EnvReadOnlyNetSysctl + "=1",
 		bootstrap.EnvHostPrep + "=packages-only",
+		bootstrap.EnvLoopbackCNI + "=1",
+		bootstrap.EnvSnapshotter + "=native",
 	}
 	toml := d.config(token)
 	if _, err := config.Parse("demo config", []byte(toml)); err != nil {

@@ -101,8 +101,9 @@ var kernelDefaults = map[string]string{
 // network namespace and kernel with: makeIPTablesUtilChains: false,
 // protectKernelDefaults: false plus the sysctl binds, a loopback-only CNI,
 // kubelet ports on 127.0.0.1, /dev/kmsg bound to /dev/null (the real one
-// needs CAP_SYSLOG, which the host drops), and containerd's root on tmpfs
-// (its overlayfs snapshotter cannot stack on the overlay under the node).
+// needs CAP_SYSLOG, which the host drops), and containerd's native
+// snapshotter (its overlayfs snapshotter cannot stack on the overlay under
+// the node).
 func WriteFiles(dir string, n Node) error {
 	if n.Name == "" || strings.ContainsAny(n.Name, "/ \n") {
 		return fmt.Errorf("nodeimage: bad node name %q", n.Name)
@@ -174,9 +175,10 @@ healthzBindAddress: 127.0.0.1
 healthzPort: %d
 authentication:
   anonymous: {enabled: false}
-  webhook: {enabled: false}
+  webhook: {enabled: true, cacheTTL: 2m0s}
   x509: {clientCAFile: %s}
-authorization: {mode: AlwaysAllow}
+authorization:
+  mode: Webhook
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 registerNode: true
 rotateCertificates: true
@@ -189,10 +191,6 @@ failSwapOn: false
 # leave the shared kernel and network alone
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
-# no evictions or image GC: the node's filesystems are the host's tmpfs and
-# the machine's disk, whose fill level is no business of a test
-evictionHard: {}
-imageGCHighThresholdPercent: 100
 `, n.KubeletPort, n.HealthzPort, caFile)
 }
 
@@ -216,12 +214,12 @@ BindReadOnlyPaths=/dev/null:/dev/kmsg
 `, ContainerdUnit, KubeletBinary, kubeletConfig, BootstrapKubeconfig, KubeletKubeconfig, n.Name, binds.String())
 }
 
-// containerdTOML: root on tmpfs (/run) because the node's / sits on an
+// containerdTOML: the native snapshotter because the node's / sits on an
 // overlay (the host's root) and the overlayfs snapshotter cannot use an
 // overlay as its upper layer. The CRI stream server binds an ephemeral
 // loopback port.
 const containerdTOML = `version = 2
-root = "/run/containerd-root"
+root = "/var/lib/containerd"
 state = "/run/containerd"
 
 [grpc]
@@ -231,6 +229,8 @@ state = "/run/containerd"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"

@@ -31,6 +31,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
@@ -473,6 +474,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), cfg.RootFS.Source)
 		}
 	}
+	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())
 	plan, perr := d.Host.Preflight(ctx, cfg)
 	if perr != nil {
 		return fmt.Errorf("host preflight: %w", perr)

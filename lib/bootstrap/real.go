@@ -26,6 +26,8 @@ const (
 	EnvNodeIP            = sandbox.EnvNodeIP
 	EnvReadOnlyNetSysctl = sandbox.EnvReadOnlyNetSysctl
 	EnvHostPrep          = sandbox.EnvHostPrep
+	EnvLoopbackCNI       = sandbox.EnvLoopbackCNI
+	EnvSnapshotter       = sandbox.EnvSnapshotter
 	HostPrepPackagesOnly = sandbox.HostPrepPackagesOnly
 )
 

@@ -26,6 +26,7 @@ type Config struct {
 	Isolation  Isolation  `toml:"isolation" json:"isolation"`
 	Timeouts   Timeouts   `toml:"timeouts" json:"timeouts"`
 	Host       Host       `toml:"host" json:"host"`
+	Node       Node       `toml:"node" json:"node,omitzero"`
 }
 
 // Machine names this host's node.

@@ -93,4 +93,32 @@ stop = "90s"       # stopping the node machine
 [host]
 # Whether bootstrap may apt-get install missing host packages.
 install_packages = false
+
+# The node's pods: network, images and reservations. Every key is optional.
+[node]
+# The pod sandbox ("pause") image containerd runs for every pod. A host that
+# cannot reach registry.k8s.io needs a mirror below, or an image of its own.
+# sandbox_image = "registry.k8s.io/pause:3.10.1"
+
+[node.cni]
+# "cluster" (default): the cluster's CNI DaemonSet (Calico, Cilium, Flannel,
+# ...) installs the network; kubeslot keeps /etc/cni/net.d and /opt/cni/bin on
+# the host, so they survive repaves. "bridge": kubeslot writes a bridge
+# network for the Node's spec.podCIDR (single-node and edge clusters; the
+# controller manager must allocate node CIDRs).
+mode = "cluster"
+
+# Registry mirrors (containerd hosts.toml): tried in order before the registry.
+[node.registry_mirrors]
+# "docker.io" = ["https://mirror.example.internal"]
+# "registry.k8s.io" = ["https://mirror.example.internal"]
+
+# Resources the kubelet keeps from pods (cpu, memory, ephemeral-storage, pid).
+[node.kube_reserved]
+# cpu = "100m"
+# memory = "256Mi"
+
+[node.system_reserved]
+# cpu = "100m"
+# memory = "256Mi"
 `

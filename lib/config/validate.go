@@ -35,6 +35,7 @@ func (c *Config) Validate() error {
 		v.required([]string{"artifacts", a.name, "sha256"}, a.a.SHA256, v.sha256)
 	}
 	v.isolation(&c.Isolation)
+	v.node(&c.Node)
 	for _, t := range c.timeouts() {
 		v.timeout(t.path, t.d.Duration)
 	}

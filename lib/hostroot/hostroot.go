@@ -48,9 +48,12 @@ const (
 	StateDir      = "state"
 	CacheDir      = "cache"
 	IdentityDir   = "identity"
-	ReleasesDir   = "releases"
-	CurrentLink   = "current"
-	LastGoodLink  = "last-good"
+	// NodeDir holds the node's state kept across slots (containerd's
+	// images, a cluster CNI's config and plugins), bound into the node.
+	NodeDir      = "node"
+	ReleasesDir  = "releases"
+	CurrentLink  = "current"
+	LastGoodLink = "last-good"
 )
 
 // maxLinks bounds symlink expansion, like the kernel's ELOOP limit.

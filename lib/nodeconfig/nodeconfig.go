@@ -47,7 +47,7 @@ const (
 	CAFile           = "/etc/kubernetes/pki/ca.crt"
 	SysctlDir        = "/etc/kubernetes/sysctl"
 	ContainerdConfig = "/etc/containerd/config.toml"
-	CNIConfig        = "/etc/cni/net.d/10-loopback.conflist"
+	CNIConfig        = CNIConfDir + "/10-loopback.conflist"
 	CNIBinDir        = "/usr/lib/cni"
 	// ContainerdBinary is where a containerd artifact's binaries go
 	// (the release archive's bin/ unpacked into /usr/local).
@@ -57,9 +57,46 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultKubeletPort    = 10250
-	DefaultHealthzPort    = 10248
-	DefaultContainerdRoot = "/run/containerd-root"
+	DefaultKubeletPort = 10250
+	DefaultHealthzPort = 10248
+)
+
+// Paths of the node's state that lives on the host, bound into whichever
+// slot runs (the backend binds them): images survive a repave or restart,
+// and a cluster CNI's config and plugins stay where its DaemonSet put them.
+const (
+	ContainerdRoot = "/var/lib/containerd"
+	CNIConfDir     = "/etc/cni/net.d"
+	// ClusterCNIBinDir is where a cluster CNI DaemonSet installs its
+	// plugins; the rootfs's own (CNIBinDir) are copied there at start, so
+	// loopback and portmap are there before the DaemonSet runs.
+	ClusterCNIBinDir = "/opt/cni/bin"
+	// CNITemplate is containerd's template for the bridge network: the
+	// CRI plugin fills in the Node's podCIDR once the kubelet knows it.
+	CNITemplate = "/etc/containerd/cni-bridge.template"
+	// RegistryConfigDir holds one <registry host>/hosts.toml per mirrored
+	// registry (containerd's config_path).
+	RegistryConfigDir = "/etc/containerd/certs.d"
+	CNISeedUnit       = "kubeslot-cni-seed.service"
+	CNISeedUnitPath   = "/etc/systemd/system/" + CNISeedUnit
+)
+
+// Cgroups is the cgroup profile of a node: what the host's cgroups let the
+// kubelet do. The backend detects it on the host (DetectCgroups).
+type Cgroups string
+
+const (
+	// CgroupsSystemd is the production profile, on a cgroup v2 host that
+	// delegates the cpu, memory and pids controllers: the systemd cgroup
+	// driver (kubelet and containerd), QoS cgroups and node allocatable
+	// enforced for pods.
+	CgroupsSystemd Cgroups = "systemd"
+	// CgroupsNoControllers is the fallback on a host that cannot give the
+	// node those controllers (cgroup v1 or hybrid, where nspawn mounts the
+	// v1 controllers read-only, or v2 without them delegated): the cgroupfs
+	// driver, no QoS cgroups, nothing enforced. Pods run without resource
+	// isolation from each other; preflight says so.
+	CgroupsNoControllers Cgroups = "cgroupfs-no-qos"
 )
 
 // Options are the node settings that do not come from the configuration
@@ -67,22 +104,39 @@ const (
 type Options struct {
 	// KubeletPort and HealthzPort: 0 means the defaults.
 	KubeletPort, HealthzPort int
-	// NodeIP is the kubelet's --node-ip; "" lets the kubelet choose.
+	// NodeIP is the kubelet's --node-ip and the address its API listens
+	// on; "" lets the kubelet choose the address and listen on all.
 	NodeIP string
-	// ContainerdRoot is containerd's root (images, snapshots); "" means
-	// DefaultContainerdRoot, a tmpfs: the verified setting, because
-	// containerd's overlayfs snapshotter cannot use a directory that is
-	// itself on overlayfs (the rig's hosts). On a host whose machines live
-	// on a plain disk filesystem, /var/lib/containerd keeps images across
-	// node restarts and out of memory.
-	ContainerdRoot string
-	// KeepEviction keeps the kubelet's default eviction and image GC
-	// thresholds; by default they are off, as verified on the rig.
-	KeepEviction bool
+	// Cgroups is the host's cgroup profile; "" means CgroupsSystemd.
+	Cgroups Cgroups
 	// OwnContainerd writes a containerd unit for ContainerdBinary (the
 	// configuration installs a containerd artifact) instead of using the
 	// rootfs's own.
 	OwnContainerd bool
+
+	// The test rig's compromises, each from the sandbox record
+	// (lib/sandbox); a production host sets none of them.
+
+	// LoopbackCNI writes a loopback-only network instead of [node.cni]:
+	// the node shares the test machine's network namespace, where no CNI
+	// may create links, routes or firewall rules.
+	LoopbackCNI bool
+	// Snapshotter replaces containerd's overlayfs snapshotter ("native"):
+	// the rig's host disk is itself an overlayfs, which overlayfs cannot
+	// stack on.
+	Snapshotter string
+	// RestrictOOMScoreAdj keeps containers' oom_score_adj at or above
+	// containerd's own: the rig's machine withholds CAP_SYS_RESOURCE, so the
+	// sandbox's -998 fails.
+	RestrictOOMScoreAdj bool
+}
+
+// CgroupProfile is Cgroups with the default applied.
+func (o Options) CgroupProfile() Cgroups {
+	if o.Cgroups == "" {
+		return CgroupsSystemd
+	}
+	return o.Cgroups
 }
 
 // Ports returns the kubelet and healthz ports with defaults applied.
@@ -113,8 +167,11 @@ func (o Options) check() error {
 	if o.NodeIP != "" && net.ParseIP(o.NodeIP) == nil {
 		return fmt.Errorf("node options: node IP %q is not an IP address", o.NodeIP)
 	}
-	if o.ContainerdRoot != "" && (o.ContainerdRoot[0] != '/' || !unitSafe(o.ContainerdRoot)) {
-		return fmt.Errorf("node options: containerd root %q: want an absolute path of plain characters", o.ContainerdRoot)
+	if p := o.CgroupProfile(); p != CgroupsSystemd && p != CgroupsNoControllers {
+		return fmt.Errorf("node options: cgroup profile %q: want %s or %s", p, CgroupsSystemd, CgroupsNoControllers)
+	}
+	if o.Snapshotter != "" && o.Snapshotter != "native" && o.Snapshotter != "overlayfs" {
+		return fmt.Errorf("node options: snapshotter %q: want native or overlayfs", o.Snapshotter)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pelletier/go-toml/v2"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -70,6 +71,15 @@ sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 [artifacts.kubelet]
 url = "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet"
 sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+
+[node.registry_mirrors]
+"registry.k8s.io" = ["http://127.0.0.1:5000", "https://mirror.example"]
+
+[node.kube_reserved]
+memory = "256Mi"
+
+[node.system_reserved]
+cpu = "100m"
 ` + extra
 	cfg, err := config.Parse("test.toml", []byte(doc))
 	if err != nil {
@@ -109,16 +119,24 @@ func TestRenderKeySettings(t *testing.T) {
 	want := map[string]any{
 		"kind": "KubeletConfiguration", "port": float64(12345), "healthzPort": float64(12346),
 		"address": "127.0.0.1", "healthzBindAddress": "127.0.0.1", "readOnlyPort": float64(0),
-		"clusterDomain": "corp.local", "clusterDNS": []any{"10.96.0.10", "fd00::a"},
+		// the kubelet API, secured: webhook authentication and authorization, a cluster-issued serving certificate
+		"authentication": map[string]any{"anonymous": map[string]any{"enabled": false},
+			"webhook": map[string]any{"enabled": true, "cacheTTL": "2m0s"}, "x509": map[string]any{"clientCAFile": CAFile}},
+		"authorization": map[string]any{"mode": "Webhook",
+			"webhook": map[string]any{"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"}},
+		"serverTLSBootstrap": true,
+		"clusterDomain":      "corp.local", "clusterDNS": []any{"10.96.0.10", "fd00::a"},
 		"registerWithTaints": []any{
 			map[string]any{"key": "dedicated", "value": "batch", "effect": "NoSchedule"},
 			map[string]any{"key": "gpu", "effect": "NoExecute"},
 		},
-		// the verified rig settings
-		"failCgroupV1": false, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": false, "enforceNodeAllocatable": []any{},
+		// the production cgroup profile, reservations from [node]
+		"cgroupDriver": "systemd", "cgroupsPerQOS": true, "enforceNodeAllocatable": []any{"pods"},
+		"kubeReserved": map[string]any{"memory": "256Mi"}, "systemReserved": map[string]any{"cpu": "100m"},
 		"protectKernelDefaults": false, "makeIPTablesUtilChains": false, "rotateCertificates": true,
 		"containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-		"evictionHard":             map[string]any{}, "imageGCHighThresholdPercent": float64(100),
+		// eviction and image GC at the kubelet's defaults
+		"evictionHard": nil, "imageGCHighThresholdPercent": nil, "failCgroupV1": nil,
 	}
 	for k, v := range want {
 		if got, _ := json.Marshal(kc[k]); string(got) != mustJSON(v) {
@@ -151,14 +169,27 @@ func TestRenderKeySettings(t *testing.T) {
 	}
 
 	ctd := string(files[ContainerdConfig].Data)
-	for _, w := range []string{`root = "/run/containerd-root"`, "SystemdCgroup = false", `bin_dir = "/usr/lib/cni"`} {
+	for _, w := range []string{`root = "/var/lib/containerd"`, "SystemdCgroup = true", `bin_dir = "/opt/cni/bin"`,
+		`conf_dir = "/etc/cni/net.d"`, `snapshotter = "overlayfs"`, `sandbox_image = "registry.k8s.io/pause:3.10.1"`,
+		`config_path = "/etc/containerd/certs.d"`, "restrict_oom_score_adj = false"} {
 		if !strings.Contains(ctd, w) {
 			t.Errorf("containerd config lacks %q:\n%s", w, ctd)
 		}
 	}
-	var cni map[string]any
-	if err := json.Unmarshal(files[CNIConfig].Data, &cni); err != nil {
-		t.Errorf("CNI conflist: %v", err)
+	if err := toml.Unmarshal(files[ContainerdConfig].Data, &map[string]any{}); err != nil { // no sandbox_image quoting mistakes
+		t.Errorf("containerd config is not TOML: %v", err)
+	}
+	// cluster CNI: nothing written to the (host-kept) config directory, the rootfs's plugins seeded before containerd
+	if _, ok := files[CNIConfig]; ok {
+		t.Error("a loopback network written in cluster CNI mode")
+	}
+	if u := string(files[CNISeedUnitPath].Data); !strings.Contains(u, "Before=containerd.service") || !strings.Contains(u, "/opt/cni/bin/$${f##*/}") {
+		t.Errorf("CNI seed unit:\n%s", u)
+	}
+	hosts := string(files["/etc/containerd/certs.d/registry.k8s.io/hosts.toml"].Data)
+	if !strings.Contains(hosts, `server = "https://registry.k8s.io"`) || !strings.Contains(hosts, `[host."http://127.0.0.1:5000"]`) ||
+		strings.Index(hosts, "127.0.0.1:5000") > strings.Index(hosts, "mirror.example") {
+		t.Errorf("registry mirrors, in order:\n%s", hosts)
 	}
 	if _, ok := files[ContainerdUnitPath]; ok {
 		t.Error("containerd unit written although no containerd artifact was asked for")
@@ -202,29 +233,64 @@ func mustJSON(v any) string {
 
 func TestRenderOptions(t *testing.T) {
 	cfg := testConfig(t, testCA(t), "")
-	files := render(t, cfg, Options{KeepEviction: true, ContainerdRoot: "/var/lib/containerd", OwnContainerd: true})
+	files := render(t, cfg, Options{OwnContainerd: true})
 	kc := string(files[KubeletConfig].Data)
-	for _, w := range []string{"port: 10250\n", "healthzPort: 10248\n"} {
+	for _, w := range []string{"port: 10250\n", "healthzPort: 10248\n", "address: 0.0.0.0\n"} {
 		if !strings.Contains(kc, w) {
-			t.Errorf("default ports: kubelet config lacks %q", w)
+			t.Errorf("defaults: kubelet config lacks %q", w)
 		}
-	}
-	if strings.Contains(kc, "evictionHard") {
-		t.Error("KeepEviction still turns eviction off")
 	}
 	if strings.Contains(string(files[KubeletUnitPath].Data), "--node-ip") {
 		t.Error("--node-ip given without Options.NodeIP")
 	}
-	if !strings.Contains(string(files[ContainerdConfig].Data), `root = "/var/lib/containerd"`) {
-		t.Error("ContainerdRoot ignored")
-	}
 	if u, ok := files[ContainerdUnitPath]; !ok || !strings.Contains(string(u.Data), "ExecStart="+ContainerdBinary) {
 		t.Errorf("OwnContainerd: containerd unit %q", u.Data)
 	}
-	for _, bad := range []Options{{KubeletPort: 70000}, {KubeletPort: 5, HealthzPort: 5}, {NodeIP: "10.0.0"}, {ContainerdRoot: "rel"}} {
+	for _, bad := range []Options{{KubeletPort: 70000}, {KubeletPort: 5, HealthzPort: 5}, {NodeIP: "10.0.0"},
+		{Cgroups: "v1"}, {Snapshotter: "zfs"}} {
 		if err := Check(cfg, bad); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		}
+	}
+}
+
+// TestRenderFallbackAndSandbox: the cgroup fallback is named in the file;
+// the rig's compromises (loopback network, native snapshotter, restricted
+// oom_score_adj) appear only when set; bridge mode writes containerd's
+// template for the Node's podCIDR.
+func TestRenderFallbackAndSandbox(t *testing.T) {
+	cfg := testConfig(t, testCA(t), "")
+	files := render(t, cfg, Options{Cgroups: CgroupsNoControllers, LoopbackCNI: true, Snapshotter: "native", RestrictOOMScoreAdj: true})
+	kc := string(files[KubeletConfig].Data)
+	for _, w := range []string{"profile cgroupfs-no-qos", "cgroupDriver: cgroupfs\n", "cgroupsPerQOS: false\n", "failCgroupV1: false\n"} {
+		if !strings.Contains(kc, w) {
+			t.Errorf("fallback: kubelet config lacks %q:\n%s", w, kc)
+		}
+	}
+	ctd := string(files[ContainerdConfig].Data)
+	for _, w := range []string{"SystemdCgroup = false", `snapshotter = "native"`, "restrict_oom_score_adj = true", `bin_dir = "/usr/lib/cni"`} {
+		if !strings.Contains(ctd, w) {
+			t.Errorf("sandbox: containerd config lacks %q:\n%s", w, ctd)
+		}
+	}
+	var cni map[string]any
+	if err := json.Unmarshal(files[CNIConfig].Data, &cni); err != nil {
+		t.Errorf("loopback CNI conflist: %v", err)
+	}
+	if _, ok := files[CNISeedUnitPath]; ok {
+		t.Error("CNI seed unit written with a loopback network")
+	}
+
+	cfg.Node.CNI.Mode = config.CNIBridge
+	files = render(t, cfg, Options{})
+	ctd = string(files[ContainerdConfig].Data)
+	if !strings.Contains(ctd, `conf_template = "/etc/containerd/cni-bridge.template"`) || !strings.Contains(ctd, `bin_dir = "/usr/lib/cni"`) {
+		t.Errorf("bridge: containerd config:\n%s", ctd)
+	}
+	tmpl := string(files[CNITemplate].Data)
+	var parsed map[string]any
+	if err := json.Unmarshal(files[CNITemplate].Data, &parsed); err != nil || !strings.Contains(tmpl, `"subnet": "{{.PodCIDR}}"`) {
+		t.Errorf("bridge template (%v):\n%s", err, tmpl)
 	}
 }
 

@@ -30,13 +30,21 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		{CAFile, creds.CAPEM, 0o644},
 		{BootstrapKubeconfig, creds.BootstrapKubeconfig, 0o600},
 		{KubeletConfig, []byte(kc), 0o644},
-		{ContainerdConfig, []byte(containerdTOML(opts)), 0o644},
-		{CNIConfig, []byte(cniLoopback), 0o644},
+		{ContainerdConfig, []byte(containerdTOML(cfg, opts)), 0o644},
 		{KubeletUnitPath, []byte(kubeletUnit(node, labels, opts)), 0o644},
+	}
+	switch cniMode(cfg, opts) {
+	case cniLoopbackMode:
+		files = append(files, File{CNIConfig, []byte(cniLoopback), 0o644})
+	case config.CNIBridge:
+		files = append(files, File{CNITemplate, []byte(cniBridgeTemplate), 0o644})
+	case config.CNICluster:
+		files = append(files, File{CNISeedUnitPath, []byte(cniSeedUnit), 0o644})
 	}
 	if opts.OwnContainerd {
 		files = append(files, File{ContainerdUnitPath, []byte(containerdUnit), 0o644})
 	}
+	files = append(files, registryHosts(cfg.Node.RegistryMirrors)...)
 	for _, k := range sortedKeys(kernelDefaults) {
 		files = append(files, File{sysctlFile(k), []byte(kernelDefaults[k] + "\n"), 0o444})
 	}
@@ -136,51 +144,73 @@ func kubeletConfigYAML(cfg *config.Config, opts Options) (string, error) {
 		dns = []string{}
 	}
 	kubeletPort, healthzPort := opts.Ports()
+	address := "0.0.0.0"
+	if opts.NodeIP != "" {
+		address = opts.NodeIP
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # Written by kubeslot; it is rewritten on every configure.
-# kubelet API and healthz on loopback only: AlwaysAllow below is safe only
-# there (kubectl logs/exec through the apiserver need address 0.0.0.0 and
-# webhook authorization instead)
-address: 127.0.0.1
+# The kubelet API (logs, exec, port-forward, metrics) on the node address:
+# only clients with a certificate of the cluster CA or a token the apiserver
+# accepts, each request authorized by the apiserver (SubjectAccessReview).
+# Its serving certificate comes from the cluster (a kubelet-serving CSR, to
+# be approved by the cluster's approver) and is kept in the node identity.
+address: %s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: %d
 authentication:
   anonymous: {enabled: false}
-  webhook: {enabled: false}
+  webhook: {enabled: true, cacheTTL: 2m0s}
   x509: {clientCAFile: %s}
-authorization: {mode: AlwaysAllow}
+authorization:
+  mode: Webhook
+  webhook: {cacheAuthorizedTTL: 5m0s, cacheUnauthorizedTTL: 30s}
+serverTLSBootstrap: true
+rotateCertificates: true
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 registerNode: true
 registerWithTaints: %s
-rotateCertificates: true
 clusterDomain: %s
 clusterDNS: %s
-# cgroups, as verified in an nspawn node on unified and hybrid hosts: the
-# kubelet must accept cgroup v1 (hybrid hosts), cannot create QoS cgroups in
-# the read-only v1 controllers nspawn gives it there, and must be told the
-# driver containerd uses (containerd 1.6 cannot say)
+failSwapOn: false
+# leave the kernel alone: the sysctls the kubelet wants are bound
+# read-only over /proc/sys (see the unit), since /proc/sys is read-only in
+# a node; the firewall is the host's and the CNI's, not the kubelet's
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+`, address, kubeletPort, healthzPort, CAFile, js(taints), js(k.ClusterDomain), js(dns))
+	switch opts.CgroupProfile() {
+	case CgroupsSystemd:
+		b.WriteString(`# cgroups (profile systemd): cgroup v2 with the controllers delegated to the
+# node; pods in QoS cgroups, node allocatable enforced for them
+cgroupDriver: systemd
+cgroupsPerQOS: true
+enforceNodeAllocatable: ["pods"]
+`)
+	case CgroupsNoControllers:
+		b.WriteString(`# cgroups (profile cgroupfs-no-qos): this host cannot give the node the cpu,
+# memory and pids controllers (cgroup v1 or hybrid: nspawn mounts the v1
+# controllers read-only), so there are no QoS cgroups and nothing is
+# enforced; the kubelet must accept cgroup v1
 failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
-failSwapOn: false
-# leave the shared kernel and network alone: the sysctls the kubelet wants
-# are bound read-only over /proc/sys (see the unit), and the node shares the
-# host's network namespace, whose firewall is not the kubelet's
-protectKernelDefaults: false
-makeIPTablesUtilChains: false
-`, kubeletPort, healthzPort, CAFile, js(taints), js(k.ClusterDomain), js(dns))
-	if !opts.KeepEviction {
-		b.WriteString(`# no evictions or image GC: the node's filesystems are the host's, whose
-# fill level the kubelet cannot judge from inside the node
-evictionHard: {}
-imageGCHighThresholdPercent: 100
 `)
 	}
+	for _, r := range []struct {
+		key string
+		m   map[string]string
+	}{{"kubeReserved", cfg.Node.KubeReserved}, {"systemReserved", cfg.Node.SystemReserved}} {
+		if len(r.m) > 0 {
+			fmt.Fprintf(&b, "%s: %s\n", r.key, js(r.m))
+		}
+	}
+	// Eviction thresholds and image GC: the kubelet's defaults.
 	return b.String(), nil
 }
 
@@ -226,14 +256,32 @@ WantedBy=multi-user.target
 `, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String())
 }
 
-// containerdTOML: the root on tmpfs by default (Options.ContainerdRoot),
-// state in /run, the CRI stream server on an ephemeral loopback port, the
-// cgroupfs driver the kubelet is told about, CNI from the Debian plugin
-// directory (a cni_plugins artifact is unpacked there).
-func containerdTOML(opts Options) string {
-	root := opts.ContainerdRoot
-	if root == "" {
-		root = DefaultContainerdRoot
+// cniLoopbackMode is the CNI mode of Options.LoopbackCNI (not a [node.cni]
+// mode: the rig's compromise).
+const cniLoopbackMode = "loopback"
+
+func cniMode(cfg *config.Config, opts Options) string {
+	if opts.LoopbackCNI {
+		return cniLoopbackMode
+	}
+	return cfg.Node.CNI.CNIMode()
+}
+
+// containerdTOML: the root on the host disk (bound in by the backend), state
+// in /run, the CRI stream server on an ephemeral loopback port (the kubelet
+// proxies streams to it), the cgroup driver of the profile, the sandbox
+// image and registry mirrors of [node], and the CNI directories of the mode.
+func containerdTOML(cfg *config.Config, opts Options) string {
+	snapshotter := opts.Snapshotter
+	if snapshotter == "" {
+		snapshotter = "overlayfs"
+	}
+	binDir, template := CNIBinDir, ""
+	switch cniMode(cfg, opts) {
+	case config.CNICluster:
+		binDir = ClusterCNIBinDir
+	case config.CNIBridge:
+		template = fmt.Sprintf("\n    conf_template = %q", CNITemplate)
 	}
 	return fmt.Sprintf(`# Written by kubeslot; it is rewritten on every configure.
 version = 2
@@ -244,25 +292,96 @@ state = "/run/containerd"
   address = "/run/containerd/containerd.sock"
 
 [plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  restrict_oom_score_adj = %t
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
-    conf_dir = "/etc/cni/net.d"
+    conf_dir = %q%s
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-      SystemdCgroup = false
-`, root, CNIBinDir)
+      SystemdCgroup = %t
+`, ContainerdRoot, cfg.Node.Sandbox(), opts.RestrictOOMScoreAdj, snapshotter, binDir, CNIConfDir, template,
+		RegistryConfigDir, opts.CgroupProfile() == CgroupsSystemd)
 }
 
 // cniLoopback lets the CRI report NetworkReady (so the Node goes Ready)
 // while creating no interface, route or firewall rule: pods get only lo.
-// It is the only network kubeslot writes for now; a cluster CNI (a
-// DaemonSet writing its own conflist next to it) takes over pod networking.
+// Only the test rig writes it (Options.LoopbackCNI).
 const cniLoopback = `{"cniVersion": "0.4.0", "name": "kubeslot-loopback", "plugins": [{"type": "loopback"}]}
 `
+
+// cniBridgeTemplate is containerd's conf_template for [node.cni] mode
+// "bridge": the CRI plugin renders it into the CNI config directory with
+// the Node's podCIDR when the kubelet passes it on. Pods get a veth on the
+// cni0 bridge of the host's network namespace, the bridge is their gateway,
+// traffic leaving the node is masqueraded, and hostPort works (portmap).
+const cniBridgeTemplate = `{
+  "cniVersion": "0.4.0",
+  "name": "kubeslot-bridge",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "loopback"}
+  ]
+}
+`
+
+// cniSeedUnit copies the rootfs's CNI plugins into the host-kept plugin
+// directory of [node.cni] mode "cluster" before containerd starts, without
+// replacing what the cluster's CNI DaemonSet installed there.
+const cniSeedUnit = `# Written by kubeslot; it is rewritten on every configure.
+[Unit]
+Description=Seed the CNI plugin directory (kubeslot)
+Before=` + ContainerdUnit + `
+DefaultDependencies=no
+After=local-fs.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'for f in ` + CNIBinDir + `/*; do [ -e "$f" ] || continue; t=` + ClusterCNIBinDir + `/$${f##*/}; [ -e "$t" ] || cp -p "$f" "$t"; done'
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// registryHosts renders one hosts.toml per mirrored registry: the mirrors
+// in order, for pull and resolve, then the registry itself (server).
+func registryHosts(mirrors map[string][]string) []File {
+	var files []File
+	for _, host := range config.SortedKeys(mirrors) {
+		server := "https://" + host
+		if host == "docker.io" {
+			server = "https://registry-1.docker.io"
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "# Written by kubeslot from [node.registry_mirrors]; it is rewritten on every configure.\nserver = %q\n", server)
+		for _, m := range mirrors[host] {
+			fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", m)
+		}
+		files = append(files, File{RegistryConfigDir + "/" + host + "/hosts.toml", []byte(b.String()), 0o644})
+	}
+	return files
+}
 
 // containerdUnit runs a containerd artifact's binary (upstream's unit,
 // without the modprobe a node cannot do: host preparation loads overlay).

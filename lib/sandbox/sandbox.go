@@ -36,6 +36,15 @@ const (
 	// EnvHostPrep=packages-only restricts host preparation to checking
 	// packages: no kernel modules, sysctls or swap (the machine's own).
 	EnvHostPrep = "KUBESLOT_HOSTPREP"
+	// EnvLoopbackCNI=1: a loopback-only pod network, because the node shares
+	// the test machine's network namespace, where no CNI may act.
+	EnvLoopbackCNI = "KUBESLOT_NODE_LOOPBACK_CNI"
+	// EnvSnapshotter=native: containerd's native snapshotter, because the
+	// host's disk is an overlayfs (the rig's hosts).
+	EnvSnapshotter = "KUBESLOT_NODE_SNAPSHOTTER"
+	// EnvRestrictOOMScoreAdj=1: containerd keeps containers' oom_score_adj
+	// at or above its own, because the machine withholds CAP_SYS_RESOURCE.
+	EnvRestrictOOMScoreAdj = "KUBESLOT_NODE_RESTRICT_OOM_SCORE_ADJ"
 )
 
 // HostPrepPackagesOnly is the value of EnvHostPrep that restricts host
@@ -62,14 +71,28 @@ func FromEnv(rec state.Sandbox, getenv func(string) string) (state.Sandbox, erro
 	if v := getenv(EnvNodeIP); v != "" {
 		s.NodeIP = v
 	}
-	switch v := getenv(EnvReadOnlyNetSysctl); v {
+	for _, f := range []struct {
+		env string
+		dst *bool
+	}{{EnvReadOnlyNetSysctl, &s.ReadOnlyNetSysctl}, {EnvLoopbackCNI, &s.LoopbackCNI}, {EnvRestrictOOMScoreAdj, &s.RestrictOOMScoreAdj}} {
+		switch v := getenv(f.env); v {
+		case "":
+		case "0":
+			*f.dst = false
+		case "1":
+			*f.dst = true
+		default:
+			return rec, fmt.Errorf("%s=%q: want 0 or 1", f.env, v)
+		}
+	}
+	switch v := getenv(EnvSnapshotter); v {
 	case "":
-	case "0":
-		s.ReadOnlyNetSysctl = false
-	case "1":
-		s.ReadOnlyNetSysctl = true
+	case "native":
+		s.Snapshotter = v
+	case "overlayfs":
+		s.Snapshotter = ""
 	default:
-		return rec, fmt.Errorf("%s=%q: want 0 or 1", EnvReadOnlyNetSysctl, v)
+		return rec, fmt.Errorf("%s=%q: want native or overlayfs", EnvSnapshotter, v)
 	}
 	switch v := getenv(EnvHostPrep); v {
 	case "":
@@ -86,7 +109,8 @@ func FromEnv(rec state.Sandbox, getenv func(string) string) (state.Sandbox, erro
 // BackendSettings are the isolation backend settings of sb.
 func BackendSettings(sb state.Sandbox) hostapi.Settings {
 	return hostapi.Settings{KubeletPort: sb.KubeletPort, HealthzPort: sb.HealthzPort, NodeIP: sb.NodeIP,
-		ReadOnlyNetSysctl: sb.ReadOnlyNetSysctl}
+		ReadOnlyNetSysctl: sb.ReadOnlyNetSysctl, LoopbackCNI: sb.LoopbackCNI, Snapshotter: sb.Snapshotter,
+		RestrictOOMScoreAdj: sb.RestrictOOMScoreAdj}
 }
 
 // Load returns this host's test and sandbox settings: those the bootstrap

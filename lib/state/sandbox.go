@@ -26,6 +26,12 @@ type Sandbox struct {
 	ReadOnlyNetSysctl bool   `json:"readOnlyNetSysctl,omitempty"`
 	// HostPrep is "packages-only" or "" (everything).
 	HostPrep string `json:"hostPrep,omitempty"`
+	// The node's compromises on a test machine (lib/nodeconfig.Options):
+	// a loopback-only pod network, containerd's native snapshotter, and a
+	// restricted oom_score_adj.
+	LoopbackCNI         bool   `json:"loopbackCNI,omitempty"`
+	Snapshotter         string `json:"snapshotter,omitempty"`
+	RestrictOOMScoreAdj bool   `json:"restrictOOMScoreAdj,omitempty"`
 }
 
 // IsZero reports whether s holds no setting (production).

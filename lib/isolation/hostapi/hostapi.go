@@ -80,12 +80,11 @@ type Settings struct {
 	// namespace, so those are the host's own settings: on a test machine
 	// whose network namespace the rig shares, they would be the machine's.
 	ReadOnlyNetSysctl bool
-	// ContainerdRoot is containerd's root directory inside the node; ""
-	// means /run/containerd-root (tmpfs: see lib/nodeconfig).
-	ContainerdRoot string
-	// KeepEviction leaves the kubelet's eviction and image GC thresholds at
-	// its defaults; by default they are off, as on the verified rig.
-	KeepEviction bool
+	// LoopbackCNI, Snapshotter and RestrictOOMScoreAdj are the test rig's
+	// node compromises (lib/nodeconfig.Options says why each exists).
+	LoopbackCNI         bool
+	Snapshotter         string
+	RestrictOOMScoreAdj bool
 }
 
 // Deps is everything a backend or a node operator is bound to. Root,

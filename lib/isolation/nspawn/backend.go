@@ -72,8 +72,9 @@ func New(d hostapi.Deps) (*Backend, error) {
 		d: d, cfg: d.Config, root: d.Root, log: d.Logger().With("isolation", Mode), identity: identity,
 		node: nodeconfig.Options{
 			KubeletPort: s.KubeletPort, HealthzPort: s.HealthzPort, NodeIP: s.NodeIP,
-			ContainerdRoot: s.ContainerdRoot, KeepEviction: s.KeepEviction,
+			Cgroups:       nodeconfig.DetectCgroups(d.Root),
 			OwnContainerd: d.Config.Artifacts.Containerd != nil,
+			LoopbackCNI:   s.LoopbackCNI, Snapshotter: s.Snapshotter, RestrictOOMScoreAdj: s.RestrictOOMScoreAdj,
 		},
 		// No proxy: the kubelet's healthz is on this host's loopback.
 		http: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},

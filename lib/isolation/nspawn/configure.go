@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -63,6 +64,9 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 	if err := b.ensureIdentity(); err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
+	if err := b.ensureNodeState(); err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
 	hostChanged, dropInChanged, err := b.writeHostFiles(slot)
 	if err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
@@ -73,7 +77,7 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		}
 	}
 	changed = append(changed, hostChanged...)
-	log.Info("slot configured", "changed", changed)
+	log.Info("slot configured", "changed", changed, "cgroups", b.node.CgroupProfile().Note())
 	if len(changed) > 0 {
 		if _, err := b.d.Systemd.Machine(ctx, slot); err == nil {
 			log.Warn("the node of this slot is running: the changes apply when it next starts", "changed", changed)
@@ -97,6 +101,39 @@ func (b *Backend) ensureIdentity() error {
 		return nil
 	}
 	return b.ensureDir(b.identity, 0o700)
+}
+
+// nodeState is the node's state kept on the host across slots: host path
+// under the base → path in the node, with the directory's mode. Only what
+// the configuration uses is bound.
+type nodeStateDir struct {
+	host, node string
+	mode       fs.FileMode
+}
+
+func (b *Backend) nodeState() []nodeStateDir {
+	dirs := []nodeStateDir{{b.root.HostPath(hostroot.NodeDir, "containerd"), nodeconfig.ContainerdRoot, 0o711}}
+	if !b.node.LoopbackCNI && b.cfg.Node.CNI.CNIMode() == config.CNICluster {
+		dirs = append(dirs,
+			nodeStateDir{b.root.HostPath(hostroot.NodeDir, "cni", "net.d"), nodeconfig.CNIConfDir, 0o755},
+			nodeStateDir{b.root.HostPath(hostroot.NodeDir, "cni", "bin"), nodeconfig.ClusterCNIBinDir, 0o755})
+	}
+	return dirs
+}
+
+// ensureNodeState creates the node state directories (kubeslot's own tree:
+// reset removes them with the base).
+func (b *Backend) ensureNodeState() error {
+	for _, d := range b.nodeState() {
+		local, err := b.local(d.host)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(local, d.mode); err != nil {
+			return fmt.Errorf("node state directory: %w", err)
+		}
+	}
+	return nil
 }
 
 // hostFile is one file of the host side of a slot.
@@ -135,8 +172,13 @@ func (b *Backend) hostHas(p string, typ fs.FileMode) bool {
 //   - Capability=all: containerd and runc need the host's bounding set.
 //   - VirtualEthernet=no, Private=no: the node uses the host's network
 //     namespace; the kubelet's addresses are the host's.
+//   - SystemCallFilter=@keyring bpf: runc joins a session keyring for each
+//     container and loads eBPF device filters on cgroup v2; nspawn's
+//     default filter denies both.
 //   - the node identity directory bound over the kubelet's cert dir, so a
-//     repave onto the other slot keeps the Node's client certificate.
+//     repave onto the other slot keeps the Node's client and serving
+//     certificates; the node state directories (containerd's images, a
+//     cluster CNI's files) bound likewise, so a repave pulls nothing again.
 //   - no Volatile=: the rootfs is a plain writable directory.
 func (b *Backend) nspawnSettings(slot string, kvm, modules bool) []byte {
 	var f strings.Builder
@@ -145,6 +187,7 @@ func (b *Backend) nspawnSettings(slot string, kvm, modules bool) []byte {
 Boot=yes
 PrivateUsers=no
 Capability=all
+SystemCallFilter=@keyring bpf
 
 [Network]
 VirtualEthernet=no
@@ -156,6 +199,9 @@ Private=no
 		fmt.Fprintf(&f, "BindReadOnly=%s\n", modulesDir)
 	}
 	fmt.Fprintf(&f, "Bind=%s:%s\n", b.identity, nodeconfig.CertDir)
+	for _, d := range b.nodeState() {
+		fmt.Fprintf(&f, "Bind=%s:%s\n", d.host, d.node)
+	}
 	if kvm {
 		fmt.Fprintf(&f, "Bind=%s\n", kvmDevice)
 	}
