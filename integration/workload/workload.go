@@ -101,7 +101,9 @@ func BuildArch(t testing.TB, goarch string) *App {
 	key := hex.EncodeToString(sum.Sum(nil))[:16]
 
 	dir, err := cacheDir()
-	if err != nil {
+	keep := err == nil
+	if !keep {
+		// t.TempDir goes when this test ends: build again for the next one
 		t.Logf("workload: no persistent cache (%v); building into this test's temp dir", err)
 		dir = t.TempDir()
 	}
@@ -141,7 +143,9 @@ func BuildArch(t testing.TB, goarch string) *App {
 	}
 	t.Logf("workload: built app for linux/%s in %s (%s)", goarch, took.Round(time.Millisecond), bin)
 	a := &App{Binary: bin, GOARCH: goarch, BuildTime: took}
-	built[goarch] = a
+	if keep {
+		built[goarch] = a
+	}
 	return a
 }
 
