@@ -144,6 +144,12 @@ func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config
 					return nil
 				}
 				last = why
+				if cfg.Node.CNI.CNIMode() == config.CNIBridge && n.Spec.PodCIDR == "" {
+					// Without a podCIDR containerd has no network to render:
+					// the Node stays NotReady; say which setting needs what.
+					last = fmt.Sprintf("node.cni.mode = %q needs the Node's spec.podCIDR, and Node %s has none: run the controller manager with --allocate-node-cidrs and --cluster-cidr, or use mode %q with a CNI DaemonSet (%s)",
+						config.CNIBridge, node, config.CNICluster, why)
+				}
 			case apierrors.IsNotFound(err):
 				last = "Node " + node + " not registered yet"
 			default:

@@ -99,6 +99,13 @@ install_packages = false
 # The pod sandbox ("pause") image containerd runs for every pod. A host that
 # cannot reach registry.k8s.io needs a mirror below, or an image of its own.
 # sandbox_image = "registry.k8s.io/pause:3.10.1"
+# Images imported into the node's containerd before the kubelet starts, for
+# hosts without registry access: an image archive (docker save, or an OCI
+# layout tarball) by URL or absolute path with its sha256, or an image
+# "oci://<registry>/<repository>:<tag>" with its manifest digest.
+# preload_images = [
+#   {source = "https://mirror.example.internal/images/pause-3.10.1.tar", sha256 = "5555555555555555555555555555555555555555555555555555555555555555"},
+# ]
 
 [node.cni]
 # "cluster" (default): the cluster's CNI DaemonSet (Calico, Cilium, Flannel,

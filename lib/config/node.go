@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/kubeslot/kubeslot/lib/oci/ociref"
 	"net/url"
 	"slices"
 	"strings"
@@ -28,6 +29,22 @@ type Node struct {
 	// subtracted from the node's allocatable.
 	KubeReserved   map[string]string `toml:"kube_reserved" json:"kube_reserved,omitempty"`
 	SystemReserved map[string]string `toml:"system_reserved" json:"system_reserved,omitempty"`
+	// PreloadImages are imported into the node's containerd before the
+	// kubelet starts, for hosts without registry access (the sandbox image
+	// among them). Each is verified by its sha256, kept in the artifact
+	// cache and imported again on each start of a new slot.
+	PreloadImages []PreloadImage `toml:"preload_images" json:"preload_images,omitempty"`
+}
+
+// PreloadImage is one image to import into the node's containerd.
+type PreloadImage struct {
+	// Source is an image archive (what `ctr images import` reads: `docker
+	// save` or an OCI layout tarball) as an http(s) URL or an absolute
+	// path, or an image "oci://<registry>/<repository>:<tag>".
+	Source string `toml:"source" json:"source"`
+	// SHA256 is the archive's sha256, or for an oci:// image its manifest
+	// (or index) digest.
+	SHA256 string `toml:"sha256" json:"sha256"`
 }
 
 // CNI chooses how pods get their network.
@@ -98,6 +115,25 @@ func (v *validator) node(n *Node) {
 				v.fail(elem(p, i), quote(safeURL(m)), "must be an http(s) URL of a registry mirror, without credentials or query")
 			}
 		}
+	}
+	for i, im := range n.PreloadImages {
+		p := elem([]string{"node", "preload_images"}, i)
+		v.required(append(p, "sha256"), im.SHA256, v.sha256)
+		v.required(append(p, "source"), im.Source, func(p []string, s string) {
+			if !ociref.Is(s) {
+				v.sourceWithHelp(p, s, sourceHelp+", or an OCI image \"oci://<registry>/<repository>:<tag>\"")
+				return
+			}
+			sha := im.SHA256
+			if !sha256RE.MatchString(sha) {
+				sha = "" // reported on sha256; check the form only
+			}
+			if ref, err := ociref.Parse(s, sha); err != nil {
+				v.fail(p, safeURL(s), "%v", err)
+			} else if ref.Tag == "" {
+				v.fail(p, safeURL(s), "needs a tag: pods name an image by it, e.g. \"oci://registry.example/apps/web:v1\"")
+			}
+		})
 	}
 	for _, r := range []struct {
 		key string

@@ -19,9 +19,11 @@ func TestNodeSection(t *testing.T) {
 	doc = with(doc, "node.registry_mirrors", `"registry.k8s.io" = ["http://127.0.0.1:5000", "https://mirror.example"]`)
 	doc = with(doc, "node.kube_reserved", `memory = "256Mi"`)
 	doc = with(doc, "node.system_reserved", `cpu = "100m"`)
+	doc = with(doc, "node", `preload_images = [{source = "/srv/images/web.tar", sha256 = "`+strings.Repeat("b", 64)+`"}, {source = "oci://registry.example/apps/web:v1", sha256 = "`+strings.Repeat("c", 64)+`"}]`)
 	cfg := mustParse(t, doc)
 	if cfg.Node.CNI.CNIMode() != CNIBridge || cfg.Node.Sandbox() != "mirror.example:5000/pause:3.10" ||
-		len(cfg.Node.RegistryMirrors["registry.k8s.io"]) != 2 || cfg.Node.KubeReserved["memory"] != "256Mi" {
+		len(cfg.Node.RegistryMirrors["registry.k8s.io"]) != 2 || cfg.Node.KubeReserved["memory"] != "256Mi" ||
+		len(cfg.Node.PreloadImages) != 2 || cfg.Node.PreloadImages[1].Source != "oci://registry.example/apps/web:v1" {
 		t.Errorf("parsed %+v", cfg.Node)
 	}
 	if cfg.Fingerprint() == base.Fingerprint() {
@@ -40,6 +42,9 @@ func TestNodeSection(t *testing.T) {
 		{"node.registry_mirrors", `"docker.io" = []`, `node.registry_mirrors."docker.io"`},
 		{"node.kube_reserved", `gpu = "1"`, `node.kube_reserved.gpu`},
 		{"node.system_reserved", `memory = "lots"`, `node.system_reserved.memory`},
+		{"node", `preload_images = [{source = "oci://registry.example/apps/web", sha256 = "` + strings.Repeat("a", 64) + `"}]`, `node.preload_images[0].source`},
+		{"node", `preload_images = [{source = "images/web.tar", sha256 = "` + strings.Repeat("a", 64) + `"}]`, `node.preload_images[0].source`},
+		{"node", `preload_images = [{source = "/srv/web.tar", sha256 = "abc"}]`, `node.preload_images[0].sha256`},
 	} {
 		errs := parseErrors(t, with(minimal, c.table, c.line))
 		if len(errs) != 1 || !strings.Contains(errs.Error(), c.want) || !strings.Contains(errs.Error(), "test.toml:") {

@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
@@ -79,6 +80,12 @@ const (
 	RegistryConfigDir = "/etc/containerd/certs.d"
 	CNISeedUnit       = "kubeslot-cni-seed.service"
 	CNISeedUnitPath   = "/etc/systemd/system/" + CNISeedUnit
+	// CacheMount is where the host's artifact cache is bound read-only
+	// when images are preloaded from it.
+	CacheMount      = "/var/lib/kubeslot/cache"
+	PreloadList     = "/etc/kubeslot/preload.list"
+	PreloadUnit     = "kubeslot-preload.service"
+	PreloadUnitPath = "/etc/systemd/system/" + PreloadUnit
 )
 
 // Cgroups is the cgroup profile of a node: what the host's cgroups let the
@@ -109,6 +116,10 @@ type Options struct {
 	NodeIP string
 	// Cgroups is the host's cgroup profile; "" means CgroupsSystemd.
 	Cgroups Cgroups
+	// Preload are the node paths of the image archives to import into
+	// containerd before the kubelet starts ([node] preload_images, from the
+	// cache bound at CacheMount).
+	Preload []string
 	// OwnContainerd writes a containerd unit for ContainerdBinary (the
 	// configuration installs a containerd artifact) instead of using the
 	// rootfs's own.
@@ -169,6 +180,11 @@ func (o Options) check() error {
 	}
 	if p := o.CgroupProfile(); p != CgroupsSystemd && p != CgroupsNoControllers {
 		return fmt.Errorf("node options: cgroup profile %q: want %s or %s", p, CgroupsSystemd, CgroupsNoControllers)
+	}
+	for _, p := range o.Preload {
+		if !strings.HasPrefix(p, CacheMount+"/") || !unitSafe(p) {
+			return fmt.Errorf("node options: preload archive %q: want a path of plain characters under %s", p, CacheMount)
+		}
 	}
 	if o.Snapshotter != "" && o.Snapshotter != "native" && o.Snapshotter != "overlayfs" {
 		return fmt.Errorf("node options: snapshotter %q: want native or overlayfs", o.Snapshotter)

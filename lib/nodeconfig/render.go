@@ -45,6 +45,11 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		files = append(files, File{ContainerdUnitPath, []byte(containerdUnit), 0o644})
 	}
 	files = append(files, registryHosts(cfg.Node.RegistryMirrors)...)
+	if len(opts.Preload) > 0 {
+		files = append(files,
+			File{PreloadList, []byte(strings.Join(opts.Preload, "\n") + "\n"), 0o644},
+			File{PreloadUnitPath, []byte(preloadUnit(opts)), 0o644})
+	}
 	for _, k := range sortedKeys(kernelDefaults) {
 		files = append(files, File{sysctlFile(k), []byte(kernelDefaults[k] + "\n"), 0o444})
 	}
@@ -234,12 +239,16 @@ func kubeletUnit(node, labels string, opts Options) string {
 	for _, k := range sortedKeys(kernelDefaults) {
 		fmt.Fprintf(&binds, "BindReadOnlyPaths=%s:/proc/sys/%s\n", sysctlFile(k), k)
 	}
+	preload := ""
+	if len(opts.Preload) > 0 {
+		preload = "Wants=" + PreloadUnit + "\nAfter=" + PreloadUnit + "\n"
+	}
 	return fmt.Sprintf(`# Written by kubeslot; it is rewritten on every configure.
 [Unit]
 Description=kubelet (kubeslot node)
 Requires=%[1]s
 After=%[1]s
-StartLimitIntervalSec=0
+%[4]sStartLimitIntervalSec=0
 
 [Service]
 ExecStart=%[2]s
@@ -253,7 +262,7 @@ RestartSec=2s
 
 [Install]
 WantedBy=multi-user.target
-`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String())
+`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload)
 }
 
 // cniLoopbackMode is the CNI mode of Options.LoopbackCNI (not a [node.cni]
@@ -363,6 +372,31 @@ RemainAfterExit=yes
 [Install]
 WantedBy=multi-user.target
 `
+
+// preloadUnit imports the listed image archives into containerd's k8s.io
+// namespace (the CRI's) before the kubelet starts. An image already there
+// costs a read of its archive. The kubelet unit wants it, so a failure is
+// in the journal without keeping the node from starting.
+func preloadUnit(opts Options) string {
+	snapshotter := opts.Snapshotter
+	if snapshotter == "" {
+		snapshotter = "overlayfs"
+	}
+	return `# Written by kubeslot from [node] preload_images; it is rewritten on every configure.
+[Unit]
+Description=Import preloaded images into containerd (kubeslot)
+Requires=` + ContainerdUnit + `
+After=` + ContainerdUnit + `
+Before=` + KubeletUnit + `
+
+[Service]
+Type=oneshot
+Environment=CONTAINERD_SNAPSHOTTER=` + snapshotter + `
+ExecStart=/bin/sh -c 'while read -r f; do [ -n "$f" ] || continue; echo "importing $f"; ctr --namespace k8s.io images import "$f" || exit 1; done < ` + PreloadList + `'
+RemainAfterExit=yes
+TimeoutStartSec=10min
+`
+}
 
 // registryHosts renders one hosts.toml per mirrored registry: the mirrors
 // in order, for pull and resolve, then the registry itself (server).

@@ -48,10 +48,12 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
@@ -107,6 +109,18 @@ type Fetcher struct {
 // sha256hex, pulling it when it is not cached. On any failure nothing is
 // left in the cache, and the error names the pinned reference.
 func (f *Fetcher) Ensure(ctx context.Context, source, sha256hex string) (string, error) {
+	return f.ensure(ctx, source, sha256hex, false)
+}
+
+// EnsureArchive is Ensure for an image that containerd imports as it is
+// (a preloaded image, not a rootfs): the image as a docker-archive tarball
+// tagged with the source's reference, which must carry a tag (what pods
+// name it by), cached next to the flattened ones as <digest>-<os>-<arch>.image.tar.
+func (f *Fetcher) EnsureArchive(ctx context.Context, source, sha256hex string) (string, error) {
+	return f.ensure(ctx, source, sha256hex, true)
+}
+
+func (f *Fetcher) ensure(ctx context.Context, source, sha256hex string, archive bool) (string, error) {
 	ref, err := ociref.Parse(source, sha256hex)
 	if err != nil {
 		return "", fmt.Errorf("oci image source: %w", err)
@@ -122,13 +136,23 @@ func (f *Fetcher) Ensure(ctx context.Context, source, sha256hex string) (string,
 	if err != nil {
 		return fail(err)
 	}
+	var tag name.Tag
+	if archive {
+		if ref.Tag == "" {
+			return fail(errors.New("an image to preload needs a tag in its source (what pods name it by)"))
+		}
+		if tag, err = name.NewTag(ref.Digest.Context().Name()+":"+ref.Tag, name.StrictValidation); err != nil {
+			return fail(err)
+		}
+		dst = strings.TrimSuffix(dst, ".tar") + ".image.tar"
+	}
 	log := f.logger().With("image", ref.String(), "platform", f.platform().String())
 	if ref.Tag != "" {
 		log = log.With("tag", ref.Tag)
 	}
 	switch err := verifyCached(dst); {
 	case err == nil:
-		log.Info("flattened image cache hit", "path", dst)
+		log.Info("image cache hit", "path", dst)
 		return dst, nil
 	case errors.Is(err, fs.ErrNotExist):
 	default:
@@ -150,11 +174,20 @@ func (f *Fetcher) Ensure(ctx context.Context, source, sha256hex string) (string,
 	if err != nil {
 		return fail(causeOf(ctx, err))
 	}
-	n, err := f.flatten(ctx, img, dst, log)
+	var stream io.ReadCloser
+	what := "flattened"
+	if archive {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(tarball.Write(tag, img, pw)) }()
+		stream, what = pr, "written as an image archive"
+	} else {
+		stream = mutate.Extract(img)
+	}
+	n, err := f.store(ctx, stream, dst, log)
 	if err != nil {
 		return fail(causeOf(ctx, err))
 	}
-	log.Info("image pulled and flattened into the cache", "path", dst, "bytes", n,
+	log.Info("image pulled and "+what+" into the cache", "path", dst, "bytes", n,
 		"duration", time.Since(start).Round(time.Millisecond))
 	return dst, nil
 }
@@ -239,9 +272,10 @@ func (f *Fetcher) pull(ctx context.Context, ref ociref.Ref, want string, log *sl
 	return img, nil
 }
 
-// flatten writes the flattened filesystem of img to dst (via a temporary
-// file, renamed only after the stream ended cleanly), then its sidecar.
-func (f *Fetcher) flatten(ctx context.Context, img v1.Image, dst string, log *slog.Logger) (n int64, err error) {
+// store writes the stream rc (the flattened filesystem, or the image
+// archive) to dst via a temporary file, renamed only after the stream ended
+// cleanly, then its sidecar.
+func (f *Fetcher) store(ctx context.Context, rc io.ReadCloser, dst string, log *slog.Logger) (n int64, err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
 	if err != nil {
 		return 0, fmt.Errorf("create temporary file: %w", err)
@@ -252,8 +286,7 @@ func (f *Fetcher) flatten(ctx context.Context, img v1.Image, dst string, log *sl
 			os.Remove(tmp.Name())
 		}
 	}()
-	rc := mutate.Extract(img)
-	defer rc.Close() // stops the extracting goroutine when we stop early
+	defer rc.Close() // stops the producing goroutine when we stop early
 	h := sha256.New()
 	max := f.maxSize()
 	lr := io.LimitReader(rc, max+1)
@@ -266,7 +299,7 @@ func (f *Fetcher) flatten(ctx context.Context, img v1.Image, dst string, log *sl
 		k, rerr := lr.Read(buf)
 		if k > 0 {
 			if n += int64(k); n > max {
-				return n, fmt.Errorf("%w: flattened image larger than %d bytes", ErrTooLarge, max)
+				return n, fmt.Errorf("%w: image stream larger than %d bytes", ErrTooLarge, max)
 			}
 			h.Write(buf[:k])
 			if _, err := tmp.Write(buf[:k]); err != nil {
@@ -274,14 +307,14 @@ func (f *Fetcher) flatten(ctx context.Context, img v1.Image, dst string, log *sl
 			}
 			if time.Since(last) >= every {
 				last = time.Now()
-				log.Info("flattening image", "bytes", n)
+				log.Info("writing image", "bytes", n)
 			}
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			return n, fmt.Errorf("flatten after %d bytes: %w", n, rerr)
+			return n, fmt.Errorf("image stream after %d bytes: %w", n, rerr)
 		}
 	}
 	if err = tmp.Chmod(0o644); err == nil {

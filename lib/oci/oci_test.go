@@ -3,6 +3,8 @@ package oci
 import (
 	"archive/tar"
 	"errors"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"log/slog"
 	"net"
 	"net/http"
@@ -341,5 +343,45 @@ func TestTLSGuard(t *testing.T) {
 		if _, err := g.RoundTrip(&http.Request{URL: pu}); err == nil || !strings.Contains(err.Error(), "https") {
 			t.Errorf("%s: %v", u, err)
 		}
+	}
+}
+
+// TestEnsureArchive: an image to preload is cached as a docker-archive
+// tarball tagged with the source's reference (what containerd imports and
+// pods name), pinned to the digest; a second call is a cache hit; a source
+// without a tag is refused.
+func TestEnsureArchive(t *testing.T) {
+	e := newEnv(t)
+	lower, upper := testImage(t)
+	img := ocitest.Image(t, "", lower, upper)
+	dgst := e.reg.Push(t, "apps/web", "v1", img)
+	p, err := e.f.EnsureArchive(t.Context(), e.source("apps/web:v1"), dgst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(p, ".image.tar") {
+		t.Errorf("archive path %s", p)
+	}
+	tag, err := name.NewTag(e.reg.Host + "/apps/web:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tarball.ImageFromPath(p, &tag)
+	if err != nil {
+		t.Fatalf("the archive does not hold %s: %v", tag, err)
+	}
+	wantCfg, _ := img.ConfigName()
+	if gotCfg, err := got.ConfigName(); err != nil || gotCfg != wantCfg {
+		t.Errorf("archived image config %v %v, want %v", gotCfg, err, wantCfg)
+	}
+	e.reg.Requests() // the first pull's
+	if p2, err := e.f.EnsureArchive(t.Context(), e.source("apps/web:v1"), dgst); err != nil || p2 != p {
+		t.Errorf("second call: %s %v", p2, err)
+	}
+	if r := e.reg.Requests(); len(r) != 0 {
+		t.Errorf("a cache hit asked the registry: %q", r)
+	}
+	if _, err := e.f.EnsureArchive(t.Context(), e.source("apps/web"), dgst); err == nil || !strings.Contains(err.Error(), "needs a tag") {
+		t.Errorf("untagged source: %v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -524,5 +526,47 @@ sha256 = %q
 	// without them is not provisioned for it.
 	if ok, _ := e.backend(nil).Provisioned("a"); ok {
 		t.Error("slot with extra artifacts counts as provisioned for a configuration without them")
+	}
+}
+
+// TestConfigurePreloadsImages: [node] preload_images are verified into the
+// cache, the cache is bound read-only into the node, and the node imports
+// the listed archives before its kubelet; a wrong sha256 fails configure
+// naming the setting, with nothing written into the node.
+func TestConfigurePreloadsImages(t *testing.T) {
+	e := newEnv(t)
+	archive := []byte("an image archive")
+	e.put("/srv/images/web.tar", archive)
+	preload := func(sum string) *config.Config {
+		return e.config(func(s string) string {
+			return strings.Replace(s, "[artifacts.kubelet]", fmt.Sprintf("[node]\npreload_images = [{source = \"/srv/images/web.tar\", sha256 = %q}]\n\n[artifacts.kubelet]", sum), 1)
+		})
+	}
+	bad := e.backend(preload(strings.Repeat("0", 64)))
+	if err := bad.Provision(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Configure(t.Context(), "a"); err == nil || !strings.Contains(err.Error(), "node.preload_images[0]") {
+		t.Fatalf("wrong sha256: %v", err)
+	}
+	if e.exists("/var/lib/machines/a/etc/kubernetes/kubelet-config.yaml") {
+		t.Error("node files written although a preload failed verification")
+	}
+	b := e.backend(preload(digest(archive)))
+	if err := b.Configure(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	list := e.read("/var/lib/machines/a" + nodeconfig.PreloadList)
+	if list != nodeconfig.CacheMount+"/sha256/"+digest(archive)+"\n" {
+		t.Errorf("preload list %q", list)
+	}
+	if u := e.read("/var/lib/machines/a" + nodeconfig.PreloadUnitPath); !strings.Contains(u, "ctr --namespace k8s.io images import") {
+		t.Errorf("preload unit:\n%s", u)
+	}
+	if u := e.read("/var/lib/machines/a" + nodeconfig.KubeletUnitPath); !strings.Contains(u, "Wants="+nodeconfig.PreloadUnit) {
+		t.Errorf("the kubelet does not want the preload:\n%s", u)
+	}
+	if s := e.read("/etc/systemd/nspawn/a.nspawn"); !strings.Contains(s, "BindReadOnly=/opt/kubeslot/cache:"+nodeconfig.CacheMount+"\n") {
+		t.Errorf("cache not bound into the node:\n%s", s)
 	}
 }

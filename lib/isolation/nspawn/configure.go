@@ -50,7 +50,11 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 	if err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
-	files, err := nodeconfig.Render(b.cfg, creds, b.node)
+	opts := b.node
+	if opts.Preload, err = b.ensurePreloads(ctx); err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
+	files, err := nodeconfig.Render(b.cfg, creds, opts)
 	if err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
@@ -199,6 +203,9 @@ Private=no
 		fmt.Fprintf(&f, "BindReadOnly=%s\n", modulesDir)
 	}
 	fmt.Fprintf(&f, "Bind=%s:%s\n", b.identity, nodeconfig.CertDir)
+	if len(b.cfg.Node.PreloadImages) > 0 {
+		fmt.Fprintf(&f, "BindReadOnly=%s:%s\n", b.root.HostPath(hostroot.CacheDir), nodeconfig.CacheMount)
+	}
 	for _, d := range b.nodeState() {
 		fmt.Fprintf(&f, "Bind=%s:%s\n", d.host, d.node)
 	}
