@@ -406,6 +406,9 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, er
 	for _, t := range n.Taints {
 		c.Kubernetes.Taints = append(c.Kubernetes.Taints, string(t))
 	}
+	if n.SandboxImage != "" {
+		c.Node.SandboxImage = n.SandboxImage
+	}
 	if a := n.Artifacts; a != nil {
 		if a.Kubelet != nil {
 			c.Artifacts.Kubelet = config.Artifact{URL: string(a.Kubelet.URL), SHA256: string(a.Kubelet.SHA256)}
@@ -435,6 +438,7 @@ func specPaths(s string) string {
 		"rootfs.source", "spec.node.rootfs.source",
 		"rootfs.sha256", "spec.node.rootfs.sha256",
 		"artifacts.", "spec.node.artifacts.",
+		"node.sandbox_image", "spec.node.sandboxImage",
 	).Replace(s)
 }
 

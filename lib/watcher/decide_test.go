@@ -367,3 +367,22 @@ func TestDecideHooksFailureReported(t *testing.T) {
 		t.Errorf("with an invalid spec too: got %q", got)
 	}
 }
+
+// TestDesiredSandboxImage: the Machine's sandbox image replaces the host's,
+// empty keeps it, and a bad one is refused naming the spec field.
+func TestDesiredSandboxImage(t *testing.T) {
+	a := applied(t)
+	m := NewMachine("m1", node, a)
+	m.Spec.Node.SandboxImage = "mirror.example:5000/pause:3.10.1"
+	d, err := Desired(a.Config, &m.Spec.Node)
+	if err != nil || d.Node.Sandbox() != "mirror.example:5000/pause:3.10.1" {
+		t.Fatalf("desired sandbox image %q, %v", d.Node.Sandbox(), err)
+	}
+	if a.Config.Node.SandboxImage != "" {
+		t.Error("Desired changed the applied configuration")
+	}
+	m.Spec.Node.SandboxImage = "pause"
+	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.sandboxImage") {
+		t.Errorf("bad sandbox image: %v", err)
+	}
+}

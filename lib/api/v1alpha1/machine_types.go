@@ -133,6 +133,15 @@ type NodeConfig struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	Taints []Taint `json:"taints,omitempty"`
+
+	// SandboxImage is the pod sandbox ("pause") image the node's containerd
+	// runs for every pod, a full reference with registry and tag or digest.
+	// Empty means what the host's bootstrap configuration says ([node]
+	// sandbox_image, by default the one of the Kubernetes release).
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	SandboxImage string `json:"sandboxImage,omitempty"`
 }
 
 // LabelValue is the value of a node label. (A type of its own so that the
