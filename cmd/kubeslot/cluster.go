@@ -5,16 +5,21 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/servingcsr"
 )
 
 type clusterCmd struct {
 	Install   clusterInstallCmd   `cmd:"" help:"Install or update kubeslot's CRDs, agent RBAC and admission policies (server-side apply; safe to repeat)."`
 	Uninstall clusterUninstallCmd `cmd:"" help:"Remove what 'cluster install' installed."`
+	// The kubelets of kubeslot nodes ask the cluster for their serving
+	// certificates; Kubernetes approves none of those by itself.
+	ApproveServing clusterApproveServingCmd `cmd:"" name:"approve-serving" help:"Approve pending kubelet serving certificate requests that a node made for its own addresses (for clusters without an approver for kubernetes.io/kubelet-serving); others stay pending, with the reason."`
 }
 
 // clusterFlags are the connection flags of the cluster commands.
@@ -92,6 +97,40 @@ func (c *clusterUninstallCmd) Run(e *env) error {
 	rep, err := clusterinstall.Uninstall(ctx, cfg, log, clusterinstall.UninstallOptions{DeleteObjects: c.DeleteObjects})
 	if perr := rep.Print(e.io.Stdout); perr != nil && err == nil {
 		err = perr
+	}
+	return err
+}
+
+type clusterApproveServingCmd struct {
+	clusterFlags
+	Node string `help:"Only this node's requests." placeholder:"NAME"`
+}
+
+func (c *clusterApproveServingCmd) Run(e *env) error {
+	cfg, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	log, err := e.globals.Logger(e.io.Stderr, name)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	ds, err := servingcsr.Approve(ctx, cs, c.Node, log)
+	for _, d := range ds {
+		if d.Approved {
+			fmt.Fprintf(e.io.Stdout, "approved  %s (node %s)\n", d.CSR, d.Node)
+		} else {
+			fmt.Fprintf(e.io.Stdout, "pending   %s (node %q): %s\n", d.CSR, d.Node, d.Reason)
+		}
+	}
+	if err == nil && len(ds) == 0 {
+		fmt.Fprintln(e.io.Stdout, "No pending kubelet serving requests.")
 	}
 	return err
 }
