@@ -37,6 +37,7 @@ func ServeConnect(l net.Listener, route Route, log *slog.Logger) *ConnectProxy {
 	}
 	p := &ConnectProxy{route: route, log: log}
 	p.s = newServer(l, p.handle)
+	p.s.start()
 	return p
 }
 

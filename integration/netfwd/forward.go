@@ -36,6 +36,7 @@ func Forward(listenNS, listenAddr, targetNS, targetAddr string) (*Forwarder, err
 		defer f.s.untrack(up)
 		pipe(c, up)
 	})
+	f.s.start()
 	return f, nil
 }
 

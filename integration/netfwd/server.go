@@ -39,9 +39,13 @@ type server struct {
 func newServer(l net.Listener, handle func(ctx context.Context, c net.Conn)) *server {
 	s := &server{l: l, handle: handle, conns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// start runs the accept loop; the owner calls it once it has stored s where handle finds it.
+func (s *server) start() {
 	s.wg.Add(1)
 	go s.acceptLoop()
-	return s
 }
 
 func (s *server) acceptLoop() {
