@@ -253,3 +253,36 @@ func TestHostNodeNetwork(t *testing.T) {
 		t.Errorf("the machine's network namespace changed:\n--- before\n%s\n--- after\n%s", before, after)
 	}
 }
+
+// TestHostNodeNetworkAcrossBoots: every boot is a new network namespace, and each gets the node IP again.
+func TestHostNodeNetworkAcrossBoots(t *testing.T) {
+	name := hostName("rig-net-boots")
+	h := startHost(t, sdhost.Options{Name: name, NodeNetwork: true, Persistent: true})
+	hasIP := func() string {
+		t.Helper()
+		out, err := exec.Command("nsenter", "-t", fmt.Sprint(h.PID()), "-n", "ip", "-o", "-4", "addr", "show", "dev", sdhost.NodeLink).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), " "+h.NodeIP().String()+"/24 ") {
+			t.Fatalf("boot with pid %d: %v: %s", h.PID(), err, out)
+		}
+		ns, err := h.NetNS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	first := hasIP()
+	if err := h.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.NetNS(); err == nil {
+		t.Error("NetNS of a killed host")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := h.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if second := hasIP(); second == first {
+		t.Errorf("second boot has the same namespace path %s", second)
+	}
+}
