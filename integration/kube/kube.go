@@ -42,6 +42,10 @@ type Options struct {
 	// ReadyTimeout bounds the wait for /readyz (default 90 s: a loaded
 	// 2-core machine takes 3–10 s).
 	ReadyTimeout time.Duration
+	// ClusterEgress sends kube-apiserver's traffic to nodes (logs, exec, port-forward, node proxy) through a CONNECT
+	// proxy of the test process that dials inside the rig hosts' network namespaces (RouteEgress, egress.go).
+	// Off: the apiserver dials directly from the machine's namespace.
+	ClusterEgress bool
 }
 
 // ControlPlane is a running control plane. Its methods are safe for
@@ -54,6 +58,7 @@ type ControlPlane struct {
 	url    string
 	users  []tokenUser
 	launch *launcher
+	egress *egress // Options.ClusterEgress
 
 	mu    sync.Mutex
 	procs []*proc // start order: etcd, kube-apiserver, kube-controller-manager
@@ -108,6 +113,11 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	}
 	if c.users, err = writeTokens(c.pki.path(tokensFile), o.Users); err != nil {
 		return nil, err
+	}
+	if o.ClusterEgress {
+		if err = c.startEgress(); err != nil {
+			return nil, err
+		}
 	}
 	tPKI := time.Now()
 
@@ -185,30 +195,31 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, bin, etcdURL string, 
 			return fmt.Errorf("kube: kube-apiserver: %w", err)
 		}
 		c.url = "https://127.0.0.1:" + strconv.Itoa(ports[0])
-		ap, err := start(c.launch, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"),
-			filepath.Join(bin, "kube-apiserver"),
+		args := append([]string{
 			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(ports[0]),
+			"--secure-port=" + strconv.Itoa(ports[0]),
 			// REQUIRED with a loopback advertise address: the default
 			// reconciler refuses 127.0.0.1 and the apiserver exits
 			"--endpoint-reconciler-type=none",
-			"--etcd-servers="+etcdURL,
-			"--tls-cert-file="+p(apiserverCertFile), "--tls-private-key-file="+p(apiserverKeyFile),
-			"--client-ca-file="+p(caCertFile),
-			"--token-auth-file="+p(tokensFile),
+			"--etcd-servers=" + etcdURL,
+			"--tls-cert-file=" + p(apiserverCertFile), "--tls-private-key-file=" + p(apiserverKeyFile),
+			"--client-ca-file=" + p(caCertFile),
+			"--token-auth-file=" + p(tokensFile),
 			"--enable-bootstrap-token-auth=true",
 			"--authorization-mode=Node,RBAC",
 			// what a real cluster runs: a node may only touch its own Node
 			"--enable-admission-plugins=NodeRestriction",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file="+p(saPubFile),
-			"--service-account-signing-key-file="+p(saKeyFile),
+			"--service-account-key-file=" + p(saPubFile),
+			"--service-account-signing-key-file=" + p(saKeyFile),
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--allow-privileged=true",
-			"--kubelet-client-certificate="+p(adminCertFile), "--kubelet-client-key="+p(adminKeyFile),
+			"--kubelet-client-certificate=" + p(adminCertFile), "--kubelet-client-key=" + p(adminKeyFile),
 			// never write into the machine's /var/run/kubernetes
-			"--cert-dir="+filepath.Join(c.dir, "apiserver-certs"),
-			"--profiling=false")
+			"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
+			"--profiling=false"}, c.egressArgs()...)
+		ap, err := start(c.launch, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"),
+			filepath.Join(bin, "kube-apiserver"), args...)
 		if err != nil {
 			return fmt.Errorf("kube: %w", err)
 		}
@@ -329,6 +340,9 @@ func (c *ControlPlane) Stop(ctx context.Context) error {
 		if len(errs) == 0 {
 			// only now: ending the launcher's thread fires Pdeathsig
 			c.launch.close()
+		}
+		if err := c.closeEgress(); err != nil {
+			errs = append(errs, err)
 		}
 		c.log.Info("control plane stopped", "took", time.Since(t0).Round(time.Millisecond))
 		if c.ownDir && len(errs) == 0 && os.Getenv("KUBESLOT_KEEP_KUBE_DIR") != "1" {

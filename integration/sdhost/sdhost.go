@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,6 +56,13 @@ type Options struct {
 	// SharedNetwork shares the machine's network namespace (tests then use loopback only); false gives the host a
 	// private network namespace holding just lo.
 	SharedNetwork bool
+	// NodeNetwork gives the host's own network namespace (not SharedNetwork), at every boot, a link carrying NodeIP
+	// and a default route, so a node in it can use NodeIP as its kubelet's --node-ip (see netns.go). The machine's
+	// namespace is never touched; connections to and from the machine go through integration/netfwd.
+	NodeNetwork bool
+	// NodeIP is the node address of a NodeNetwork host (a /24 is assigned); zero: the first free 10.213.<n>.2 of
+	// this test process.
+	NodeIP netip.Addr
 	// Persistent keeps the upper (writable) layer across Kill/PowerOff and Boot, like a disk.
 	Persistent bool
 	Binds      []Bind
@@ -85,6 +93,7 @@ type Host struct {
 	stopped  bool
 	unlock   func() // releases the leakcheck share taken by Start
 	bootSeen int
+	nodeIP   netip.Addr // NodeNetwork: claimed by prepare, released by Stop
 }
 
 const (
@@ -147,6 +156,9 @@ func newHost(o Options) (*Host, error) {
 			return nil, fmt.Errorf("sdhost: host %s: Binds[%d]: %w", o.Name, i, err)
 		}
 	}
+	if err := checkNodeNetwork(o); err != nil {
+		return nil, err
+	}
 	scripts, err := ScriptsDir()
 	if err != nil {
 		return nil, err
@@ -164,6 +176,9 @@ func newHost(o Options) (*Host, error) {
 // prepare reclaims what a crashed earlier run of the same name left, then lays out the state dir and cgroup dirs.
 func (h *Host) prepare() error {
 	if err := h.reclaimStale(); err != nil {
+		return err
+	}
+	if err := h.claimNodeIP(); err != nil {
 		return err
 	}
 	for _, d := range []string{"root", "rw", "disk"} {
@@ -231,6 +246,10 @@ func (h *Host) Boot(ctx context.Context) error {
 		return err
 	}
 	h.inst = inst
+	if err := h.setupNodeNetwork(inst); err != nil {
+		inst.kill(killBound)
+		return err
+	}
 	if err := h.waitRunning(ctx, inst); err != nil {
 		inst.kill(killBound)
 		return err
@@ -329,6 +348,7 @@ func (h *Host) Stop(ctx context.Context) error {
 	err := h.cleanup()
 	if err == nil {
 		h.stopped = true
+		h.releaseNodeIP()
 		if h.unlock != nil {
 			h.unlock()
 		}
