@@ -19,10 +19,12 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/leakcheck"
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
 )
@@ -92,7 +94,47 @@ state = "/run/containerd"
 const (
 	helloRef  = "rig.invalid/kubeslot/hello:1"
 	helloLine = "rig-container: hello"
+	// pauseRef is containerd 1.6's default sandbox image; the test's pause is the same binary, blocking.
+	pauseRef = "registry.k8s.io/pause:3.6"
 )
+
+// podsKubeletConfig: a standalone kubelet (no apiserver) running static pods, with QoS cgroups and node allocatable
+// enforcement on: the v1 controllers are writable in the node. failCgroupV1: false because kubelet 1.37 refuses v1
+// otherwise; cgroupDriver must match containerd's SystemdCgroup=false. The rest leaves the shared kernel alone and
+// turns off evictions and image GC (see nodeimage.WriteFiles).
+const podsKubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+staticPodPath: /etc/kubernetes/manifests
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: true
+enforceNodeAllocatable: ["pods"]
+failSwapOn: false
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+`
+
+const podsStaticPod = `apiVersion: v1
+kind: Pod
+metadata: {name: hello, namespace: default}
+spec:
+  hostNetwork: true
+  containers:
+  - name: hello
+    image: ` + helloRef + `
+    imagePullPolicy: Never
+    args: ["stay"]
+`
 
 // TestHostV1ControllersRunAContainer boots a host with V1Controllers, an nspawn node of the rig's node rootfs in it,
 // and runs a container with the node's own containerd and runc (`ctr run`). On a cgroup v1 hybrid machine this is
@@ -184,11 +226,31 @@ func TestHostV1ControllersRunAContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's unit, sysctl binds and the rest come from nodeimage (with placeholder credentials: this
+	// kubelet runs standalone); its config and command line are replaced below.
+	err = nodeimage.WriteFiles(rootfs, nodeimage.Node{Name: node, CAPEM: []byte("unused"),
+		BootstrapKubeconfig: []byte("unused"), KubeletPort: 10250, HealthzPort: 10248})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, kubeletErr := kube.CachedBinDir()
+	if kubeletErr == nil {
+		kubelet = filepath.Join(kubelet, "kubelet")
+		t1 := time.Now()
+		if err := copyFile(kubelet, filepath.Join(rootfs, nodeimage.KubeletBinary)); err != nil {
+			t.Fatal(err)
+		}
+		timing("copy kubelet into the node", t1)
+	}
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
 	writeNodeFiles(t, rootfs, map[string]string{
-		"/etc/hostname":                                            node + "\n",
-		"/etc/machine-id":                                          hex.EncodeToString(id) + "\n",
+		"/etc/hostname":                        node + "\n",
+		"/etc/machine-id":                      hex.EncodeToString(id) + "\n",
+		"/etc/kubernetes/kubelet-config.yaml":  podsKubeletConfig,
+		"/etc/kubernetes/manifests/hello.yaml": podsStaticPod,
+		"/etc/systemd/system/kubelet.service.d/standalone.conf": "[Service]\nExecStart=\nExecStart=" + nodeimage.KubeletBinary +
+			" --config=/etc/kubernetes/kubelet-config.yaml --root-dir=/var/lib/kubelet --hostname-override=" + node + "\n",
 		"/etc/containerd/config.toml":                              podsContainerd,
 		"/etc/systemd/system/rig-cgroup-rw.service":                podsCgroupRW,
 		"/etc/systemd/system/containerd.service.d/rig-cgroup.conf": podsContainerdDropIn,
@@ -257,6 +319,35 @@ func TestHostV1ControllersRunAContainer(t *testing.T) {
 		t.Fatalf("the container did not print %q; ctr run printed:\n%s", helloLine, out)
 	}
 	t.Logf("the container printed:\n%s", strings.TrimSpace(out))
+
+	// A kubelet: the static pod's sandbox and container must run and the container's line reach its log.
+	if kubelet == "" {
+		t.Logf("no kubelet binary cached (%v): the pod part is left out", kubeletErr)
+	} else {
+		t0 = time.Now()
+		if out, err := h.Run(ctx, "systemctl", "-M", node, "start", nodeimage.KubeletUnit); err != nil {
+			t.Fatalf("start kubelet: %v\n%s", err, out)
+		}
+		var logs string
+		for ctx.Err() == nil && time.Since(t0) < 90*time.Second {
+			logs, _ = inNode("/bin/sh", "-c", "cat /var/log/pods/default_hello-*/hello/*.log 2>/dev/null")
+			if strings.Contains(logs, helloLine) {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		timing("kubelet start to the static pod's log line", t0)
+		if !strings.Contains(logs, helloLine) {
+			t.Fatalf("the static pod's container logged no %q (log: %q)\n%s", helloLine, logs,
+				podsJournal(h, node, nodeimage.KubeletUnit, "containerd.service"))
+		}
+		t.Logf("the static pod logged:\n%s", strings.TrimSpace(logs))
+		if out, err := inNode("/bin/sh", "-c", "ls -d /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/memory/kubepods/besteffort"); err != nil {
+			t.Errorf("kubelet's QoS cgroups: %v", err)
+		} else {
+			t.Logf("kubelet's QoS cgroups:\n%s", strings.TrimSpace(out))
+		}
+	}
 
 	// Leaks: every cgroup dir of the host gone, in every hierarchy (the memory one sits below the supervisor's
 	// per-command cgroup, which the machine-wide snapshot does not look into), and the machine unchanged.
@@ -334,6 +425,23 @@ func checkHostSide(t *testing.T, ctx context.Context, h *Host) {
 	}
 }
 
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
 // writeNodeFiles writes files into the node rootfs, resolving every path inside it.
 func writeNodeFiles(t *testing.T, rootfs string, files map[string]string) {
 	t.Helper()
@@ -354,8 +462,8 @@ func writeNodeFiles(t *testing.T, rootfs string, files map[string]string) {
 	}
 }
 
-// buildHelloImage writes a docker-archive tarball of helloRef: one layer holding one static Go binary, which prints
-// helloLine and where it runs.
+// buildHelloImage writes a docker-archive tarball of helloRef and pauseRef: one layer holding one static Go binary,
+// which prints helloLine and its cgroups, then with "stay" waits for SIGTERM; with "pause" it only waits.
 func buildHelloImage(t *testing.T, ctx context.Context, dst string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -364,11 +472,24 @@ func buildHelloImage(t *testing.T, ctx context.Context, dst string) {
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
-	cg, _ := os.ReadFile("/proc/self/cgroup")
-	fmt.Printf("` + helloLine + ` from pid %d\n%s", os.Getpid(), cg)
+	mode := ""
+	if len(os.Args) > 1 {
+		mode = os.Args[1]
+	}
+	if mode != "pause" {
+		cg, _ := os.ReadFile("/proc/self/cgroup")
+		fmt.Printf("` + helloLine + ` from pid %d\n%s", os.Getpid(), cg)
+	}
+	if mode == "pause" || mode == "stay" {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+		<-ch
+	}
 }
 `
 	for f, data := range map[string]string{"go.mod": "module hello\n\ngo 1.22\n", "main.go": src} {
@@ -416,17 +537,22 @@ func main() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint = []string{"/hello"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
+	images := map[name.Reference]v1.Image{}
+	for ref, entrypoint := range map[string][]string{helloRef: {"/hello"}, pauseRef: {"/hello", "pause"}} {
+		cf := cf.DeepCopy()
+		cf.OS, cf.Architecture = "linux", runtime.GOARCH
+		cf.Config.Entrypoint = entrypoint
+		withConfig, err := mutate.ConfigFile(img, cf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images[tag] = withConfig
 	}
-	ref, err := name.NewTag(helloRef)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tarball.WriteToFile(dst, ref, img); err != nil {
+	if err := tarball.MultiRefWriteToFile(dst, images); err != nil {
 		t.Fatal(err)
 	}
 }
