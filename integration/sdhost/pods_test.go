@@ -393,6 +393,99 @@ func TestHostV1ControllersRunAContainer(t *testing.T) {
 	}
 }
 
+// TestHostHybridWithoutV1Controllers: without the option a hybrid host is what it always was: no v1 controller
+// mounted, no CAP_MKNOD, no /dev/net/tun, and no dir of it in the machine's controller hierarchies.
+func TestHostHybridWithoutV1Controllers(t *testing.T) {
+	if err := Available(); err != nil {
+		if os.Getenv("KUBESLOT_REQUIRE_RIG") == "1" {
+			t.Fatalf("KUBESLOT_REQUIRE_RIG=1 but isolated hosts cannot run here: %v", err)
+		}
+		t.Skipf("isolated systemd host not available here: %v", err)
+	}
+	if err := V1ControllersAvailable(); err != nil {
+		t.Skipf("not a cgroup v1 machine: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("v1off-%d", os.Getpid()%100000)
+	h, err := Start(ctx, Options{Name: name, CgroupMode: "hybrid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := h.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	if stray := strayV1Dirs(name, nil); len(stray) > 0 {
+		t.Errorf("the host has v1 controller dirs: %v", stray)
+	}
+	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", h.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.Contains(l, " - cgroup ") && !strings.HasSuffix(f[4], "/systemd") {
+			t.Errorf("v1 mount other than name=systemd: %s", l)
+		}
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapBnd:"); ok {
+			if bnd, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err != nil || bnd&(1<<27) != 0 {
+				t.Errorf("host bounding set %s has CAP_MKNOD", strings.TrimSpace(v))
+			}
+		}
+	}
+	if out, err := h.Run(ctx, "test", "-e", "/dev/net/tun"); err == nil {
+		t.Errorf("host has /dev/net/tun %s", out)
+	}
+}
+
+// TestHostV1ReclaimsStrayDirs: dirs of a host of the same name that a crashed run left in a v1 hierarchy below some
+// other cgroup (the CI supervisor runs each command in its own memory cgroup) are removed by the next Start, and the
+// host's own dirs are gone after Stop.
+func TestHostV1ReclaimsStrayDirs(t *testing.T) {
+	if err := Available(); err != nil {
+		if os.Getenv("KUBESLOT_REQUIRE_RIG") == "1" {
+			t.Fatalf("KUBESLOT_REQUIRE_RIG=1 but isolated hosts cannot run here: %v", err)
+		}
+		t.Skipf("isolated systemd host not available here: %v", err)
+	}
+	if err := V1ControllersAvailable(); err != nil {
+		t.Skipf("not a cgroup v1 machine: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("v1stray-%d", os.Getpid()%100000)
+	other := filepath.Join("/sys/fs/cgroup/pids", name+"-elsewhere")
+	stray := filepath.Join(other, rigDir, name)
+	if err := os.MkdirAll(filepath.Join(stray, "system.slice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer removeIfEmpty(other)
+	h, err := Start(ctx, Options{Name: name, CgroupMode: "hybrid", V1Controllers: true})
+	if err != nil {
+		_ = removeCgroupTree(filepath.Dir(stray), true)
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(stray)); err == nil {
+		t.Errorf("Start left the stray %s", filepath.Dir(stray))
+	}
+	dirs := append([]string(nil), h.cgroups...)
+	if err := h.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup dir %s still there after Stop", d)
+		}
+	}
+}
+
 // checkHostSide asserts what V1Controllers gives the host itself: its own writable v1 controllers, CAP_MKNOD and
 // /dev/net/tun.
 func checkHostSide(t *testing.T, ctx context.Context, h *Host) {
