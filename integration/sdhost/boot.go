@@ -127,6 +127,13 @@ func (h *Host) spawn(ctx context.Context) (*instance, error) {
 		"RIG_DISK_SIZE=" + o.DiskSize,
 		"RIG_CGROUP=" + h.layout,
 	}
+	if o.V1Controllers {
+		var names []string
+		for _, d := range h.v1 {
+			names = append(names, d.controller)
+		}
+		cmd.Env = append(cmd.Env, "RIG_V1_CONTROLLERS="+strings.Join(names, " "), "RIG_KEEP_MKNOD=1")
+	}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = console, console
 	// Setsid: the host is nobody's terminal job. Pdeathsig: if the test binary dies, unshare dies, and its

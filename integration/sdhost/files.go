@@ -84,6 +84,20 @@ func (h *Host) writeSkeleton() error {
 			return err
 		}
 	}
+	if h.opts.V1Controllers {
+		// /dev/net/tun: systemd-nspawn@.service allows it to its container (DeviceAllow=/dev/net/tun rwm) and skips
+		// the line when the node is missing; on v1 a child's device cgroup can never allow more than its parent's.
+		if err := mkdir0755(filepath.Join(dev, "net")); err != nil {
+			return err
+		}
+		p := filepath.Join(dev, "net", "tun")
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil {
+			return fmt.Errorf("mknod %s: %w", p, err)
+		}
+		if err := os.Chmod(p, 0o666); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dev, "console"), nil, 0o600); err != nil { // bind target for console.log
 		return err
 	}
@@ -250,6 +264,9 @@ func mkdirAllInRoot(rootfd int, dir string) (int, error) {
 	return -1, fmt.Errorf("mkdir %s: unreachable", dir)
 }
 
+// statfs f_type of the two cgroup filesystems.
+const cgroup2Magic, cgroup1Magic = 0x63677270, 0x27e0eb
+
 // machineLayout is the machine's cgroup layout: "hybrid" (v1 name=systemd + cgroup2 at unified/) or "unified".
 func machineLayout() (string, error) {
 	fsType := func(p string) int64 {
@@ -259,7 +276,6 @@ func machineLayout() (string, error) {
 		}
 		return int64(st.Type)
 	}
-	const cgroup2Magic, cgroup1Magic = 0x63677270, 0x27e0eb
 	switch {
 	case fsType("/sys/fs/cgroup") == cgroup2Magic:
 		return "unified", nil

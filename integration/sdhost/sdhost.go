@@ -19,6 +19,14 @@
 // own work/work subdir at each mount, so the work dir needs no cleanup between boots. A non-persistent host mounts
 // its tmpfs inside its own mount namespace, so every Boot starts from a fresh disk.
 //
+// V1Controllers (hybrid machines only): on a machine whose controllers are all bound to cgroup v1, cgroup2 has no
+// controllers, so neither the host nor anything inside it can limit or even account a container, and runc refuses to
+// start one. Such a host also gets a dir of its own in each v1 controller hierarchy it needs (below the cgroup of the
+// test process: the machine's limits on the test still bind), joined by the wrapper shell with the others before
+// unshare, and mounted by host-init.sh next to name=systemd and cgroup2, read-write: the host's systemd runs in full
+// hybrid mode and hands the controllers on to nspawn, containerd and runc. Stop removes those dirs bottom-up like the
+// others; Start also reclaims dirs of the same name that a crashed run left below another cgroup.
+//
 // Journals: a Persistent host keeps its journal on the disk (Storage=persistent, /var/log/journal), so logs of the
 // boot before a Kill stay readable; other hosts use Storage=volatile (/run/log/journal). Journal reads both.
 package sdhost
@@ -69,6 +77,13 @@ type Options struct {
 	// CgroupMode is "unified" (default: the host sees only its own cgroup2 subtree) or "hybrid" (name=systemd v1 plus
 	// cgroup2, as the machine has; needs a hybrid machine).
 	CgroupMode string
+	// V1Controllers (needs CgroupMode "hybrid", and a hybrid machine whose v1 controllers each have a hierarchy of
+	// their own; see V1ControllersAvailable) gives the host writable subtrees of the machine's v1 hierarchies of
+	// blkio, cpu, cpuacct, cpuset, devices, freezer, memory and pids, mounted at /sys/fs/cgroup/<controller> next to
+	// name=systemd and cgroup2: its systemd then runs in full hybrid mode, and runc can make containers inside it
+	// (cgroup2 there has no controllers: they are all bound to v1). It also keeps CAP_MKNOD in the host's bounding
+	// set and gives it a real /dev/net/tun, which container runtimes and systemd-nspawn's device policy expect.
+	V1Controllers bool
 	// StateDir holds the hosts' state dirs; default os.TempDir()/kubeslot-rig.
 	StateDir string
 	// DiskSize is the size= of the disk tmpfs; default "4g" (tmpfs only uses what is written).
@@ -84,7 +99,8 @@ type Host struct {
 	log     *slog.Logger
 	scripts string
 	state   string   // <StateDir>/<Name>
-	cgroups []string // the host's cgroup dirs on the machine, one per mounted hierarchy
+	cgroups []string // the host's cgroup dirs on the machine, one per mounted hierarchy (v1's included)
+	v1      []v1Dir  // the v1 controller dirs (Options.V1Controllers), also in cgroups
 	layout  string   // "hybrid" or "unified": what host-init mounts
 
 	mu       sync.Mutex
@@ -163,13 +179,26 @@ func newHost(o Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.V1Controllers && o.CgroupMode != "hybrid" {
+		return nil, fmt.Errorf("sdhost: host %s: Options.V1Controllers needs CgroupMode \"hybrid\" (the v1 controllers are mounted next to name=systemd and cgroup2; a %s host's systemd would ignore them), got %q",
+			o.Name, o.CgroupMode, o.CgroupMode)
+	}
 	cgroups, layout, err := cgroupDirs(o.CgroupMode, o.Name)
 	if err != nil {
 		return nil, fmt.Errorf("sdhost: host %s: %w", o.Name, err)
 	}
+	var v1 []v1Dir
+	if o.V1Controllers {
+		if v1, err = v1Dirs(o.Name); err != nil {
+			return nil, fmt.Errorf("sdhost: host %s: %w", o.Name, err)
+		}
+		for _, d := range v1 {
+			cgroups = append(cgroups, d.dir)
+		}
+	}
 	return &Host{
 		opts: o, log: log.With("host", o.Name), scripts: scripts,
-		state: filepath.Join(o.StateDir, o.Name), cgroups: cgroups, layout: layout,
+		state: filepath.Join(o.StateDir, o.Name), cgroups: cgroups, v1: v1, layout: layout,
 	}, nil
 }
 
@@ -194,6 +223,9 @@ func (h *Host) prepare() error {
 			return fmt.Errorf("host %s: cgroup dir: %w", h.opts.Name, err)
 		}
 	}
+	if err := prepareV1(h.v1); err != nil {
+		return fmt.Errorf("host %s: %w", h.opts.Name, err)
+	}
 	if h.opts.Persistent {
 		if err := h.mountDisk(); err != nil {
 			return err
@@ -209,6 +241,17 @@ func (h *Host) reclaimStale() error {
 		if pids := cgroupPIDs(d); len(pids) > 0 {
 			return fmt.Errorf("sdhost: host %s is already running (cgroup %s holds pids %v)", h.opts.Name, d, pids)
 		}
+	}
+	// Also without V1Controllers: an earlier run of the same name may have had them.
+	for _, d := range strayV1Dirs(h.opts.Name, h.v1) {
+		if pids := cgroupPIDs(d); len(pids) > 0 {
+			return fmt.Errorf("sdhost: host %s is already running elsewhere (cgroup %s holds pids %v)", h.opts.Name, d, pids)
+		}
+		h.log.Warn("reclaiming a cgroup of an earlier host of the same name", "cgroup", d)
+		if err := removeCgroupTree(d, true); err != nil {
+			return err
+		}
+		removeIfEmpty(filepath.Dir(d))
 	}
 	_, err := os.Stat(h.state)
 	if errors.Is(err, fs.ErrNotExist) {

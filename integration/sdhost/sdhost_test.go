@@ -40,6 +40,8 @@ func TestHostOptionsAreChecked(t *testing.T) {
 		{Name: "ok", Binds: []Bind{{Source: "/", Target: "relative"}}},
 		{Name: "ok", Binds: []Bind{{Source: "/", Target: "/a/../b"}}},
 		{Name: "ok", Binds: []Bind{{Source: "/does/not/exist", Target: "/x"}}},
+		{Name: "ok", V1Controllers: true}, // unified: the controllers would be mounted for nobody
+		{Name: "ok", V1Controllers: true, CgroupMode: "unified"},
 	} {
 		if _, err := Start(context.Background(), o); err == nil {
 			t.Errorf("Start(%+v) accepted bad options", o)

@@ -15,6 +15,9 @@
 #   RIG_DISK     dir holding upper/ and work/ that outlives the host (a machine-side tmpfs); empty: a private tmpfs
 #   RIG_CGROUP   hybrid | unified: which cgroup layout the host's systemd gets
 #   RIG_DISK_SIZE  size= of the private tmpfs
+#   RIG_V1_CONTROLLERS  (hybrid only) v1 controllers to mount, each alone at /sys/fs/cgroup/<controller>; sdhost has
+#                put this process in the host's own dir of each, so the cgroup namespace shows only that subtree
+#   RIG_KEEP_MKNOD  1: CAP_MKNOD stays in the bounding set (container runtimes create device nodes)
 # Arguments: bind mounts from the machine, as triples MODE SRC DST (MODE ro or rw, DST a path inside the host).
 #
 # Forks cost 12-40 ms on the CI machines: this script uses bash builtins wherever it can (~25 external commands).
@@ -60,8 +63,15 @@ case $RIG_CGROUP in
     mkdir "$R/sys/fs/cgroup/systemd" "$R/sys/fs/cgroup/unified"
     mount -t cgroup -o none,name=systemd,nosuid,nodev,noexec cgroup "$R/sys/fs/cgroup/systemd"
     mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$R/sys/fs/cgroup/unified"
+    # The controllers, read-write, as the machine has them: systemd finds them mounted and uses them (full hybrid
+    # mode); the mount points exist before the tmpfs goes read-only, so it mounts nothing of its own.
+    for c in ${RIG_V1_CONTROLLERS:-}; do
+      mkdir "$R/sys/fs/cgroup/$c"
+      mount -t cgroup -o "$c,nosuid,nodev,noexec" cgroup "$R/sys/fs/cgroup/$c"
+    done
     mount -o remount,ro,bind "$R/sys/fs/cgroup" ;;
   unified)
+    if [ -n "${RIG_V1_CONTROLLERS:-}" ]; then echo "host-init: RIG_V1_CONTROLLERS needs RIG_CGROUP=hybrid" >&2; exit 1; fi
     mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$R/sys/fs/cgroup" ;;
   *) echo "host-init: RIG_CGROUP=$RIG_CGROUP: want hybrid or unified" >&2; exit 1 ;;
 esac
@@ -92,6 +102,7 @@ cd /
 #    The bounding set is trimmed like a container's; CAP_SYS_BOOT stays: reboot(2) from a child pid namespace only ends
 #    the namespace, and systemd-shutdown needs it (without it, poweroff hangs in freeze()).
 #    No --log-target=console: PID 1's own messages (restart jobs, start limits) belong in the journal.
+drop=-sys_module,-sys_time,-sys_rawio,-mknod,-wake_alarm,-block_suspend,-syslog
+if [ "${RIG_KEEP_MKNOD:-}" = 1 ]; then drop=${drop/,-mknod/}; fi
 unset "${!RIG_@}"
-exec setpriv --bounding-set=-sys_module,-sys_time,-sys_rawio,-mknod,-wake_alarm,-block_suspend,-syslog \
-  /lib/systemd/systemd --system --unit=multi-user.target --show-status=no
+exec setpriv --bounding-set="$drop" /lib/systemd/systemd --system --unit=multi-user.target --show-status=no
