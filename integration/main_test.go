@@ -156,7 +156,10 @@ func nonEmpty(ss ...string) []string {
 func runWithCluster(ctx context.Context, m *testing.M, log *slog.Logger) int {
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	t0 := time.Now()
-	cluster, clusterErr = kube.Start(sctx, kube.Options{BinDir: kubeBinDir, Log: log, ControllerManager: true})
+	cluster, clusterErr = kube.Start(sctx, kube.Options{BinDir: kubeBinDir, Log: log, ControllerManager: true,
+		// pods on a kubeslot node (TestPodsOnRig): the controllers a Deployment needs, node CIDRs, and the
+		// apiserver's way to kubelets inside rig network namespaces
+		Workloads: true, ClusterEgress: true})
 	cancel()
 	if clusterErr != nil {
 		cluster = nil

@@ -37,6 +37,9 @@ type Options struct {
 	// ControllerManager also starts kube-controller-manager with the CSR
 	// approving/signing/cleaning controllers and the bootstrap token cleaner.
 	ControllerManager bool
+	// Workloads (with ControllerManager) also runs the controllers pods on a node need without a scheduler:
+	// deployments, replica sets, service accounts, and node CIDR allocation (PodCIDR below) for bridge networks.
+	Workloads bool
 	// Users adds static-token identities to the built-in ones (see TokenFor).
 	Users []User
 	// ReadyTimeout bounds the wait for /readyz (default 90 s: a loaded
@@ -137,7 +140,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	if o.ControllerManager {
-		if err = c.startControllerManager(o.BinDir); err != nil {
+		if err = c.startControllerManager(o.BinDir, o.Workloads); err != nil {
 			return nil, err
 		}
 	}
@@ -241,18 +244,29 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, bin, etcdURL string, 
 	}
 }
 
-func (c *ControlPlane) startControllerManager(bin string) error {
+// PodCIDR is the cluster CIDR node CIDRs are allocated from (Options.Workloads); each Node gets a /24.
+const PodCIDR = "10.214.0.0/16"
+
+func (c *ControlPlane) startControllerManager(bin string, workloads bool) error {
 	p := c.pki.path
-	cm, err := start(c.launch, "kube-controller-manager", filepath.Join(c.dir, "kube-controller-manager.log"),
-		filepath.Join(bin, "kube-controller-manager"),
-		"--kubeconfig="+c.AdminKubeconfig(),
-		// only what TLS bootstrap needs: approve node CSRs, sign them with
-		// the cluster CA, clean up old CSRs and expired bootstrap tokens
-		"--controllers=csrapproving,csrsigning,csrcleaner,tokencleaner",
-		"--cluster-signing-cert-file="+p(caCertFile), "--cluster-signing-key-file="+p(caKeyFile),
+	// only what TLS bootstrap needs: approve node CSRs, sign them with the
+	// cluster CA, clean up old CSRs and expired bootstrap tokens
+	controllers := "csrapproving,csrsigning,csrcleaner,tokencleaner"
+	var extra []string
+	if workloads {
+		controllers += ",deployment,replicaset,serviceaccount,nodeipam"
+		extra = []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + PodCIDR, "--node-cidr-mask-size=24",
+			"--service-cluster-ip-range=10.0.0.0/24"}
+	}
+	args := append([]string{
+		"--kubeconfig=" + c.AdminKubeconfig(),
+		"--controllers=" + controllers,
+		"--cluster-signing-cert-file=" + p(caCertFile), "--cluster-signing-key-file=" + p(caKeyFile),
 		"--leader-elect=false", "--use-service-account-credentials=false",
 		// no HTTPS endpoint at all: nothing here probes it, and no port can clash
-		"--secure-port=0", "--bind-address=127.0.0.1")
+		"--secure-port=0", "--bind-address=127.0.0.1"}, extra...)
+	cm, err := start(c.launch, "kube-controller-manager", filepath.Join(c.dir, "kube-controller-manager.log"),
+		filepath.Join(bin, "kube-controller-manager"), args...)
 	if err != nil {
 		return fmt.Errorf("kube: %w", err)
 	}

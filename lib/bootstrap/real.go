@@ -28,6 +28,8 @@ const (
 	EnvHostPrep          = sandbox.EnvHostPrep
 	EnvLoopbackCNI       = sandbox.EnvLoopbackCNI
 	EnvSnapshotter       = sandbox.EnvSnapshotter
+	EnvRestrictOOMScore  = sandbox.EnvRestrictOOMScoreAdj
+	EnvCgroupV1Writable  = sandbox.EnvCgroupV1Writable
 	HostPrepPackagesOnly = sandbox.HostPrepPackagesOnly
 )
 

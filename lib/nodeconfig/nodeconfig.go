@@ -78,8 +78,12 @@ const (
 	// RegistryConfigDir holds one <registry host>/hosts.toml per mirrored
 	// registry (containerd's config_path).
 	RegistryConfigDir = "/etc/containerd/certs.d"
-	CNISeedUnit       = "kubeslot-cni-seed.service"
-	CNISeedUnitPath   = "/etc/systemd/system/" + CNISeedUnit
+	// ContainerdDropIn makes containerd pull in the node units it needs.
+	ContainerdDropIn = "/etc/systemd/system/" + ContainerdUnit + ".d/kubeslot.conf"
+	CgroupRWUnit     = "kubeslot-cgroup-v1-rw.service"
+	CgroupRWUnitPath = "/etc/systemd/system/" + CgroupRWUnit
+	CNISeedUnit      = "kubeslot-cni-seed.service"
+	CNISeedUnitPath  = "/etc/systemd/system/" + CNISeedUnit
 	// CacheMount is where the host's artifact cache is bound read-only
 	// when images are preloaded from it.
 	CacheMount      = "/var/lib/kubeslot/cache"
@@ -140,6 +144,11 @@ type Options struct {
 	// containerd's own: the rig's machine withholds CAP_SYS_RESOURCE, so the
 	// sandbox's -998 fails.
 	RestrictOOMScoreAdj bool
+	// CgroupV1Writable remounts the node's cgroup v1 controllers read-write
+	// before containerd starts (nspawn mounts them read-only): the rig's
+	// hosts have writable v1 controllers of their own, since this machine
+	// binds every controller to v1.
+	CgroupV1Writable bool
 }
 
 // CgroupProfile is Cgroups with the default applied.

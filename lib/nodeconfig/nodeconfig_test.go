@@ -431,3 +431,34 @@ func TestEnsureMachineID(t *testing.T) {
 		t.Errorf("machine-id changed: %q -> %q", id, again)
 	}
 }
+
+// TestRenderedUnitsEscapeDollars: systemd expands $NAME on ExecStart= lines
+// itself, so every shell variable in a rendered unit must be written $$.
+func TestRenderedUnitsEscapeDollars(t *testing.T) {
+	cfg := testConfig(t, testCA(t), "")
+	files := render(t, cfg, Options{CgroupV1Writable: true, Preload: []string{CacheMount + "/sha256/" + strings.Repeat("a", 64)}})
+	units := 0
+	for p, f := range files {
+		if !strings.HasSuffix(p, ".service") {
+			continue
+		}
+		units++
+		for _, l := range strings.Split(string(f.Data), "\n") {
+			if !strings.HasPrefix(l, "ExecStart=") {
+				continue
+			}
+			if rest := strings.ReplaceAll(l, "$$", ""); strings.Contains(rest, "$") {
+				t.Errorf("%s: unescaped $ in %q", p, l)
+			}
+		}
+	}
+	if units < 4 {
+		t.Errorf("only %d units rendered", units)
+	}
+	dropIn := string(files[ContainerdDropIn].Data)
+	for _, w := range []string{"Wants=" + CNISeedUnit, "Requires=" + CgroupRWUnit, "After=" + CgroupRWUnit} {
+		if !strings.Contains(dropIn, w) {
+			t.Errorf("containerd drop-in lacks %q:\n%s", w, dropIn)
+		}
+	}
+}

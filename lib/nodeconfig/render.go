@@ -45,6 +45,19 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		files = append(files, File{ContainerdUnitPath, []byte(containerdUnit), 0o644})
 	}
 	files = append(files, registryHosts(cfg.Node.RegistryMirrors)...)
+	var ctdDeps strings.Builder
+	if cniMode(cfg, opts) == config.CNICluster {
+		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", CNISeedUnit)
+	}
+	if opts.CgroupV1Writable {
+		files = append(files, File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644})
+		fmt.Fprintf(&ctdDeps, "Requires=%[1]s\nAfter=%[1]s\n", CgroupRWUnit)
+	}
+	if ctdDeps.Len() > 0 {
+		// containerd pulls in the units it needs before it: the kubelet
+		// unit requires containerd, and Start starts the kubelet.
+		files = append(files, File{ContainerdDropIn, []byte("# Written by kubeslot; it is rewritten on every configure.\n[Unit]\n" + ctdDeps.String()), 0o644})
+	}
 	if len(opts.Preload) > 0 {
 		files = append(files,
 			File{PreloadList, []byte(strings.Join(opts.Preload, "\n") + "\n"), 0o644},
@@ -366,11 +379,22 @@ After=local-fs.target
 
 [Service]
 Type=oneshot
-ExecStart=/bin/sh -c 'for f in ` + CNIBinDir + `/*; do [ -e "$f" ] || continue; t=` + ClusterCNIBinDir + `/$${f##*/}; [ -e "$t" ] || cp -p "$f" "$t"; done'
+ExecStart=/bin/sh -c 'for f in ` + CNIBinDir + `/*; do [ -e "$$f" ] || continue; t=` + ClusterCNIBinDir + `/$${f##*/}; [ -e "$$t" ] || cp -p "$$f" "$$t"; done'
 RemainAfterExit=yes
+`
 
-[Install]
-WantedBy=multi-user.target
+// cgroupRWUnit remounts the v1 controllers nspawn mounts read-only in the
+// node, before containerd (Options.CgroupV1Writable, the rig's).
+const cgroupRWUnit = `# Written by kubeslot for a sandbox with writable cgroup v1 controllers; it is rewritten on every configure.
+[Unit]
+Description=Remount the cgroup v1 controllers read-write (kubeslot sandbox)
+DefaultDependencies=no
+Before=` + ContainerdUnit + `
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -euc 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do if [ -d /sys/fs/cgroup/$$c ]; then mount -o remount,bind,rw /sys/fs/cgroup/$$c; fi; done'
 `
 
 // preloadUnit imports the listed image archives into containerd's k8s.io
@@ -392,7 +416,7 @@ Before=` + KubeletUnit + `
 [Service]
 Type=oneshot
 Environment=CONTAINERD_SNAPSHOTTER=` + snapshotter + `
-ExecStart=/bin/sh -c 'while read -r f; do [ -n "$f" ] || continue; echo "importing $f"; ctr --namespace k8s.io images import "$f" || exit 1; done < ` + PreloadList + `'
+ExecStart=/bin/sh -c 'while read -r f; do [ -n "$$f" ] || continue; echo "importing $$f"; ctr --namespace k8s.io images import "$$f" || exit 1; done < ` + PreloadList + `'
 RemainAfterExit=yes
 TimeoutStartSec=10min
 `

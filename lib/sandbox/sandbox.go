@@ -45,6 +45,12 @@ const (
 	// EnvRestrictOOMScoreAdj=1: containerd keeps containers' oom_score_adj
 	// at or above its own, because the machine withholds CAP_SYS_RESOURCE.
 	EnvRestrictOOMScoreAdj = "KUBESLOT_NODE_RESTRICT_OOM_SCORE_ADJ"
+	// EnvCgroupV1Writable=1: the host has writable v1 controllers of its own
+	// (a test machine whose controllers are all bound to cgroup v1): the node
+	// remounts them read-write (nspawn mounts them read-only) and its unit
+	// allows device creation (a v1 device cgroup cannot allow more than its
+	// parent), so containers can start.
+	EnvCgroupV1Writable = "KUBESLOT_NODE_CGROUP_V1_WRITABLE"
 )
 
 // HostPrepPackagesOnly is the value of EnvHostPrep that restricts host
@@ -74,7 +80,8 @@ func FromEnv(rec state.Sandbox, getenv func(string) string) (state.Sandbox, erro
 	for _, f := range []struct {
 		env string
 		dst *bool
-	}{{EnvReadOnlyNetSysctl, &s.ReadOnlyNetSysctl}, {EnvLoopbackCNI, &s.LoopbackCNI}, {EnvRestrictOOMScoreAdj, &s.RestrictOOMScoreAdj}} {
+	}{{EnvReadOnlyNetSysctl, &s.ReadOnlyNetSysctl}, {EnvLoopbackCNI, &s.LoopbackCNI}, {EnvRestrictOOMScoreAdj, &s.RestrictOOMScoreAdj},
+		{EnvCgroupV1Writable, &s.CgroupV1Writable}} {
 		switch v := getenv(f.env); v {
 		case "":
 		case "0":
@@ -110,7 +117,7 @@ func FromEnv(rec state.Sandbox, getenv func(string) string) (state.Sandbox, erro
 func BackendSettings(sb state.Sandbox) hostapi.Settings {
 	return hostapi.Settings{KubeletPort: sb.KubeletPort, HealthzPort: sb.HealthzPort, NodeIP: sb.NodeIP,
 		ReadOnlyNetSysctl: sb.ReadOnlyNetSysctl, LoopbackCNI: sb.LoopbackCNI, Snapshotter: sb.Snapshotter,
-		RestrictOOMScoreAdj: sb.RestrictOOMScoreAdj}
+		RestrictOOMScoreAdj: sb.RestrictOOMScoreAdj, CgroupV1Writable: sb.CgroupV1Writable}
 }
 
 // Load returns this host's test and sandbox settings: those the bootstrap

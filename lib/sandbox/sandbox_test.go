@@ -15,16 +15,17 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 func TestFromEnv(t *testing.T) {
 	env := map[string]string{EnvKubeletPort: "20250", EnvHealthzPort: "20248", EnvNodeIP: "127.0.0.1",
 		EnvReadOnlyNetSysctl: "1", EnvHostPrep: HostPrepPackagesOnly, EnvLoopbackCNI: "1", EnvSnapshotter: "native",
-		EnvRestrictOOMScoreAdj: "1"}
+		EnvRestrictOOMScoreAdj: "1", EnvCgroupV1Writable: "1"}
 	sb, err := FromEnv(state.Sandbox{}, envOf(env))
 	want := state.Sandbox{KubeletPort: 20250, HealthzPort: 20248, NodeIP: "127.0.0.1", ReadOnlyNetSysctl: true,
-		HostPrep: HostPrepPackagesOnly, LoopbackCNI: true, Snapshotter: "native", RestrictOOMScoreAdj: true}
+		HostPrep: HostPrepPackagesOnly, LoopbackCNI: true, Snapshotter: "native", RestrictOOMScoreAdj: true,
+		CgroupV1Writable: true}
 	if err != nil || sb != want {
 		t.Fatalf("from the environment: %+v %v, want %+v", sb, err, want)
 	}
 	s := BackendSettings(sb)
 	if s.KubeletPort != 20250 || s.HealthzPort != 20248 || s.NodeIP != "127.0.0.1" || !s.ReadOnlyNetSysctl ||
-		!s.LoopbackCNI || s.Snapshotter != "native" || !s.RestrictOOMScoreAdj {
+		!s.LoopbackCNI || s.Snapshotter != "native" || !s.RestrictOOMScoreAdj || !s.CgroupV1Writable {
 		t.Errorf("backend settings %+v", s)
 	}
 	for k, v := range map[string]string{EnvKubeletPort: "x", EnvHealthzPort: "70000", EnvReadOnlyNetSysctl: "yes",

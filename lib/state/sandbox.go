@@ -32,6 +32,10 @@ type Sandbox struct {
 	LoopbackCNI         bool   `json:"loopbackCNI,omitempty"`
 	Snapshotter         string `json:"snapshotter,omitempty"`
 	RestrictOOMScoreAdj bool   `json:"restrictOOMScoreAdj,omitempty"`
+	// CgroupV1Writable: the host has writable cgroup v1 controllers of its
+	// own (the rig's V1Controllers hosts), which the node remounts
+	// read-write and may create devices under.
+	CgroupV1Writable bool `json:"cgroupV1Writable,omitempty"`
 }
 
 // IsZero reports whether s holds no setting (production).

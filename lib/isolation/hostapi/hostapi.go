@@ -85,6 +85,7 @@ type Settings struct {
 	LoopbackCNI         bool
 	Snapshotter         string
 	RestrictOOMScoreAdj bool
+	CgroupV1Writable    bool
 }
 
 // Deps is everything a backend or a node operator is bound to. Root,

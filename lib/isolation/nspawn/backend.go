@@ -75,6 +75,7 @@ func New(d hostapi.Deps) (*Backend, error) {
 			Cgroups:       nodeconfig.DetectCgroups(d.Root),
 			OwnContainerd: d.Config.Artifacts.Containerd != nil,
 			LoopbackCNI:   s.LoopbackCNI, Snapshotter: s.Snapshotter, RestrictOOMScoreAdj: s.RestrictOOMScoreAdj,
+			CgroupV1Writable: s.CgroupV1Writable,
 		},
 		// No proxy: the kubelet's healthz is on this host's loopback.
 		http: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},

@@ -233,6 +233,15 @@ Environment=SYSTEMD_NSPAWN_API_VFS_WRITABLE=network
 	if kvm {
 		fmt.Fprintf(&f, "DeviceAllow=%s rw\n", kvmDevice)
 	}
+	if b.node.CgroupV1Writable {
+		// A v1 device cgroup cannot allow its children more than it has:
+		// runc creates device nodes (mknod) and allows the console.
+		f.WriteString(`# sandbox: writable cgroup v1 controllers (hostapi.Settings.CgroupV1Writable)
+DeviceAllow=char-* m
+DeviceAllow=block-* m
+DeviceAllow=char-/dev/console rwm
+`)
+	}
 	return []byte(f.String())
 }
 
