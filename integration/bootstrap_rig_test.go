@@ -26,6 +26,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/mirror"
+	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
@@ -54,11 +55,36 @@ type bsRig struct {
 	env   []string // the sandbox environment, KEY=VALUE
 	token string
 	sums  map[string]string
+	extra func(r *bsRig) string // TOML appended to the configuration
+}
+
+// bsOptions shape a bootstrap rig's host.
+type bsOptions struct {
+	// Persistent keeps the host's disk across Kill and Boot.
+	Persistent bool
+	// Pods makes a host whose node can run pods (TestPodsOnRig): its own network namespace with a node IP, the
+	// control plane, the mirror and registries reached through forwarders on the same loopback addresses, the
+	// apiserver reaching the node IP through its cluster egress, writable cgroup v1 controllers of its own, and
+	// only the sandbox settings such a host still needs.
+	Pods bool
+	// Forward lists more machine loopback addresses ("127.0.0.1:port") to forward into a Pods host.
+	Forward []string
+	// Mirror adds files to the rig's mirror (name → path on the machine); their sha256 are in bsRig.sums.
+	Mirror map[string]string
+	// Extra returns TOML appended to the configuration.
+	Extra func(r *bsRig) string
 }
 
 // newBootstrapRig boots a host named after base and lays down the release, the config and the first-boot unit.
 func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent bool) *bsRig {
 	t.Helper()
+	return newBootstrapRigWith(t, ctx, base, bsOptions{Persistent: persistent})
+}
+
+// newBootstrapRigWith is newBootstrapRig with the host shaped by o.
+func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOptions) *bsRig {
+	t.Helper()
+	persistent := o.Persistent
 	cp := needAPI(t)
 	tarball, err := nodeimage.Tarball(ctx, rigRequired)
 	if err != nil {
@@ -68,7 +94,7 @@ func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent 
 		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
 	}
 	bins := needBins(t)
-	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}}
+	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}, extra: o.Extra}
 	if r.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +112,25 @@ func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent 
 	if r.sums["kubelet"], err = r.srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet")); err != nil {
 		t.Fatal(err)
 	}
+	for name, p := range o.Mirror {
+		if r.sums[name], err = r.srv.Add(name, p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t0 := time.Now()
-	r.h, err = sdhost.Start(ctx, sdhost.Options{Name: r.node + "-h", SharedNetwork: true, Persistent: persistent, Log: log,
-		Binds: []sdhost.Bind{{Source: bins, Target: bsBinsPath, ReadOnly: true}, {Source: mirrorDir, Target: bsMirrorPath, ReadOnly: true}}})
+	hostOpts := sdhost.Options{Name: r.node + "-h", SharedNetwork: true, Persistent: persistent, Log: log,
+		Binds: []sdhost.Bind{{Source: bins, Target: bsBinsPath, ReadOnly: true}, {Source: mirrorDir, Target: bsMirrorPath, ReadOnly: true}}}
+	if o.Pods {
+		hostOpts.SharedNetwork, hostOpts.NodeNetwork = false, true
+		hostOpts.CgroupMode, hostOpts.V1Controllers = "hybrid", true
+	}
+	r.h, err = sdhost.Start(ctx, hostOpts)
 	if err != nil {
 		t.Fatalf("host: %v", err)
+	}
+	if o.Pods {
+		r.connect(append([]string{strings.TrimPrefix(cp.URL(), "https://"), strings.TrimSuffix(strings.TrimPrefix(r.srv.URL(""), "http://"), "/")}, o.Forward...))
 	}
 	rigTiming(t, "bootstrap rig: host boot", time.Since(t0))
 	t.Cleanup(func() {
@@ -123,6 +162,18 @@ func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent 
 		bootstrap.EnvLoopbackCNI + "=1",
 		bootstrap.EnvSnapshotter + "=native",
 	}
+	if o.Pods {
+		// Its own network namespace: the kubelet's default ports, its node IP, a real pod network. What stays: the
+		// machine's kernel (packages-only preparation), the overlayfs disk (native snapshotter), no CAP_SYS_RESOURCE
+		// (restricted oom_score_adj) and cgroup v1 (writable controllers of its own).
+		r.env = []string{
+			bootstrap.EnvNodeIP + "=" + r.h.NodeIP().String(),
+			bootstrap.EnvHostPrep + "=packages-only",
+			bootstrap.EnvSnapshotter + "=native",
+			bootstrap.EnvRestrictOOMScore + "=1",
+			bootstrap.EnvCgroupV1Writable + "=1",
+		}
+	}
 	r.layDown(ctx)
 	return r
 }
@@ -137,7 +188,37 @@ func (r *bsRig) config(machine, rootfsSum string) string {
 		rootfsSum = r.sums["rootfs"]
 	}
 	return nspawnRigConfig(machine, r.cp.URL(), string(r.cp.CAPEM()), r.token, r.srv.URL("node-rootfs.tar.gz"), rootfsSum,
-		r.srv.URL("kubelet"), r.sums["kubelet"])
+		r.srv.URL("kubelet"), r.sums["kubelet"]) + r.extraConfig()
+}
+
+func (r *bsRig) extraConfig() string {
+	if r.extra == nil {
+		return ""
+	}
+	return r.extra(r)
+}
+
+// connect forwards each machine loopback address into the host's network namespace (same address there), and
+// routes the apiserver's traffic for the node to it.
+func (r *bsRig) connect(addrs []string) {
+	t := r.t
+	t.Helper()
+	ns, err := r.h.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		f, err := netfwd.Forward(ns, a, "", a)
+		if err != nil {
+			t.Fatalf("forward %s into the host: %v", a, err)
+		}
+		t.Cleanup(func() { f.Close() })
+	}
+	remove, err := r.cp.RouteEgress(r.h.NodeIP(), r.h.NetNS, r.node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
 }
 
 // layDown writes what `kubeslot ignition` lays down, and the rig's drop-in.

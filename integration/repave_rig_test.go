@@ -25,7 +25,13 @@ type rpRig struct {
 // environment, as the bootstrap unit has it (the settings are not in the applied configuration yet).
 func newRepaveRig(t *testing.T, ctx context.Context, base string, persistent bool) *rpRig {
 	t.Helper()
-	r := &rpRig{newBootstrapRig(t, ctx, base, persistent)}
+	return newRepaveRigWith(t, ctx, base, bsOptions{Persistent: persistent})
+}
+
+// newRepaveRigWith is newRepaveRig with the host shaped by o.
+func newRepaveRigWith(t *testing.T, ctx context.Context, base string, o bsOptions) *rpRig {
+	t.Helper()
+	r := &rpRig{newBootstrapRigWith(t, ctx, base, o)}
 	t.Cleanup(func() {
 		// The bootstrap rig's clean-up stops slot a only; the node may be on b by now.
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -36,7 +36,7 @@ func TestNodeIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(rc.CertData) != string(pair) || string(rc.KeyData) != string(pair) || rc.Host != cfg.Cluster.Server ||
-		string(rc.CAData) != cfg.Cluster.CAPEM || rc.Timeout == 0 || rc.BearerToken != "" {
+		string(rc.CAData) != cfg.Cluster.CAPEM || rc.Timeout != 0 || rc.WrapTransport == nil || rc.BearerToken != "" {
 		t.Errorf("rest config %+v", rc)
 	}
 	// A link that leaves the kubelet's cert dir is refused.

@@ -32,7 +32,8 @@ var ErrNoIdentity = errors.New("no node identity yet")
 // key (one PEM file), in the identity directory.
 const CurrentPair = "kubelet-client-current.pem"
 
-// requestTimeout bounds each request made with the configuration.
+// requestTimeout bounds each request made with the configuration, except
+// watches (boundRequests).
 const requestTimeout = 5 * time.Second
 
 // RESTConfig is a client configuration for the node identity in dir (a
@@ -74,6 +75,6 @@ func RESTConfig(root *hostroot.Root, dir string, cfg *config.Config) (*rest.Conf
 	return &rest.Config{
 		Host:            cfg.Cluster.Server,
 		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CAPEM, CertData: pair, KeyData: pair},
-		Timeout:         requestTimeout,
+		WrapTransport:   boundRequests(requestTimeout),
 	}, nil
 }

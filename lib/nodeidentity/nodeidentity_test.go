@@ -70,7 +70,7 @@ func TestRESTConfig(t *testing.T) {
 			t.Fatalf("identity dir %q: %v", hostDir, err)
 		}
 		if string(rc.CertData) != string(pair) || string(rc.KeyData) != string(pair) || rc.Host != cfg.Cluster.Server ||
-			string(rc.CAData) != cfg.Cluster.CAPEM || rc.Timeout != requestTimeout || rc.BearerToken != "" || rc.UserAgent != "" {
+			string(rc.CAData) != cfg.Cluster.CAPEM || rc.Timeout != 0 || rc.WrapTransport == nil || rc.BearerToken != "" || rc.UserAgent != "" {
 			t.Errorf("identity dir %q: rest config %+v", hostDir, rc)
 		}
 		// A link that leaves the kubelet's cert dir is refused.

@@ -11,6 +11,8 @@
 //	                          one line per request on stdout
 //	app pause, or run as      the pod sandbox ("pause") process: block until
 //	.../pause                 SIGTERM or SIGINT, reaping orphaned children
+//	app get URL               GET URL (5 s bound), print the body, exit 0 on
+//	                          200 (what a test execs: pod to pod, host to pod)
 //
 // It exits 0 on SIGTERM or SIGINT in either mode, so pods stop at once.
 package main
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -36,12 +39,17 @@ const greeting = "kubeslot workload app"
 func main() {
 	args := os.Args[1:]
 	mode := filepath.Base(os.Args[0])
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "pause") {
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "pause" || args[0] == "get") {
 		mode, args = args[0], args[1:]
 	}
 	switch mode {
 	case "pause":
 		pause()
+	case "get":
+		if err := get(args); err != nil {
+			fmt.Fprintln(os.Stderr, "app:", err)
+			os.Exit(1)
+		}
 	default:
 		if err := serve(args); err != nil {
 			fmt.Fprintln(os.Stderr, "app:", err)
@@ -70,6 +78,26 @@ func pause() {
 			}
 		}
 	}
+}
+
+// get fetches one URL and prints its body.
+func get(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: app get URL")
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(args[0])
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(os.Stdout, io.LimitReader(resp.Body, 1<<20)); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", args[0], resp.Status)
+	}
+	return nil
 }
 
 type statusWriter struct {

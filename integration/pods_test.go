@@ -1,0 +1,419 @@
+package integration
+
+// TestPodsOnRig (issue 15): a kubeslot node is a node pods run on. A host with its own network namespace and
+// writable cgroup v1 controllers (the rig's; bsOptions.Pods) bootstraps with the production node profile but for
+// the sandbox settings the machine forces, a bridge pod network over the Node's podCIDR, a workload image built from
+// Go source and pulled through a configured mirror of a registry on loopback, and the sandbox image preloaded from
+// an archive. Then a Deployment with a readiness probe runs on it, and kubectl's logs, exec and port-forward answer
+// through the apiserver, an unauthenticated kubelet request is refused, pods reach each other and the host reaches
+// a pod; then the node restarts and repaves, and the pods come back without a second pull.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+
+	"github.com/kubeslot/kubeslot/integration/netfwd"
+	"github.com/kubeslot/kubeslot/integration/sdhost"
+	"github.com/kubeslot/kubeslot/integration/workload"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+const (
+	podsRegistry = "registry.kubeslot.test" // a name only: the node's containerd reaches it through its mirror
+	podsImage    = podsRegistry + "/workload:v1"
+	podsSandbox  = podsRegistry + "/workload:pause"
+)
+
+func TestPodsOnRig(t *testing.T) {
+	if err := sdhost.V1ControllersAvailable(); err != nil {
+		if rigRequired {
+			t.Fatalf("hosts with writable cgroup v1 controllers: %v", err)
+		}
+		t.Skipf("hosts with writable cgroup v1 controllers: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
+	defer cancel()
+
+	app := workload.Build(t)
+	reg := workload.NewRegistry(t)
+	reg.Push(t, "workload", "v1", app.Image(t))
+	pauseTar := filepath.Join(t.TempDir(), "pause.tar")
+	workload.WriteArchive(t, pauseTar, map[string]v1.Image{podsSandbox: app.PauseImage(t)})
+
+	t0 := time.Now()
+	r := newRepaveRigWith(t, ctx, "pods", bsOptions{
+		Pods: true, Forward: []string{reg.Host}, Mirror: map[string]string{"pause.tar": pauseTar},
+		Extra: func(r *bsRig) string {
+			return fmt.Sprintf(`
+[node]
+sandbox_image = %q
+preload_images = [{source = %q, sha256 = %q}]
+
+[node.cni]
+mode = "bridge"
+
+[node.registry_mirrors]
+%q = [%q]
+`, podsSandbox, r.srv.URL("pause.tar"), r.sums["pause.tar"], podsRegistry, reg.MirrorURL())
+		},
+	})
+	rigTiming(t, "pods: host with its own network bootstrapped to Node Ready", time.Since(t0))
+	p := &podsRig{rpRig: r, reg: reg}
+	p.approveServing(ctx)
+
+	// A Deployment with a readiness probe, bound to the node (the rig runs no scheduler).
+	ns := p.namespace(ctx)
+	t1 := time.Now()
+	p.deploy(ctx, ns)
+	pods := p.waitPods(ctx, ns, time.Time{}, 4*time.Minute)
+	rigTiming(t, "pods: Deployment created -> 2 pods Ready", time.Since(t1))
+	blobs := reg.BlobGETs("workload")
+	if blobs == 0 {
+		t.Errorf("the workload image was not pulled through the mirror: registry requests %q", reg.Requests())
+	}
+
+	// kubectl logs, exec and port-forward, through the apiserver.
+	logs, err := r.admin.CoreV1().Pods(ns).GetLogs(pods[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(logs), "serving on") {
+		t.Errorf("logs of %s: %v\n%s", pods[0].Name, err, logs)
+	}
+	// exec in one pod, reaching the other over the bridge network
+	out, err := p.exec(ctx, ns, pods[0].Name, "/app", "get", "http://"+net.JoinHostPort(pods[1].Status.PodIP, "8080")+"/")
+	if err != nil || !strings.Contains(out, workload.Greeting) || !strings.Contains(out, pods[1].Name) {
+		t.Errorf("exec in %s, GET the other pod %s: %v\n%s", pods[0].Name, pods[1].Status.PodIP, err, out)
+	}
+	if body, err := p.portForward(ctx, ns, pods[1].Name); err != nil || !strings.Contains(body, pods[1].Name) {
+		t.Errorf("port-forward to %s: %v\n%s", pods[1].Name, err, body)
+	}
+	// the host reaches a pod
+	if body, err := p.hostGet(ctx, "http://"+net.JoinHostPort(pods[0].Status.PodIP, "8080")+"/"); err != nil || !strings.Contains(body, pods[0].Name) {
+		t.Errorf("from the host to pod %s at %s: %v\n%s", pods[0].Name, pods[0].Status.PodIP, err, body)
+	}
+	// the kubelet API refuses a request without credentials
+	if code, err := p.kubeletAnonymous(ctx); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("unauthenticated GET /pods on the kubelet: %d %v, want 401", code, err)
+	}
+
+	// Restart in place, then repave onto slot b: the pods come back, and nothing is pulled again.
+	restart := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 2, "pods-restart"), MachineGeneration: 2,
+		Operation: "pods-restart", Reason: "rig"}
+	t2 := time.Now()
+	r.drop(ctx, restart)
+	s := r.waitStatus(ctx, restart.ID, 4*time.Minute)
+	r.logStatus("pods: restart in place", s)
+	if s.Phase != requests.Succeeded {
+		t.Fatalf("restart: %+v", s)
+	}
+	p.waitPods(ctx, ns, t2, 4*time.Minute)
+	rigTiming(t, "pods: restart request -> pods Ready again", time.Since(t2))
+	if got := reg.BlobGETs("workload"); got != blobs {
+		t.Errorf("after the restart the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
+	}
+
+	_, applied := r.active()
+	desired := applied.Config
+	desired.Kubernetes.Labels["kubeslot.dev/round"] = "pods"
+	repave := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 3, ""), MachineGeneration: 3,
+		Reason: "rig: pods survive a repave", Desired: desired}
+	t3 := time.Now()
+	r.drop(ctx, repave)
+	s = r.waitStatus(ctx, repave.ID, 6*time.Minute)
+	r.logStatus("pods: repave a -> b", s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Fatalf("repave: %+v", s)
+	}
+	p.waitPods(ctx, ns, t3, 4*time.Minute)
+	rigTiming(t, "pods: repave request -> pods Ready again on slot b", time.Since(t3))
+	if got := reg.BlobGETs("workload"); got != blobs {
+		t.Errorf("after the repave the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
+	}
+}
+
+type podsRig struct {
+	*rpRig
+	reg *workload.Registry
+}
+
+// approveServing approves the kubelet's serving certificate request with the CLI an operator runs, and waits
+// until the kubelet serves with it.
+func (p *podsRig) approveServing(ctx context.Context) {
+	t := p.t
+	t.Helper()
+	bins := needBins(t)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var last string
+	for {
+		cmd := exec.CommandContext(wctx, filepath.Join(bins, "kubeslot"), "cluster", "approve-serving",
+			"--kubeconfig", p.cp.AdminKubeconfig(), "--node", p.node)
+		out, err := cmd.CombinedOutput()
+		last = fmt.Sprintf("%v\n%s", err, out)
+		if err == nil && strings.Contains(string(out), "approved ") {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatalf("kubeslot cluster approve-serving approved nothing within 2m; last:\n%s", last)
+		case <-time.After(time.Second):
+		}
+	}
+	t.Logf("kubelet serving certificate: %s", strings.TrimSpace(last))
+	for {
+		if _, err := p.kubeletAnonymous(wctx); err == nil {
+			return
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatalf("the kubelet does not serve TLS on %s:10250 after its certificate was approved", p.h.NodeIP())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// namespace creates the test's namespace and waits for its default ServiceAccount (pods need it).
+func (p *podsRig) namespace(ctx context.Context) string {
+	t := p.t
+	t.Helper()
+	ns := fmt.Sprintf("pods-%d", os.Getpid())
+	if _, err := p.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = p.admin.CoreV1().Namespaces().Delete(cctx, ns, metav1.DeleteOptions{})
+	})
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := p.admin.CoreV1().ServiceAccounts(ns).Get(wctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return ns
+		}
+		if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatalf("namespace %s: no default ServiceAccount within 1m (is the serviceaccount controller running?)", ns)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (p *podsRig) deploy(ctx context.Context, ns string) {
+	p.t.Helper()
+	two, no := int32(2), false
+	labels := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &two,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeName:                      p.node,
+					Tolerations:                   []corev1.Toleration{{Key: "kubeslot.dev/rig", Operator: corev1.TolerationOpExists}},
+					AutomountServiceAccountToken:  &no,
+					EnableServiceLinks:            &no,
+					TerminationGracePeriodSeconds: func() *int64 { v := int64(2); return &v }(),
+					Containers: []corev1.Container{{
+						Name: "web", Image: podsImage, ImagePullPolicy: corev1.PullIfNotPresent,
+						Ports: []corev1.ContainerPort{{ContainerPort: workload.Port}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(workload.Port)}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := p.admin.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// waitPods waits until the Deployment's two pods are Running and Ready with containers started at or after since
+// (whole seconds), and returns them.
+func (p *podsRig) waitPods(ctx context.Context, ns string, since time.Time, bound time.Duration) []corev1.Pod {
+	t := p.t
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	floor := since.Truncate(time.Second)
+	last := "no pods"
+	for {
+		list, err := p.admin.CoreV1().Pods(ns).List(wctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err == nil {
+			var ready []corev1.Pod
+			var states []string
+			for _, pod := range list.Items {
+				ok := pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil
+				for _, c := range pod.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue {
+						ok = false
+					}
+				}
+				for _, cs := range pod.Status.ContainerStatuses {
+					if !cs.Ready || cs.State.Running == nil || cs.State.Running.StartedAt.Time.Before(floor) {
+						ok = false
+					}
+					if w := cs.State.Waiting; w != nil {
+						states = append(states, pod.Name+": "+w.Reason+": "+w.Message)
+					}
+				}
+				if ok {
+					ready = append(ready, pod)
+				}
+				states = append(states, fmt.Sprintf("%s %s ip=%s", pod.Name, pod.Status.Phase, pod.Status.PodIP))
+			}
+			if len(ready) == 2 && len(list.Items) == 2 {
+				return ready
+			}
+			last = strings.Join(states, "; ")
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-wctx.Done():
+			ev, _ := p.admin.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+			var evs []string
+			for _, e := range ev.Items {
+				evs = append(evs, e.InvolvedObject.Name+": "+e.Reason+": "+e.Message)
+			}
+			t.Fatalf("pods not Ready (started after %s) within %s; last: %s\nevents:\n%s\n%s", floor.Format(time.RFC3339), bound,
+				last, strings.Join(evs, "\n"), hostDiag(p.h))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// exec runs a command in a pod's container through the apiserver (kubectl exec).
+func (p *podsRig) exec(ctx context.Context, ns, pod string, cmd ...string) (string, error) {
+	req := p.admin.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "web", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	e, err := remotecommand.NewSPDYExecutor(p.cp.AdminConfig(), http.MethodPost, req.URL())
+	if err != nil {
+		return "", err
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	err = e.StreamWithContext(ectx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
+	return out.String() + errb.String(), err
+}
+
+// portForward forwards a free loopback port to the pod's 8080 through the apiserver (kubectl port-forward) and
+// GETs "/" through it.
+func (p *podsRig) portForward(ctx context.Context, ns, pod string) (string, error) {
+	cfg := p.cp.AdminConfig()
+	rt, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	u := p.admin.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	var errb bytes.Buffer
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, &errb)
+	if err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	defer func() {
+		close(stop)
+		<-done
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		return "", fmt.Errorf("port-forward: %v %s", err, errb.String())
+	case <-time.After(30 * time.Second):
+		return "", fmt.Errorf("port-forward not ready within 30s: %s", errb.String())
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) != 1 {
+		return "", fmt.Errorf("port-forward ports %v: %v", ports, err)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/", ports[0].Local))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return string(b), err
+}
+
+// hostGet GETs a URL from inside the host's network namespace.
+func (p *podsRig) hostGet(ctx context.Context, u string) (string, error) {
+	ns, err := p.h.NetNS()
+	if err != nil {
+		return "", err
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return netfwd.Dial(ctx, ns, network, addr)
+		}}}
+	resp, err := c.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return string(b), err
+}
+
+// kubeletAnonymous sends GET /pods to the kubelet's API on the node IP without credentials, from inside the host's
+// network namespace, and returns the HTTP status (an error when TLS or the connection fail).
+func (p *podsRig) kubeletAnonymous(ctx context.Context) (int, error) {
+	ns, err := p.h.NetNS()
+	if err != nil {
+		return 0, err
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the test asks whether it refuses, not who it is
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return netfwd.Dial(ctx, ns, network, addr)
+		}}}
+	u := url.URL{Scheme: "https", Host: net.JoinHostPort(p.h.NodeIP().String(), "10250"), Path: "/pods"}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
