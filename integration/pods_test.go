@@ -142,6 +142,18 @@ mode = "bridge"
 	r.drop(ctx, repave)
 	s = r.waitStatus(ctx, repave.ID, 6*time.Minute)
 	r.logStatus("pods: repave a -> b", s)
+	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" {
+		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
+		t.Logf("repaver:\n%s", tailLines(j, 40))
+		out, _ := r.h.Run(ctx, "journalctl", "-M", "b", "-u", "kubelet.service", "-u", "containerd.service", "--no-pager", "-q", "-o", "short-precise")
+		var keep []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "kubelet[") {
+				keep = append(keep, l)
+			}
+		}
+		t.Logf("node b:\n%s", strings.Join(keep, "\n"))
+	}
 	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
 		t.Fatalf("repave: %+v", s)
 	}

@@ -90,6 +90,30 @@ func TestRepaveOnRig(t *testing.T) {
 	}
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 2*time.Minute, r.h)
 
+	// 2b. A restart worker killed after it claimed its request: kubeslot-restart.path watches the claimed file too,
+	// and the worker resumes the claimed request (issue 16, item 3).
+	kreq := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 2, "rig-restart-killed"), MachineGeneration: 2,
+		Operation: "rig-restart-killed", Reason: "rig"}
+	tk := time.Now()
+	r.drop(ctx, kreq)
+	eventually(t, time.Minute, "the restart worker claimed its request", func() (bool, string) {
+		_, err := r.h.ReadFile("/opt/kubeslot/state/claimed-restart.json")
+		out, _ := r.h.Run(ctx, "systemctl", "is-active", "kubeslot-restart.service")
+		return err == nil && strings.TrimSpace(string(out)) == "active", fmt.Sprintf("claimed: %v, unit %s", err, out)
+	})
+	if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", "kubeslot-restart.service"); err != nil {
+		t.Fatalf("kill the restart worker: %v %s", err, out)
+	}
+	s = r.waitStatus(ctx, kreq.ID, 4*time.Minute)
+	r.logStatus("restart resumed after kill -9 of its worker", s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Errorf("restart after kill -9: status %+v", s)
+	}
+	if _, err := r.h.ReadFile("/opt/kubeslot/state/claimed-restart.json"); err == nil {
+		t.Error("the claimed restart request is still there after its status was written")
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, tk, 2*time.Minute, r.h)
+
 	// 3. A target whose kubelet exits at once (a valid download with its sha256): rollback to b.
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "kubelet-exits")

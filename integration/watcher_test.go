@@ -79,6 +79,42 @@ func TestWatcherOnRig(t *testing.T) {
 		})
 	})
 
+	t.Run("WaitsOutABusyLock", func(t *testing.T) {
+		// A watcher (re)started while another stage holds the installation lock past its wait must not defer
+		// (exit 69 is never restarted: the host would be deaf to its Machine until the next boot). It waits in
+		// rounds, alive for systemd, and starts when the lock frees (issue 16, item 4).
+		if err := r.h.WriteFile("/etc/systemd/system/"+units.Watcher+".d/zz-lockwait.conf",
+			[]byte("[Service]\nEnvironment=KUBESLOT_WATCHER_LOCK_WAIT=3s\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_, _ = r.h.Run(ctx, "rm", "-f", "/etc/systemd/system/"+units.Watcher+".d/zz-lockwait.conf")
+			r.run("systemctl", "daemon-reload")
+		}()
+		r.run("systemctl", "daemon-reload")
+		r.run("systemd-run", "--unit=rig-lockholder", "--collect", "flock", "/run/kubeslot/install.lock", "sleep", "12")
+		time.Sleep(500 * time.Millisecond)
+		t0 := time.Now()
+		r.run("systemctl", "restart", units.Watcher)
+		time.Sleep(8 * time.Second) // two rounds of 3 s with the lock still held
+		if got := unitState(t, ctx, r.sd, units.Watcher); !strings.HasPrefix(got, "ActiveState=active SubState=running") {
+			t.Errorf("watcher while the lock is held: %s, want active and running", got)
+		}
+		pid := r.run("systemctl", "show", "-p", "MainPID", "--value", units.Watcher)
+		if j := r.journal(); strings.Count(j, "installation lock still busy; waiting on") < 2 {
+			t.Errorf("no rounds of waiting in the journal:\n%s", tailLines(j, 20))
+		}
+		eventually(t, 30*time.Second, "watcher started after the lock freed", func() (bool, string) {
+			j := r.journal()
+			i := strings.LastIndex(j, "installation lock still busy; waiting on")
+			return i >= 0 && strings.Contains(j[i:], "lifecycle hooks of the active slot ensured"), tailLines(j, 5)
+		})
+		rigTiming(t, "watcher restarted under a lock held 12 s -> started", time.Since(t0))
+		if again := r.run("systemctl", "show", "-p", "MainPID", "--value", units.Watcher); again != pid {
+			t.Errorf("watcher MainPID %s while waiting, %s after: it was restarted", pid, again)
+		}
+	})
+
 	t.Run("SpecChangeGivesOneRepave", func(t *testing.T) {
 		var lat []time.Duration
 		var gen int64

@@ -42,7 +42,7 @@ const name = "kubeslot-watcher"
 type flags struct {
 	cli.Globals
 	Kubeconfig string        `help:"Kubeconfig with the node identity (default: <host-root>/identity/kubeconfig)." placeholder:"FILE"`
-	LockWait   time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
+	LockWait   time.Duration `help:"How long each round of waiting for the installation lock lasts; between rounds the watcher logs who holds it and tells systemd it is alive. It waits until it has the lock." env:"KUBESLOT_WATCHER_LOCK_WAIT" default:"30s"`
 	ReadyAfter time.Duration `help:"Tell systemd READY after this long even if the cluster was never reached (the watcher keeps retrying)." env:"KUBESLOT_WATCHER_READY_AFTER" default:"60s"`
 	// UpgradeSettle is short in tests; in production the default gives a
 	// new release time to crash before it reports itself upgraded.

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
@@ -50,10 +51,22 @@ func TestDeferral(t *testing.T) {
 	}
 	check("installation at " + string(rec.Checkpoint))
 
-	// The lock held by another stage past --lock-wait is a deferral too.
+	// The lock held by another stage past --lock-wait is waited out, round
+	// after round, never a deferral: a deferred watcher is not restarted.
 	l := lockFor(t, root)
-	check("lock held")
-	l.Release()
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(2500 * time.Millisecond)
+		l.Release()
+		close(released)
+	}()
+	t0 := time.Now()
+	code, _, errs := clitest.Call(run, "", "--root-prefix", prefix, "--lock-wait", "1s")
+	<-released
+	if took := time.Since(t0); code != exitcode.Deferred || took < 2*time.Second || strings.Count(errs, "installation lock still busy; waiting on") < 2 ||
+		!strings.Contains(errs, "not complete") {
+		t.Errorf("lock held 2.5s, --lock-wait 1s: exit %d after %s, stderr %q; want rounds of waiting, then the deferral for the incomplete installation", code, took, errs)
+	}
 
 	// Complete, but no identity: a failure naming the file.
 	for _, cp := range ownership.InstallCheckpoints()[1:] {
@@ -64,7 +77,7 @@ func TestDeferral(t *testing.T) {
 	if err := ownership.Save(root, rec); err != nil {
 		t.Fatal(err)
 	}
-	code, errs := call()
+	code, errs = call()
 	if code != exitcode.Failure || !strings.Contains(errs, "identity/kubeconfig") {
 		t.Errorf("complete without identity: exit %d, stderr %q; want %d naming the kubeconfig", code, errs, exitcode.Failure)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"log/slog"
 	"os"
 	"strings"
@@ -54,14 +55,29 @@ func (st *started) rest() (*rest.Config, error) {
 	return loadREST(st.kubeconfig)
 }
 
+// waitLock takes the installation lock, however long another stage holds it
+// (a long repave resumed after a reboot): the watcher is the host's only
+// ear for its Machine, and a watcher that deferred (exit 69, never
+// restarted) would leave the host deaf until the next boot (issue 16, item
+// 4). Every round of wait it tells systemd it is alive and waiting (READY,
+// so the start job does not time out; WATCHDOG; STATUS names the holder)
+// and logs it. Only the end of ctx (SIGTERM) ends the wait.
+func waitLock(ctx context.Context, root *hostroot.Root, round time.Duration, log *slog.Logger) (*ownership.Lock, error) {
+	for {
+		lctx, cancel := context.WithTimeout(ctx, round)
+		lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
+		cancel()
+		if err == nil || !errors.Is(err, ownership.ErrLockTimeout) || ctx.Err() != nil {
+			return lock, err
+		}
+		log.Warn("installation lock still busy; waiting on", "err", err.Error())
+		_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\n"+daemon.SdNotifyWatchdog+"\nSTATUS=waiting for the installation lock: "+err.Error())
+	}
+}
+
 // start runs the phases under the installation lock and releases it.
 func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) (*started, error) {
-	lctx, cancel := context.WithTimeout(ctx, f.LockWait)
-	defer cancel()
-	lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
-	if errors.Is(err, ownership.ErrLockTimeout) {
-		return nil, exitcode.Defer(err)
-	}
+	lock, err := waitLock(ctx, root, f.LockWait, log)
 	if err != nil {
 		return nil, err
 	}
