@@ -142,7 +142,7 @@ mode = "bridge"
 	r.drop(ctx, repave)
 	s = r.waitStatus(ctx, repave.ID, 6*time.Minute)
 	r.logStatus("pods: repave a -> b", s)
-	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" {
+	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's kubelet journal, to see where time goes
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))
 		out, _ := r.h.Run(ctx, "journalctl", "-M", "b", "-u", "kubelet.service", "-u", "containerd.service", "--no-pager", "-q", "-o", "short-precise")

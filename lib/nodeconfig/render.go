@@ -395,6 +395,11 @@ Before=` + ContainerdUnit + `
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/bin/sh -euc 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do if [ -d /sys/fs/cgroup/$$c ]; then mount -o remount,bind,rw /sys/fs/cgroup/$$c; fi; done'
+# The host's v1 controllers outlive a node: empty cgroups of the last node's
+# containers would keep the kubelet's cAdvisor retrying them for half a
+# minute before the node turns Ready. Remove the empty ones (rmdir refuses
+# the others).
+ExecStart=/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
 `
 
 // preloadUnit imports the listed image archives into containerd's k8s.io
