@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,6 +92,10 @@ mode = "bridge"
 	pods := p.waitPods(ctx, ns, time.Time{}, 4*time.Minute)
 	rigTiming(t, "pods: Deployment created -> 2 pods Ready", time.Since(t1))
 	blobs := reg.BlobGETs("workload")
+	// A pod with a hostPort, probed from the host (outside the node) every 100 ms through the restart and the
+	// repave: the workload's downtime, whatever pod IPs the new sandboxes get (portmap, bridge mode).
+	p.edgePod(ctx, ns)
+	probe := p.startProbe(ctx)
 	if blobs == 0 {
 		t.Errorf("the workload image was not pulled through the mirror: registry requests %q", reg.Requests())
 	}
@@ -129,6 +134,7 @@ mode = "bridge"
 	}
 	p.waitPods(ctx, ns, t2, 4*time.Minute)
 	rigTiming(t, "pods: restart request -> pods Ready again", time.Since(t2))
+	rigTiming(t, "pods: workload downtime across a restart (hostPort probe from the host)", probe.downtime(t, t2, 2*time.Minute))
 	if got := reg.BlobGETs("workload"); got != blobs {
 		t.Errorf("after the restart the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
 	}
@@ -159,8 +165,125 @@ mode = "bridge"
 	}
 	p.waitPods(ctx, ns, t3, 4*time.Minute)
 	rigTiming(t, "pods: repave request -> pods Ready again on slot b", time.Since(t3))
+	rigTiming(t, "pods: Node Ready after the repave -> pods Ready", time.Since(s.UpdatedAt))
+	rigTiming(t, "pods: workload downtime across a repave (hostPort probe from the host)", probe.downtime(t, t3, 2*time.Minute))
 	if got := reg.BlobGETs("workload"); got != blobs {
 		t.Errorf("after the repave the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
+	}
+
+	// Reset removes what the node added to the host's network (the bridge and the CNI plugins' firewall chains,
+	// journalled by the bridge mode) and kubeslot's tree with the images.
+	podNet := func() string {
+		out, _ := r.h.Run(ctx, "sh", "-c", "ip -o link show cni0 2>/dev/null; iptables -w 5 -t nat -S 2>/dev/null | grep -e '-j CNI-' -e '-N CNI-'; true")
+		return strings.TrimSpace(string(out))
+	}
+	if podNet() == "" {
+		t.Error("no cni0 link or CNI chains in the host before the reset: the check after it would prove nothing")
+	}
+	if code, out := r.resetByHand(ctx, r.env...); code != 0 {
+		t.Fatalf("reset: exit %d\n%s", code, out)
+	}
+	if left := podNet(); left != "" {
+		t.Errorf("left in the host's network after the reset:\n%s", left)
+	}
+	if out, err := r.h.Run(ctx, "test", "-e", "/opt/kubeslot"); err == nil {
+		t.Errorf("/opt/kubeslot still there after the reset %s", out)
+	}
+}
+
+// edgePort is the hostPort of the probed pod on the node IP.
+const edgePort = 18080
+
+// edgePod runs one more pod of the workload, with a hostPort, and waits until it answers there.
+func (p *podsRig) edgePod(ctx context.Context, ns string) {
+	t := p.t
+	t.Helper()
+	no := false
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                     p.node,
+			Tolerations:                  []corev1.Toleration{{Key: "kubeslot.dev/rig", Operator: corev1.TolerationOpExists}},
+			AutomountServiceAccountToken: &no,
+			EnableServiceLinks:           &no,
+			Containers: []corev1.Container{{
+				Name: "web", Image: podsImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Ports: []corev1.ContainerPort{{ContainerPort: workload.Port, HostPort: edgePort}},
+			}},
+		},
+	}
+	if _, err := p.admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := p.edgeURL()
+	eventually(t, 2*time.Minute, "the edge pod answers on its hostPort "+u, func() (bool, string) {
+		body, err := p.hostGet(ctx, u)
+		return err == nil && strings.Contains(body, "edge"), fmt.Sprintf("%v %s", err, body)
+	})
+}
+
+func (p *podsRig) edgeURL() string {
+	return "http://" + net.JoinHostPort(p.h.NodeIP().String(), fmt.Sprint(edgePort)) + "/"
+}
+
+// prober GETs the edge pod's hostPort every 100 ms from the host and remembers when it answered.
+type prober struct {
+	mu sync.Mutex
+	ok []time.Time
+}
+
+func (p *podsRig) startProbe(ctx context.Context) *prober {
+	pr := &prober{}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p.t.Cleanup(func() { cancel(); <-done })
+	u := p.edgeURL()
+	go func() {
+		defer close(done)
+		for {
+			rctx, rcancel := context.WithTimeout(pctx, time.Second)
+			_, err := p.hostGet(rctx, u)
+			rcancel()
+			if err == nil {
+				pr.mu.Lock()
+				pr.ok = append(pr.ok, time.Now())
+				pr.mu.Unlock()
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return pr
+}
+
+// downtime waits (bounded) until the probe answers again after since, and returns the longest gap between two
+// answers from the last one before since on: last answer before the outage -> first after it.
+func (pr *prober) downtime(t *testing.T, since time.Time, bound time.Duration) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		pr.mu.Lock()
+		var prev time.Time
+		var gap time.Duration
+		for _, at := range pr.ok {
+			if !prev.IsZero() && !at.Before(since) && at.Sub(prev) > gap {
+				gap = at.Sub(prev)
+			}
+			prev = at
+		}
+		pr.mu.Unlock()
+		// answering again, steadily, after the outage
+		if gap > 0 && prev.After(since) && time.Since(prev) < time.Second {
+			return gap
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the edge pod did not answer on its hostPort again within %s after %s", bound, since.Format(time.RFC3339))
+			return gap
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -389,11 +512,15 @@ func (p *podsRig) hostGet(ctx context.Context, u string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil,
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return netfwd.Dial(ctx, ns, network, addr)
 		}}}
-	resp, err := c.Get(u)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", err
 	}

@@ -9,7 +9,8 @@
 # What runs (one test binary, one control plane):
 #   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime, slot prepare
 #               vs cp -a, whole repave), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
-#               (upgrade, rollback; matched loosely, may not exist yet)
+#               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
+#               restart and a repave, from a probe outside the node; Node Ready -> pods Ready)
 #   benchmarks  BenchmarkFleet (N in-process watchers against one apiserver; N=1 gives the idle requests per minute
 #               counted at the client transport), BenchmarkWatcherIdle (the real kubeslot-watcher binary's RSS)
 # Without -race, unlike make test-integration: the race detector inflates the in-process fleet's memory and CPU.
@@ -31,7 +32,7 @@ mkdir -p "$out"
 log=$out/go-test.log
 figures=$out/figures.jsonl
 : >"$figures"
-tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*)$'}
+tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig)$'}
 benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures

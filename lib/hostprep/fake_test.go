@@ -177,6 +177,13 @@ func (f *fakeSys) SwapOn(_ context.Context, dev string, priority int) error {
 	return nil
 }
 
+func (f *fakeSys) RemovePodNetwork(_ context.Context, link string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.call("remove pod network %s", link)
+	return nil
+}
+
 // assertNoProblems fails the test with every ordering violation seen.
 func (f *fakeSys) assertNoProblems() {
 	f.t.Helper()

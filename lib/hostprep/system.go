@@ -44,6 +44,12 @@ type System interface {
 	SwapOff(ctx context.Context, dev string) error
 	// SwapOn turns one swap area on; priority < 0 lets the kernel choose.
 	SwapOn(ctx context.Context, dev string, priority int) error
+
+	// RemovePodNetwork removes what a CNI bridge network left in the host's
+	// network namespace: the bridge link and the CNI plugins' firewall
+	// chains (CNI-*) with the rules that jump to them. What is gone already
+	// is fine.
+	RemovePodNetwork(ctx context.Context, link string) error
 }
 
 // ModuleState says how a kernel module is present.

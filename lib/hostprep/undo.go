@@ -21,7 +21,8 @@ import (
 // Apply records.
 func Handles(kind ownership.Kind) bool {
 	switch kind {
-	case ownership.KindPackage, ownership.KindDir, ownership.KindModuleFile, ownership.KindSysctlFile, ownership.KindSwapOff:
+	case ownership.KindPackage, ownership.KindDir, ownership.KindModuleFile, ownership.KindSysctlFile, ownership.KindSwapOff,
+		ownership.KindPodNetwork:
 		return true
 	}
 	return false
@@ -50,6 +51,12 @@ func Undo(ctx context.Context, root *hostroot.Root, sys System, c ownership.Chan
 		return swapOn(ctx, root, sys, c, log)
 	case ownership.KindPackage:
 		return removePackage(ctx, sys, c, log)
+	case ownership.KindPodNetwork:
+		if err := sys.RemovePodNetwork(ctx, c.Name); err != nil {
+			return fmt.Errorf("undo %s %s: %w", c.Kind, c.Name, err)
+		}
+		log.Info("host change undone", "kind", c.Kind, "target", c.Name, "action", "link and CNI firewall chains removed")
+		return nil
 	}
 	return fmt.Errorf("undo %s %s%s: not a kind of change host preparation makes", c.Kind, c.Path, c.Name)
 }

@@ -72,6 +72,9 @@ const (
 	// plugins; the rootfs's own (CNIBinDir) are copied there at start, so
 	// loopback and portmap are there before the DaemonSet runs.
 	ClusterCNIBinDir = "/opt/cni/bin"
+	// CNIBridgeName is the bridge link of [node.cni] mode "bridge", in the
+	// host's network namespace (journalled; reset removes it).
+	CNIBridgeName = "cni0"
 	// CNITemplate is containerd's template for the bridge network: the
 	// CRI plugin fills in the Node's podCIDR once the kubelet knows it.
 	CNITemplate = "/etc/containerd/cni-bridge.template"

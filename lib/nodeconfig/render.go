@@ -351,7 +351,7 @@ const cniBridgeTemplate = `{
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "cni0",
+      "bridge": "` + CNIBridgeName + `",
       "isGateway": true,
       "ipMasq": true,
       "hairpinMode": true,

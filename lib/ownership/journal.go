@@ -38,6 +38,10 @@ const (
 	KindUnit           Kind = "unit"            // a unit file or drop-in
 	KindNspawnSettings Kind = "nspawn-settings" // an .nspawn file
 	KindMachineRootfs  Kind = "machine-rootfs"  // a slot's node rootfs
+	// KindPodNetwork is a CNI network the node creates in the host's network
+	// namespace ([node.cni] mode "bridge"): Name is its bridge link; undo
+	// removes the link and the CNI plugins' firewall chains.
+	KindPodNetwork Kind = "pod-network"
 )
 
 // PriorState says what was at a change's target before kubeslot touched it.
@@ -61,6 +65,8 @@ func allowedPriors(k Kind) []PriorState {
 		return []PriorState{PriorAbsent, PriorDir}
 	case KindSwapOff, KindPackage:
 		return []PriorState{PriorAbsent, PriorPresent}
+	case KindPodNetwork:
+		return []PriorState{PriorAbsent}
 	}
 	return nil
 }
@@ -69,8 +75,8 @@ func allowedPriors(k Kind) []PriorState {
 func (k Kind) Valid() bool { return allowedPriors(k) != nil }
 
 // UsesName reports whether entries of kind k name their target with Name
-// (a package) rather than Path (a host path).
-func (k Kind) UsesName() bool { return k == KindPackage }
+// (a package, a link) rather than Path (a host path).
+func (k Kind) UsesName() bool { return k == KindPackage || k == KindPodNetwork }
 
 // Prior is what was at a target before the change: enough for reset to put
 // it back.

@@ -119,9 +119,10 @@ func (f *fakeSystemd) callList() []string {
 
 // fakeSys is a hostprep.System with installed packages in memory.
 type fakeSys struct {
-	mu       sync.Mutex
-	packages map[string]bool
-	removed  []string
+	mu          sync.Mutex
+	packages    map[string]bool
+	removed     []string
+	podNetworks []string // links whose pod network was removed
 }
 
 func (s *fakeSys) PackageInstalled(ctx context.Context, name string) (bool, error) {
@@ -150,6 +151,12 @@ func (s *fakeSys) WriteSysctl(key, value string) error               { return ni
 func (s *fakeSys) ActiveSwaps() ([]hostprep.Swap, error)             { return nil, nil }
 func (s *fakeSys) SwapOff(ctx context.Context, dev string) error     { return nil }
 func (s *fakeSys) SwapOn(ctx context.Context, dev string, p int) error {
+	return nil
+}
+func (s *fakeSys) RemovePodNetwork(ctx context.Context, link string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.podNetworks = append(s.podNetworks, link)
 	return nil
 }
 
@@ -225,6 +232,7 @@ func newHost(t *testing.T) *host {
 		t.Fatal(err)
 	}
 	h.journal(ownership.KindPackage, "systemd-container", func() {})
+	h.journal(ownership.KindPodNetwork, "cni0", func() {})
 	h.journal(ownership.KindModuleFile, "/etc/modules-load.d/kubeslot.conf", func() { h.write("/etc/modules-load.d/kubeslot.conf", "overlay\n") })
 	h.journal(ownership.KindSysctlFile, "/etc/sysctl.d/90-kubeslot.conf", func() { h.write("/etc/sysctl.d/90-kubeslot.conf", "net.ipv4.ip_forward = 1\n") })
 	for _, p := range []string{"/var/lib/machines/.a.partial", "/var/lib/machines/a"} {

@@ -151,6 +151,8 @@ func describe(c ownership.Change) string {
 		action = "apt-get remove"
 	case c.Kind == ownership.KindDir && c.Prior.State == ownership.PriorAbsent:
 		action = "remove if empty"
+	case c.Kind == ownership.KindPodNetwork:
+		action = "delete the link and the CNI firewall chains"
 	}
 	return fmt.Sprintf("%s %s: %s", c.Kind, target, action)
 }

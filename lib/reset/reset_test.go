@@ -103,6 +103,9 @@ func TestResetRemovesOnlyWhatItMade(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	checkReset(t, h)
+	if !slices.Equal(h.sys.podNetworks, []string{"cni0"}) {
+		t.Errorf("pod networks removed: %v, want [cni0] (journalled by the bridge mode)", h.sys.podNetworks)
+	}
 	if !slices.Equal(h.sys.removed, []string{"systemd-container"}) {
 		t.Errorf("packages removed: %v, want the one kubeslot installed", h.sys.removed)
 	}

@@ -570,3 +570,31 @@ func TestConfigurePreloadsImages(t *testing.T) {
 		t.Errorf("cache not bound into the node:\n%s", s)
 	}
 }
+
+// TestBridgeModeJournalsThePodNetwork: the bridge and its firewall chains
+// appear when the node starts pods; configure journals them first, once.
+func TestBridgeModeJournalsThePodNetwork(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(func(s string) string { return s + "\n[node.cni]\nmode = \"bridge\"\n" })
+	b := e.backend(cfg)
+	if err := b.Provision(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.Configure(t.Context(), "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for _, c := range e.rec.Changes() {
+		if c.Kind == ownership.KindPodNetwork {
+			n++
+			if c.Name != nodeconfig.CNIBridgeName || c.Prior.State != ownership.PriorAbsent {
+				t.Errorf("pod network entry %+v", c)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d pod network entries, want 1", n)
+	}
+}

@@ -71,6 +71,13 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 	if err := b.ensureNodeState(); err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
+	if b.bridgeNetwork() {
+		// The bridge and its firewall chains appear in the host's network
+		// namespace when the node first starts a pod: journal them now.
+		if err := b.journalName(ownership.KindPodNetwork, nodeconfig.CNIBridgeName); err != nil {
+			return fmt.Errorf("configure slot %s: %w", slot, err)
+		}
+	}
 	hostChanged, dropInChanged, err := b.writeHostFiles(slot)
 	if err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
@@ -105,6 +112,12 @@ func (b *Backend) ensureIdentity() error {
 		return nil
 	}
 	return b.ensureDir(b.identity, 0o700)
+}
+
+// bridgeNetwork reports whether the node runs [node.cni] mode "bridge" (not
+// the rig's loopback network).
+func (b *Backend) bridgeNetwork() bool {
+	return !b.node.LoopbackCNI && b.cfg.Node.CNI.CNIMode() == config.CNIBridge
 }
 
 // nodeState is the node's state kept on the host across slots: host path

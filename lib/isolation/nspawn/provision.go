@@ -390,6 +390,18 @@ func (b *Backend) journal(kind ownership.Kind, hostPath string) error {
 	return b.d.Record.Record(b.root, ownership.Change{Kind: kind, Path: hostPath, Prior: prior})
 }
 
+// journalName journals a named host change of kind (a link) once, before it
+// is made; nothing was there before kubeslot.
+func (b *Backend) journalName(kind ownership.Kind, name string) error {
+	if b.d.Record == nil {
+		return fmt.Errorf("no ownership record to journal %s %s in before changing it", kind, name)
+	}
+	if _, found := b.d.Record.Lookup(kind, name); found {
+		return nil
+	}
+	return b.d.Record.Record(b.root, ownership.Change{Kind: kind, Name: name, Prior: ownership.Prior{State: ownership.PriorAbsent}})
+}
+
 // ensureDir creates the host directory p (and missing parents), each
 // journalled before it is made; mode applies to the directories created.
 func (b *Backend) ensureDir(p string, mode fs.FileMode) error {
