@@ -39,57 +39,84 @@ func (e *CorruptError) Error() string {
 	return fmt.Sprintf("%s: %s: not trusted; if a stage was interrupted, re-run it; otherwise reset the host (kubeslot-resetter)", e.Path, e.Reason)
 }
 
-// WriteChecksummed writes data to path and its sha256 to the sidecar, both
-// atomically. The data goes first: a crash between the two writes leaves a
-// mismatch that ReadChecksummed reports, never a silently wrong file.
+// pendingSuffix names the sidecar of a write in progress (WriteChecksummed).
+const pendingSuffix = SidecarSuffix + ".new"
+
+// WriteChecksummed writes data to path with its sha256 sidecar so that a
+// crash at any point leaves a pair ReadChecksummed accepts, old or new, and
+// never a wrong one: the new sidecar goes to <path>.sha256.new first, then
+// the data replaces path, then the new sidecar replaces the old one, each
+// step atomic. Killed after the data, the old sidecar disagrees, but the
+// pending one vouches for the new data (issue 16: a crash between two writes
+// or removals must not wedge every later stage).
 func WriteChecksummed(path string, data []byte, perm fs.FileMode) error {
+	sum := sha256.Sum256(data)
+	line := hex.EncodeToString(sum[:]) + "  " + filepath.Base(path) + "\n"
+	if err := atomicfile.WriteFile(path+pendingSuffix, []byte(line), perm); err != nil {
+		return err
+	}
 	if err := atomicfile.WriteFile(path, data, perm); err != nil {
 		return err
 	}
-	sum := sha256.Sum256(data)
-	line := hex.EncodeToString(sum[:]) + "  " + filepath.Base(path) + "\n"
-	return atomicfile.WriteFile(path+SidecarSuffix, []byte(line), perm)
+	return atomicfile.Rename(path+pendingSuffix, path+SidecarSuffix)
 }
 
 // ReadChecksummed reads path and verifies it against its sidecar.
 func ReadChecksummed(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, serr := os.Stat(path + SidecarSuffix); serr == nil {
-			return nil, &CorruptError{Path: path, Reason: "missing, but its checksum file " + filepath.Base(path) + SidecarSuffix + " exists"}
-		}
+		// A sidecar left alone is a removal that was interrupted after the
+		// data went (RemoveChecksummed): the file is gone.
 		return nil, fmt.Errorf("%s: %w", path, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	side, err := os.ReadFile(path + SidecarSuffix)
+	reason := verify(path, path+SidecarSuffix, data)
+	if reason == "" {
+		return data, nil
+	}
+	// An interrupted write: the new data is in place, its sidecar pending.
+	if _, err := os.Stat(path + pendingSuffix); err == nil && verify(path, path+pendingSuffix, data) == "" {
+		return data, nil
+	}
+	return nil, &CorruptError{Path: path, Reason: reason}
+}
+
+// verify checks data against the sidecar file side; "" when it matches,
+// else why not.
+func verify(path, side string, data []byte) string {
+	name := filepath.Base(side)
+	b, err := os.ReadFile(side)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, &CorruptError{Path: path, Reason: "checksum file " + filepath.Base(path) + SidecarSuffix + " is missing"}
+		return "checksum file " + name + " is missing"
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path+SidecarSuffix, err)
+		return fmt.Sprintf("read %s: %v", name, err)
 	}
-	fields := strings.Fields(string(side))
+	fields := strings.Fields(string(b))
 	if len(fields) == 0 || len(fields[0]) != sha256.Size*2 {
-		return nil, &CorruptError{Path: path, Reason: "checksum file " + filepath.Base(path) + SidecarSuffix + " is malformed"}
+		return "checksum file " + name + " is malformed"
 	}
 	want, err := hex.DecodeString(fields[0])
 	if err != nil {
-		return nil, &CorruptError{Path: path, Reason: "checksum file " + filepath.Base(path) + SidecarSuffix + " is malformed"}
+		return "checksum file " + name + " is malformed"
 	}
 	got := sha256.Sum256(data)
 	if !bytes.Equal(want, got[:]) {
-		return nil, &CorruptError{Path: path, Reason: fmt.Sprintf("checksum mismatch (file has sha256 %x…, %s says %x…; torn write or edited by hand)", got[:6], filepath.Base(path)+SidecarSuffix, want[:6])}
+		return fmt.Sprintf("checksum mismatch (file has sha256 %x…, %s says %x…; torn write or edited by hand)", got[:6], name, want[:6])
 	}
-	return data, nil
+	return ""
 }
 
-// RemoveChecksummed removes a file and its sidecar (sidecar last, so an
-// interrupted removal still reads as damaged rather than valid).
+// RemoveChecksummed removes a file and its sidecars, the data first: killed
+// between, the sidecar left alone reads as "not found" (ReadChecksummed),
+// and a later removal or write finishes the job. Absent files are fine.
 func RemoveChecksummed(path string) error {
-	if err := atomicfile.Remove(path); err != nil {
-		return err
+	for _, p := range []string{path, path + pendingSuffix, path + SidecarSuffix} {
+		if err := atomicfile.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
-	return atomicfile.Remove(path + SidecarSuffix)
+	return nil
 }

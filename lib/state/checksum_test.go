@@ -1,6 +1,8 @@
 package state
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -42,7 +44,6 @@ func TestChecksummedDamage(t *testing.T) {
 		{"truncated", func(p string) { os.Truncate(p, 3) }, "checksum mismatch"},
 		{"sidecar missing", func(p string) { os.Remove(p + SidecarSuffix) }, "is missing"},
 		{"sidecar malformed", func(p string) { os.WriteFile(p+SidecarSuffix, []byte("zz  doc.json\n"), 0o600) }, "malformed"},
-		{"file missing", func(p string) { os.Remove(p) }, "missing, but its checksum file"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -81,4 +82,65 @@ func TestChecksummedAbsent(t *testing.T) {
 	if err := RemoveChecksummed(p); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}
+}
+
+// TestChecksummedCrashPoints: a write or a removal killed between any two
+// of its steps leaves a pair that reads as the old content, the new one, or
+// not found; never a corruption that wedges later stages (issue 16, item 6).
+func TestChecksummedCrashPoints(t *testing.T) {
+	old, new := []byte(`{"v":1}`), []byte(`{"v":2}`)
+	setup := func(t *testing.T) string {
+		p := filepath.Join(t.TempDir(), "doc.json")
+		if err := WriteChecksummed(p, old, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sidecar := func(data []byte) []byte {
+		sum := sha256.Sum256(data)
+		return []byte(hex.EncodeToString(sum[:]) + "  doc.json\n")
+	}
+	t.Run("write: after the pending sidecar", func(t *testing.T) {
+		p := setup(t)
+		os.WriteFile(p+pendingSuffix, sidecar(new), 0o600)
+		if got, err := ReadChecksummed(p); err != nil || string(got) != string(old) {
+			t.Errorf("read %q %v, want the old content", got, err)
+		}
+	})
+	t.Run("write: after the data", func(t *testing.T) {
+		p := setup(t)
+		os.WriteFile(p+pendingSuffix, sidecar(new), 0o600)
+		os.WriteFile(p, new, 0o600)
+		if got, err := ReadChecksummed(p); err != nil || string(got) != string(new) {
+			t.Errorf("read %q %v, want the new content", got, err)
+		}
+		if err := WriteChecksummed(p, old, 0o600); err != nil { // the next write starts over cleanly
+			t.Fatal(err)
+		}
+		if got, err := ReadChecksummed(p); err != nil || string(got) != string(old) {
+			t.Errorf("after the next write: %q %v", got, err)
+		}
+	})
+	t.Run("write: a stale pending sidecar does not vouch for other data", func(t *testing.T) {
+		p := setup(t)
+		os.WriteFile(p+pendingSuffix, sidecar(new), 0o600)
+		os.WriteFile(p, []byte(`{"v":3}`), 0o600)
+		var ce *CorruptError
+		if _, err := ReadChecksummed(p); !errors.As(err, &ce) {
+			t.Errorf("hand-edited data accepted: %v", err)
+		}
+	})
+	t.Run("remove: after the data", func(t *testing.T) {
+		p := setup(t)
+		os.Remove(p)
+		if _, err := ReadChecksummed(p); !errors.Is(err, ErrNotFound) {
+			t.Errorf("read %v, want not found", err)
+		}
+		if err := RemoveChecksummed(p); err != nil {
+			t.Errorf("the removal does not finish: %v", err)
+		}
+		if _, err := os.Stat(p + SidecarSuffix); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("sidecar left: %v", err)
+		}
+	})
 }
