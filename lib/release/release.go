@@ -45,7 +45,13 @@ var Names = []string{"blue", "green"}
 
 // versionTimeout bounds one `--version` run: a static binary answers in
 // milliseconds, one that hangs is not usable.
-const versionTimeout = 5 * time.Second
+var versionTimeout = 5 * time.Second
+
+// ErrSlow is returned (wrapped) when a binary did not answer `--version` in
+// time: a busy host at boot, not a broken release. Nothing is replaced on
+// it (issue 16, item 12: one slow answer at boot must never remove the only
+// fallback).
+var ErrSlow = errors.New("did not answer in time")
 
 // maxBinary bounds a copied binary (Go binaries are tens of MiB).
 const maxBinary = 1 << 30
@@ -84,6 +90,9 @@ func runVersion(ctx context.Context, p string) error {
 	cmd := exec.CommandContext(ctx, p, "--version")
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	out, err := cmd.CombinedOutput()
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%s --version %w (%s)", p, ErrSlow, versionTimeout)
+	}
 	if err != nil {
 		if len(out) > 200 {
 			out = out[len(out)-200:]
@@ -108,6 +117,20 @@ func Ensure(ctx context.Context, root *hostroot.Root, srcDir string, log *slog.L
 	err := Usable(ctx, root)
 	if err == nil {
 		return false, nil
+	}
+	if errors.Is(err, ErrSlow) {
+		return false, fmt.Errorf("the installed release may be fine but is slow to answer; not replacing it (a later run checks again): %w", err)
+	}
+	// The fallback stays: when last-good is blue (the directory this would
+	// replace) and blue runs, current goes back to it instead.
+	if lg, lerr := LastGood(root); lerr == nil && lg == First {
+		if dir, derr := Dir(root, First); derr == nil && checkDir(ctx, dir) == nil {
+			log.Info("current is not usable; pointing it back at the last good release", "release", First, "reason", err.Error())
+			if err := SetCurrent(root, First); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
 	}
 	log.Info("installing this release into the host root", "from", srcDir, "reason", err.Error())
 	if err := checkDir(ctx, srcDir); err != nil {

@@ -1,10 +1,12 @@
 package release
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
@@ -192,5 +194,58 @@ func TestLinks(t *testing.T) {
 				t.Errorf("temporary link left: %s", e.Name())
 			}
 		}
+	}
+}
+
+// TestEnsureKeepsTheFallback (issue 16, item 12): a release that answers
+// --version too slowly (a busy host at boot) is not replaced; and when
+// current is broken but last-good (blue) runs, current goes back to blue,
+// which is never overwritten.
+func TestEnsureKeepsTheFallback(t *testing.T) {
+	root := newRoot(t)
+	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	blue := filepath.Join(root.Prefix(), "opt/kubeslot/releases/blue")
+	marker := filepath.Join(blue, "kept")
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Slow: blue's watcher sleeps past the bound.
+	defer func(d time.Duration) { versionTimeout = d }(versionTimeout)
+	versionTimeout = 200 * time.Millisecond
+	slow := filepath.Join(blue, "kubeslot-watcher")
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	installed, err := Ensure(t.Context(), root, fakeRelease(t), nil)
+	if !errors.Is(err, ErrSlow) || installed {
+		t.Errorf("slow release: %v installed=%v, want ErrSlow and nothing replaced", err, installed)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the slow release was replaced: %v", err)
+	}
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\necho watcher\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// current -> a broken green, last-good -> blue: back to blue, blue kept.
+	green := filepath.Join(root.Prefix(), "opt/kubeslot/releases/green")
+	if err := os.MkdirAll(green, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetCurrent(root, "green"); err != nil {
+		t.Fatal(err)
+	}
+	installed, err = Ensure(t.Context(), root, fakeRelease(t), nil)
+	if err != nil || !installed {
+		t.Fatalf("broken current: %v installed=%v", err, installed)
+	}
+	if cur, _ := Current(root); cur != First {
+		t.Errorf("current %s, want back on %s", cur, First)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the last good release was overwritten: %v", err)
 	}
 }
