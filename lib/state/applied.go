@@ -28,7 +28,12 @@ type Applied struct {
 }
 
 // Store reads and writes the applied state of one host root.
-type Store struct{ root *hostroot.Root }
+type Store struct {
+	root *hostroot.Root
+	// betweenReads, in tests, runs between ActiveApplied's reads: a
+	// commit landing there.
+	betweenReads func()
+}
 
 // NewStore returns a Store over root.
 func NewStore(root *hostroot.Root) *Store { return &Store{root: root} }
@@ -121,15 +126,32 @@ func (s *Store) Active() (slot string, found bool, err error) {
 
 // ActiveApplied returns the active slot's verified applied configuration,
 // or (nil, nil) when nothing was committed yet.
+//
+// The pair is two files that a commit changes one after the other (the
+// target's configuration, then active, then the old slot's configuration
+// goes), and readers such as the watcher do not take the installation
+// lock. So a read checks that active still names the slot it read the
+// configuration of, and reads again when a commit moved it in between: a
+// failure is reported only for a pair that stays inconsistent.
 func (s *Store) ActiveApplied() (*Applied, error) {
-	slot, found, err := s.Active()
-	if err != nil || !found {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		slot, found, err := s.Active()
+		if err != nil || !found {
+			return nil, err
+		}
+		if s.betweenReads != nil {
+			s.betweenReads()
+		}
+		a, err := s.LoadApplied(slot)
+		if err != nil && attempt < 5 {
+			if now, found, aerr := s.Active(); aerr == nil && found && now != slot {
+				continue // a commit moved active meanwhile
+			}
+		}
+		if errors.Is(err, ErrNotFound) {
+			p, _ := s.appliedPath(slot)
+			return nil, &CorruptError{Path: p, Reason: "the active slot " + slot + " has no applied configuration"}
+		}
+		return a, err
 	}
-	a, err := s.LoadApplied(slot)
-	if errors.Is(err, ErrNotFound) {
-		p, _ := s.appliedPath(slot)
-		return nil, &CorruptError{Path: p, Reason: "the active slot " + slot + " has no applied configuration"}
-	}
-	return a, err
 }

@@ -107,3 +107,45 @@ func TestActivePointingAtRemovedSlot(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestActiveAppliedDuringACommit (issue 16, item 10): a reader that read
+// active just before a commit moved it and removed the old slot's
+// configuration reads the new pair, not a false "no applied
+// configuration"; a pair that stays broken is still reported.
+func TestActiveAppliedDuringACommit(t *testing.T) {
+	s, _, cfg := newStore(t)
+	at := time.Now().UTC()
+	for _, slot := range []string{"a", "b"} {
+		if err := s.SaveApplied(&Applied{Slot: slot, Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: "v1", AppliedAt: at, Config: cfg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetActive("a"); err != nil {
+		t.Fatal(err)
+	}
+	committed := false
+	s.betweenReads = func() {
+		if committed {
+			return
+		}
+		committed = true
+		if err := s.SetActive("b"); err != nil { // the repaver's commit and clean, between the reader's two reads
+			t.Fatal(err)
+		}
+		if err := s.RemoveApplied("a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ActiveApplied()
+	if err != nil || got.Slot != "b" {
+		t.Fatalf("read across a commit: %+v %v, want slot b", got, err)
+	}
+	s.betweenReads = nil
+	if err := s.RemoveApplied("b"); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CorruptError
+	if _, err := s.ActiveApplied(); !errors.As(err, &ce) {
+		t.Errorf("active naming a slot without configuration: %v, want CorruptError", err)
+	}
+}
