@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -85,21 +86,34 @@ func (l *loop) once(ctx context.Context) {
 	}
 	failed := false
 	for _, a := range Decide(in) {
-		if err := l.do(ctx, in, a); err != nil {
-			failed = true
-			if ctx.Err() != nil {
-				// Stopping (SIGTERM, re-exec, new identity): the next loop
-				// decides again from what is on disk.
-				break
-			}
-			l.Log.Warn("action failed; will retry", "action", a.String(), "err", err.Error())
+		err := l.do(ctx, in, a)
+		if err == nil {
+			delete(l.reported, a.String())
+			continue
+		}
+		failed = true
+		if ctx.Err() != nil {
+			// Stopping (SIGTERM, re-exec, new identity): the next loop
+			// decides again from what is on disk.
+			break
+		}
+		if l.reported == nil {
+			l.reported = map[string]string{}
+		}
+		if l.reported[a.String()] != err.Error() {
+			l.reported[a.String()] = err.Error()
+			l.Log.Warn("action failed; will retry with backoff", "action", a.String(), "err", err.Error())
+		} else {
+			l.Log.Debug("action failed again", "action", a.String(), "err", err.Error())
 		}
 	}
 	l.expire(ctx, in)
 	if failed {
-		time.AfterFunc(2*time.Second, l.nudge)
+		l.failures++
+		time.AfterFunc(retryDelay(l.failures, rand.Float64()), l.nudge)
 		return
 	}
+	l.failures = 0
 	if time.Since(l.lastPrune) > time.Hour {
 		l.lastPrune = time.Now()
 		removed, err := l.dir.Prune(l.published, time.Now().Add(-statusRetention))
@@ -309,4 +323,24 @@ func appliedSummary(a *state.Applied) *v1alpha1.AppliedConfig {
 		out.AppliedAt = &at
 	}
 	return out
+}
+
+// Retry of failed actions: 2 s after the first failure, doubling up to 5
+// minutes, each delay jittered by ±20 % so that a fleet refused by the same
+// apiserver does not retry in step (issue 16, item 9: a permanent error
+// was retried every 2 s forever). Any event nudges the loop earlier.
+const (
+	retryFirst = 2 * time.Second
+	retryMax   = 5 * time.Minute
+)
+
+// retryDelay is the pause after the n-th failed pass in a row; r in [0,1)
+// picks the jitter.
+func retryDelay(n int, r float64) time.Duration {
+	d := retryFirst
+	for i := 1; i < n && d < retryMax; i++ {
+		d *= 2
+	}
+	d = min(d, retryMax)
+	return time.Duration(float64(d) * (0.8 + 0.4*r))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -384,5 +385,16 @@ func TestDesiredSandboxImage(t *testing.T) {
 	m.Spec.Node.SandboxImage = "pause"
 	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.sandboxImage") {
 		t.Errorf("bad sandbox image: %v", err)
+	}
+}
+
+// TestRetryDelay: failed passes back off from 2 s to a 5 minute cap, each
+// jittered within ±20 %.
+func TestRetryDelay(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 5: 32 * time.Second, 9: 5 * time.Minute, 100: 5 * time.Minute} {
+		lo, hi := retryDelay(n, 0), retryDelay(n, 0.999)
+		if lo != time.Duration(float64(want)*0.8) || hi > time.Duration(float64(want)*1.2) || hi <= lo {
+			t.Errorf("failure %d: delays %v..%v, want %v ±20%%", n, lo, hi, want)
+		}
 	}
 }

@@ -68,6 +68,11 @@ type loop struct {
 	settleTimer *time.Timer
 	// ttl arms the deletes of finished operations (ttl.go).
 	ttl ttlState
+	// failures counts the passes in a row with a failed action (the retry
+	// backs off with it); reported holds each failing action's last error,
+	// logged once until it changes or the action succeeds.
+	failures int
+	reported map[string]string
 }
 
 // statusRetention is how long published results stay in status/ (the newest
