@@ -287,6 +287,22 @@ func (c *Config) artifacts() []artifactField {
 	}
 }
 
+// Digests lists the sha256 of everything this configuration downloads into
+// the artifact cache (rootfs, artifacts, preloaded images): what a cache
+// prune must keep while the configuration is applied or requested.
+func (c *Config) Digests() []string {
+	out := []string{c.RootFS.SHA256}
+	for _, a := range c.artifacts() {
+		if a.a != nil && a.a.SHA256 != "" {
+			out = append(out, a.a.SHA256)
+		}
+	}
+	for _, p := range c.Node.PreloadImages {
+		out = append(out, p.SHA256)
+	}
+	return out
+}
+
 // Summary is one line for people: what this configuration installs.
 func (c *Config) Summary() string {
 	sha := c.RootFS.SHA256

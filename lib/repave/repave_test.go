@@ -3,6 +3,10 @@ package repave
 import (
 	"context"
 	"errors"
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -506,4 +510,50 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 			t.Errorf("restart waited for a status since %v, want the restarted kubelet %v", got, r.h.started["a"])
 		}
 	})
+}
+
+// TestRepavePrunesTheCache (issue 16, item 11): after a committed repave the
+// artifact cache keeps what the applied and requested configurations use,
+// and loses the old slot's artifacts and killed downloads' temp files.
+func TestRepavePrunesTheCache(t *testing.T) {
+	r := newRig(t)
+	req := r.request(t, 3)
+	old := r.active(t).Config
+	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	put := func(name string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := strings.Repeat("e", 64)
+	for _, n := range append(req.Desired.Digests(), old.RootFS.SHA256, stale, "."+stale+".tmp-123") {
+		put(n)
+	}
+	if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
+		t.Fatalf("repave: %+v %v", s, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	for _, d := range req.Desired.Digests() {
+		if !slices.Contains(left, d) {
+			t.Errorf("the applied configuration's %s was pruned", d)
+		}
+	}
+	for _, gone := range []string{stale, "." + stale + ".tmp-123"} {
+		if slices.Contains(left, gone) {
+			t.Errorf("%s kept after the repave", gone)
+		}
+	}
+	if old.RootFS.SHA256 != req.Desired.RootFS.SHA256 && slices.Contains(left, old.RootFS.SHA256) {
+		t.Error("the old slot's rootfs kept after the repave")
+	}
 }

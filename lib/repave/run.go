@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -176,7 +180,11 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		if err := old.Remove(ctx, st.From); err != nil {
 			return err
 		}
-		return d.Store.RemoveApplied(st.From)
+		if err := d.Store.RemoveApplied(st.From); err != nil {
+			return err
+		}
+		d.pruneCache()
+		return nil
 	case Rollback:
 		if err := target.Stop(ctx, st.To); err != nil {
 			return fmt.Errorf("stop the target slot %s: %w", st.To, err)
@@ -271,4 +279,57 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 		err = errors.Join(err, fmt.Errorf("write status: %w", werr))
 	}
 	return st, err
+}
+
+// pruneCache removes from the artifact cache what no slot's applied
+// configuration and no pending or claimed repave or upgrade needs any more, and the
+// temporary files of downloads that were killed (issue 16, item 11). Under
+// the lock, after a committed repave; a failure is only logged: the cache
+// is kubeslot's own, and the next repave tries again.
+func (d *Deps) pruneCache() {
+	var keep []string
+	for _, slot := range d.appliedSlots() {
+		if a, err := d.Store.LoadApplied(slot); err == nil {
+			keep = append(keep, a.Config.Digests()...)
+		} else if !errors.Is(err, state.ErrNotFound) {
+			d.Log.Warn("artifact cache not pruned: an applied configuration cannot be read", "slot", slot, "err", err)
+			return
+		}
+	}
+	for _, kind := range []requests.Kind{requests.Repave, requests.Upgrade} {
+		for _, read := range []func(requests.Kind) (*requests.Request, error){d.Requests.Pending, d.Requests.Claimed} {
+			r, err := read(kind)
+			if err != nil {
+				d.Log.Warn("artifact cache not pruned: a request cannot be read", "kind", kind, "err", err)
+				return
+			}
+			switch {
+			case r == nil:
+			case r.Desired != nil:
+				keep = append(keep, r.Desired.Digests()...)
+			case r.Upgrade != nil:
+				keep = append(keep, r.Upgrade.SHA256) // the bundle an interrupted upgrade resumes from
+			}
+		}
+	}
+	f := &artifact.Fetcher{Root: d.Root, Log: d.Log}
+	if err := f.Prune(keep); err != nil {
+		d.Log.Warn("artifact cache not pruned", "err", err)
+	}
+}
+
+// appliedSlots lists the slots with an applied configuration file.
+func (d *Deps) appliedSlots() []string {
+	dir, err := d.Root.Path(hostroot.AppliedDir)
+	if err != nil {
+		return nil
+	}
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && e.Type().IsRegular() {
+			out = append(out, name)
+		}
+	}
+	return out
 }
