@@ -45,10 +45,13 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 		return nil, err
 	} else if st != nil {
 		d.Log.Info("resuming an interrupted repave", "request", st.RequestID, "phase", st.Phase, "from", st.From, "to", st.To)
-		if st.Phase == Verify {
+		if st.Phase == Verify || st.Phase == Commit {
 			// The host may have rebooted since, with the old node booted
-			// and the target not running: verify again from start, which
-			// is idempotent for a target that still runs.
+			// (its boot link moves only at the end of commit) and the
+			// target not running: start and verify again whatever is to be
+			// committed, which is idempotent for a target that still runs
+			// (issue 16, item 5: a commit resumed after a power cut named a
+			// slot whose node was not running).
 			st.Phase = Start
 		}
 		s, err := Run(ctx, d, st)

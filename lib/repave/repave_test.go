@@ -3,8 +3,10 @@ package repave
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
 	"os"
 	"path/filepath"
 	"slices"
@@ -555,5 +557,59 @@ func TestRepavePrunesTheCache(t *testing.T) {
 	}
 	if old.RootFS.SHA256 != req.Desired.RootFS.SHA256 && slices.Contains(left, old.RootFS.SHA256) {
 		t.Error("the old slot's rootfs kept after the repave")
+	}
+}
+
+// TestResumedCommitReverifies (issue 16, item 5): a repave killed inside
+// commit (the target's configuration saved and set active, the boot link not
+// moved) and a power cut (the old slot boots) resumes by starting and
+// verifying the target again, never by committing a slot whose node is not
+// running; when the target no longer comes up, the commit is taken back.
+func TestResumedCommitReverifies(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("target broken %v", broken), func(t *testing.T) {
+			r := newRig(t)
+			req := r.request(t, 5)
+			r.d.Hook = func(ctx context.Context, q Phase) error {
+				if q == Commit {
+					return errCrash
+				}
+				return nil
+			}
+			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
+				t.Fatalf("first run: %v", err)
+			}
+			// The part of commit that ran before the kill.
+			a, err := isolation.NewApplied("b", req.Desired, "test", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.d.Store.SaveApplied(a); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.d.Store.SetActive("b"); err != nil {
+				t.Fatal(err)
+			}
+			r.h.running = map[string]bool{"a": true} // power cut: the boot link still starts a
+			r.h.broken["b"] = broken
+			r.d.Hook = nil
+			req.Desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
+			s, err := execute(t, r, Job{Kind: requests.Repave})
+			if !broken {
+				if err != nil || s.Phase != requests.Succeeded || !r.h.running["b"] || r.h.running["a"] {
+					t.Fatalf("resume: %+v %v, running %v", s, err, r.h.running)
+				}
+				return
+			}
+			if !errors.Is(err, ErrRolledBack) {
+				t.Fatalf("resume with a broken target: %+v %v", s, err)
+			}
+			if act := r.active(t); act.Slot != "a" || !r.h.running["a"] || r.h.running["b"] {
+				t.Errorf("after the rollback: active %s, running %v", act.Slot, r.h.running)
+			}
+			if _, err := r.d.Store.LoadApplied("b"); err == nil {
+				t.Error("the failed target's applied configuration is still there")
+			}
+		})
 	}
 }

@@ -196,11 +196,30 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		if err := old.Start(ctx, st.From); err != nil {
 			return fmt.Errorf("start the old slot %s again: %w", st.From, err)
 		}
-		return nil
+		return d.uncommit(ctx, st)
 	case RollbackVerify:
 		return d.rollbackVerify(ctx, st, target)
 	}
 	return fmt.Errorf("repave state: unknown phase %q", st.Phase)
+}
+
+// uncommit takes back what an interrupted commit of the target did before a
+// resumed verify failed: the old slot is active and starts at boot again.
+func (d *Deps) uncommit(ctx context.Context, st *State) error {
+	// Commit saves the target's configuration, sets it active, then moves
+	// the boot link: active names the target once the last two may have
+	// happened.
+	if cur, found, err := d.Store.Active(); err != nil {
+		return err
+	} else if found && cur == st.To {
+		if err := d.Store.SetActive(st.From); err != nil {
+			return err
+		}
+		if err := d.Boot.Move(ctx, st.To, st.From); err != nil {
+			return err
+		}
+	}
+	return d.Store.RemoveApplied(st.To)
 }
 
 // rollbackVerify waits for the old slot's node, Ready as posted by the
