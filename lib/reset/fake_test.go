@@ -123,6 +123,8 @@ type fakeSys struct {
 	packages    map[string]bool
 	removed     []string
 	podNetworks []string // links whose pod network was removed
+	// failPodNetwork fails RemovePodNetwork.
+	failPodNetwork error
 }
 
 func (s *fakeSys) PackageInstalled(ctx context.Context, name string) (bool, error) {
@@ -156,6 +158,9 @@ func (s *fakeSys) SwapOn(ctx context.Context, dev string, p int) error {
 func (s *fakeSys) RemovePodNetwork(ctx context.Context, link string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failPodNetwork != nil {
+		return s.failPodNetwork
+	}
 	s.podNetworks = append(s.podNetworks, link)
 	return nil
 }

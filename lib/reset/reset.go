@@ -126,12 +126,15 @@ const (
 func Steps() []Step { return StepsFor(false) }
 
 // StepsFor returns the steps in the order a run runs them. A run serving an
-// AgentReset request (request) reports the request Succeeded first and stops
-// the watcher last, after every other kubeslot unit and machine is stopped
-// and the first-boot unit is gone, but before the unit files and the host
-// root it reads are removed: the watcher keeps the Machine informed for as
-// long as there is a node, and it cannot recreate files in a host root that
-// is already gone. Both orders run the same steps. A fresh slice each call.
+// AgentReset request (request) reports the request Succeeded only after
+// every step that can fail on the host's account (machines, rootfs, the
+// journal's undo, the first-boot unit), then stops the watcher, the last
+// kubeslot process, before the unit files and the host root it reads are
+// removed: the watcher keeps the Machine informed for as long as there is a
+// node and publishes the result, and it cannot recreate files in a host
+// root that is already gone. A step that fails before the report is
+// reported Failed, naming it. Both orders run the same steps. A fresh slice
+// each call.
 func StepsFor(request bool) []Step {
 	steps := []Step{
 		{StepMarkResetting, "mark the ownership record resetting", (*runner).markResetting},
@@ -150,17 +153,20 @@ func StepsFor(request bool) []Step {
 	if !request {
 		return steps
 	}
-	// Move stop-watcher to just before remove-units.
+	// Move report-request and stop-watcher to just before remove-units.
 	var out []Step
-	var watcher Step
+	var report, watcher Step
 	for _, s := range steps {
 		switch s.Name {
+		case StepReportRequest:
+			report = s
+			continue
 		case StepStopWatcher:
 			watcher = s
 			watcher.What = "stop the watcher, the last kubeslot process (request path: after it published the result and the node is gone)"
 			continue
 		case StepRemoveUnits:
-			out = append(out, watcher)
+			out = append(out, report, watcher)
 		}
 		out = append(out, s)
 	}
@@ -288,6 +294,7 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 		}
 		t0 := time.Now()
 		if err := s.run(r, ctx); err != nil {
+			r.reportFailure(s, err)
 			return res, &StepError{Step: s.Name, Err: err}
 		}
 		if err := r.sync(); err != nil {
@@ -307,6 +314,8 @@ type runner struct {
 	lock *ownership.Lock
 	log  *slog.Logger
 	req  *requests.Request
+	// reported: the request's Succeeded status is written.
+	reported bool
 }
 
 // PauseHook returns a Deps.Before that pauses before step (the test hook

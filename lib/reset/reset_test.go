@@ -22,9 +22,10 @@ func TestStepOrder(t *testing.T) {
 	if got := StepNames(); !slices.Equal(got, want) {
 		t.Errorf("steps:\n got %v\nwant %v", got, want)
 	}
-	// Request path (issue 9): report first, stop the watcher last of all the units, before the files go.
-	want = []string{"mark-resetting", "report-request", "stop-units", "stop-machines", "remove-nspawn",
-		"remove-rootfs", "undo-journal", "remove-bootstrap-unit", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
+	// Request path: report after every step that can fail on the host's account (issue 16, item 8), then stop
+	// the watcher, last of all the units, before the files go.
+	want = []string{"mark-resetting", "stop-units", "stop-machines", "remove-nspawn", "remove-rootfs", "undo-journal",
+		"remove-bootstrap-unit", "report-request", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
 	var got []string
 	for _, s := range StepsFor(true) {
 		got = append(got, s.Name)
@@ -410,7 +411,11 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strip(ref.tree(), ref.root.Prefix())
-	for i, step := range StepNames() {
+	var order []string // the request path's order
+	for _, s := range StepsFor(true) {
+		order = append(order, s.Name)
+	}
+	for i, step := range order {
 		t.Run(step, func(t *testing.T) {
 			h := newHost(t)
 			dir := requests.New(h.root)
@@ -450,7 +455,7 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 			if res.Nothing {
 				t.Fatalf("re-run in request mode after a failure at %s did nothing", step)
 			}
-			if i > stepIndex(StepReportRequest) && i <= stepIndex(StepRemoveHostRoot) && !published {
+			if i > slices.Index(order, StepReportRequest) && i <= slices.Index(order, StepRemoveHostRoot) && !published {
 				t.Errorf("no Succeeded status after the report step")
 			}
 			checkReset(t, h)
@@ -486,4 +491,47 @@ func TestStopsEveryWorkerInstance(t *testing.T) {
 		t.Errorf("a foreign unit was stopped")
 	}
 	checkReset(t, h)
+}
+
+// TestRequestPathReportsAfterTheWork (issue 16, item 8): the AgentReset
+// request is reported Succeeded only after every step that can fail on the
+// host's account, and a step that fails before that reports Failed, naming
+// the step, with the claim finished.
+func TestRequestPathReportsAfterTheWork(t *testing.T) {
+	order := map[string]int{}
+	for i, s := range StepsFor(true) {
+		order[s.Name] = i
+	}
+	for _, before := range []string{StepStopMachines, StepRemoveRootfs, StepUndoJournal, StepRemoveBootstrapUnit} {
+		if order[before] > order[StepReportRequest] {
+			t.Errorf("request path: %s runs after the report", before)
+		}
+	}
+	if order[StepReportRequest] > order[StepStopWatcher] || order[StepStopWatcher] > order[StepRemoveUnits] {
+		t.Errorf("request path order: %v", StepNames())
+	}
+
+	h := newHost(t)
+	dir := requests.New(h.root)
+	req := &requests.Request{Kind: requests.Reset, ID: requests.NewID(requests.Reset, 3, "op"), Operation: "op", MachineGeneration: 3, Reason: "test"}
+	if _, err := dir.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	// The journal's undo fails: the pod network cannot be removed.
+	d := h.deps()
+	d.Request = true
+	d.PublishWait = time.Millisecond
+	d.Sys.(*fakeSys).failPodNetwork = errors.New("iptables: resource busy")
+	_, err := Run(t.Context(), d)
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != StepUndoJournal {
+		t.Fatalf("run: %v, want a failure in %s", err, StepUndoJournal)
+	}
+	st, rerr := dir.ReadStatus(req.ID)
+	if rerr != nil || st.Phase != requests.Failed || !strings.Contains(st.Message, StepUndoJournal) || !strings.Contains(st.Message, "resource busy") {
+		t.Errorf("status after the failure: %+v %v, want Failed naming the step and the cause", st, rerr)
+	}
+	if c, _ := dir.Claimed(requests.Reset); c != nil {
+		t.Error("the failed request is still claimed: it would be retried unattended")
+	}
 }

@@ -90,6 +90,28 @@ func (r *runner) markResetting(ctx context.Context) error {
 // watcher has published it. A request-mode run resumed after a kill in this
 // step finds no claimed request (Finish ran): it waits for the status it
 // wrote before the kill instead.
+// reportFailure writes the AgentReset request's Failed status when step s
+// failed before the request was reported (request path): the watcher, still
+// running, publishes it, and the claim is finished so that the failure is
+// not retried unattended. The host stays marked resetting; a person fixes
+// what the message names and runs kubeslot-resetter. Best effort.
+func (r *runner) reportFailure(s Step, err error) {
+	if !r.d.Request || r.req == nil || r.reported {
+		return
+	}
+	st := &requests.Status{RequestID: r.req.ID, Kind: requests.Reset, Operation: r.req.Operation,
+		MachineGeneration: r.req.MachineGeneration, Phase: requests.Failed,
+		Message: fmt.Sprintf("reset failed at step %s (%s): %v; the host is partly reset: fix the cause, then run kubeslot-resetter on it", s.Name, s.What, err)}
+	dir := requests.New(r.d.Root)
+	if werr := dir.WriteStatus(st); werr != nil {
+		r.log.Warn("could not report the failed reset", "err", werr)
+		return
+	}
+	if ferr := dir.Finish(r.lock, requests.Reset); ferr != nil && !isNotExist(ferr) {
+		r.log.Warn("could not finish the failed reset request", "err", ferr)
+	}
+}
+
 func (r *runner) reportRequest(ctx context.Context) error {
 	if !r.d.Request {
 		return nil
@@ -106,6 +128,7 @@ func (r *runner) reportRequest(ctx context.Context) error {
 		if err := dir.WriteStatus(st); err != nil {
 			return err
 		}
+		r.reported = true
 		if err := dir.Finish(r.lock, requests.Reset); err != nil && !isNotExist(err) {
 			return err
 		}
