@@ -83,6 +83,9 @@ type fakeBackend struct {
 }
 
 func (b *fakeBackend) Provision(ctx context.Context, slot string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := b.h.do("provision", slot); err != nil {
 		return err
 	}
@@ -152,6 +155,9 @@ func (b *fakeBackend) KubeletStartedAt(ctx context.Context, slot string) (time.T
 }
 
 func (b *fakeBackend) KubeletHealthy(ctx context.Context, slot string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
 	if !b.h.running[slot] || b.h.broken[slot] {

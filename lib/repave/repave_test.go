@@ -613,3 +613,42 @@ func TestResumedCommitReverifies(t *testing.T) {
 		})
 	}
 }
+
+// TestStopIsNotFailure (issue 16, item 7): a repave stopped by SIGTERM (its
+// context cancelled) in prepare or verify neither fails the request nor
+// rolls back; the state file keeps the phase, and the next run resumes and
+// finishes it.
+func TestStopIsNotFailure(t *testing.T) {
+	for _, p := range []Phase{Prepare, Verify} {
+		t.Run(string(p), func(t *testing.T) {
+			r := newRig(t)
+			req := r.request(t, 6)
+			ctx, cancel := context.WithCancel(context.Background())
+			r.d.Hook = func(_ context.Context, q Phase) error {
+				if q == p {
+					cancel() // SIGTERM while the phase runs
+				}
+				return nil
+			}
+			l := lock(t, r)
+			_, err := Execute(ctx, r.d, l, Job{Kind: requests.Repave})
+			l.Release()
+			if err == nil || !strings.Contains(err.Error(), "the next start resumes it") {
+				t.Fatalf("stopped run: %v", err)
+			}
+			if st, _ := r.d.Requests.ReadStatus(req.ID); st != nil && st.Phase.Finished() {
+				t.Errorf("a stopped repave reported %s: %s", st.Phase, st.Message)
+			}
+			if st, err := LoadState(r.root); err != nil || st == nil || st.Phase != p {
+				t.Fatalf("state after the stop: %+v %v, want phase %s kept", st, err, p)
+			}
+			if slices.Contains(strings.Fields(r.h.callList()), "stop:b") {
+				t.Errorf("rolled back after a stop: %s", r.h.callList())
+			}
+			r.d.Hook = nil
+			if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
+				t.Errorf("resume after the stop: %+v %v", s, err)
+			}
+		})
+	}
+}

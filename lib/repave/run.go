@@ -57,6 +57,12 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 		err := d.runPhase(ctx, st)
 		st.Phases = append(st.Phases, requests.PhaseTiming{Name: string(st.Phase), StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
 		log.Info("repave phase done", "phase", st.Phase, "took", d.now().Sub(t0).Round(time.Millisecond), "err", err)
+		if err != nil && ctx.Err() != nil {
+			// Stopped (SIGTERM: a shutdown, systemctl stop), not failed: no
+			// rollback and no final status. The state file keeps the phase,
+			// and the next start resumes it (issue 16, item 7).
+			return nil, fmt.Errorf("repave %s -> %s stopped in %s (%v); the next start resumes it", st.From, st.To, st.Phase, context.Cause(ctx))
+		}
 		switch {
 		case err == nil && st.Phase == Rollback:
 			st.Phase = RollbackVerify
