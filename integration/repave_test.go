@@ -91,18 +91,39 @@ func TestRepaveOnRig(t *testing.T) {
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 2*time.Minute, r.h)
 
 	// 2b. A restart worker killed after it claimed its request: kubeslot-restart.path watches the claimed file too,
-	// and the worker resumes the claimed request (issue 16, item 3).
+	// and the worker resumes the claimed request (issue 16, item 3). The worker pauses after its claim (test hook),
+	// so the kill lands there every time; the path unit is stopped meanwhile, so the checks are not raced.
+	pauseDropIn := "/etc/systemd/system/kubeslot-restart.service.d/zz-pause.conf"
+	if err := r.h.WriteFile(pauseDropIn, []byte("[Service]\nEnvironment=KUBESLOT_TEST_PAUSE_AT=restart-node\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v %s", err, out)
+	}
 	kreq := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 2, "rig-restart-killed"), MachineGeneration: 2,
 		Operation: "rig-restart-killed", Reason: "rig"}
 	tk := time.Now()
 	r.drop(ctx, kreq)
-	eventually(t, time.Minute, "the restart worker claimed its request", func() (bool, string) {
+	eventually(t, time.Minute, "the restart worker paused after its claim", func() (bool, string) {
+		j, _ := r.h.Journal(ctx, "kubeslot-restart.service")
 		_, err := r.h.ReadFile("/opt/kubeslot/state/claimed-restart.json")
-		out, _ := r.h.Run(ctx, "systemctl", "is-active", "kubeslot-restart.service")
-		return err == nil && strings.TrimSpace(string(out)) == "active", fmt.Sprintf("claimed: %v, unit %s", err, out)
+		return err == nil && strings.Contains(j, "paused at restart-node"), tailLines(j, 5)
 	})
-	if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", "kubeslot-restart.service"); err != nil {
-		t.Fatalf("kill the restart worker: %v %s", err, out)
+	for _, cmd := range [][]string{
+		{"systemctl", "stop", "kubeslot-restart.path"},
+		{"systemctl", "kill", "-s", "KILL", "kubeslot-restart.service"},
+		{"rm", "-f", pauseDropIn},
+		{"systemctl", "daemon-reload"},
+	} {
+		if out, err := r.h.Run(ctx, cmd...); err != nil {
+			t.Fatalf("%v: %v %s", cmd, err, out)
+		}
+	}
+	if _, err := r.h.ReadFile("/opt/kubeslot/state/claimed-restart.json"); err != nil {
+		t.Fatalf("the claimed request is gone after the kill: %v", err)
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-restart.path"); err != nil {
+		t.Fatalf("start the path unit: %v %s", err, out)
 	}
 	s = r.waitStatus(ctx, kreq.ID, 4*time.Minute)
 	r.logStatus("restart resumed after kill -9 of its worker", s)

@@ -52,6 +52,9 @@ const (
 	// RollbackVerify waits for the old slot's node (started again if a
 	// reboot came in between) and removes the failed target.
 	RollbackVerify Phase = "rollback-verify"
+	// RestartNode is the one phase of a restart in place (a test can pause
+	// there, after the claim).
+	RestartNode Phase = "restart-node"
 )
 
 // Phases lists the forward phases in order.
@@ -59,7 +62,7 @@ func Phases() []Phase { return []Phase{Prepare, Switch, Start, Verify, Commit, C
 
 // Valid reports whether p is a forward phase or a rollback phase.
 func (p Phase) Valid() bool {
-	for _, x := range append(Phases(), Rollback, RollbackVerify) {
+	for _, x := range append(Phases(), Rollback, RollbackVerify, RestartNode) {
 		if p == x {
 			return true
 		}

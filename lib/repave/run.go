@@ -281,6 +281,11 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 	if err := d.Requests.WriteStatus(st); err != nil {
 		d.Log.Warn("could not write progress", "err", err)
 	}
+	if d.Hook != nil {
+		if err := d.Hook(ctx, RestartNode); err != nil {
+			return nil, err
+		}
+	}
 	t0 := d.now()
 	err = o.RestartNode(ctx, a.Slot)
 	st.Phases = append(st.Phases, requests.PhaseTiming{Name: "restart", StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
