@@ -192,21 +192,30 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		d.pruneCache()
 		return nil
 	case Rollback:
-		if err := target.Stop(ctx, st.To); err != nil {
-			return fmt.Errorf("stop the target slot %s: %w", st.To, err)
-		}
-		old, err := d.oldBackend(st)
-		if err != nil {
+		if _, err := d.backToOld(ctx, st, target); err != nil {
 			return err
-		}
-		if err := old.Start(ctx, st.From); err != nil {
-			return fmt.Errorf("start the old slot %s again: %w", st.From, err)
 		}
 		return d.uncommit(ctx, st)
 	case RollbackVerify:
 		return d.rollbackVerify(ctx, st, target)
 	}
 	return fmt.Errorf("repave state: unknown phase %q", st.Phase)
+}
+
+// backToOld stops the target slot's node and starts the old slot's again
+// (both idempotent), and returns the old slot's backend.
+func (d *Deps) backToOld(ctx context.Context, st *State, target isolation.Backend) (isolation.Backend, error) {
+	if err := target.Stop(ctx, st.To); err != nil {
+		return nil, fmt.Errorf("stop the target slot %s: %w", st.To, err)
+	}
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return nil, err
+	}
+	if err := old.Start(ctx, st.From); err != nil {
+		return nil, fmt.Errorf("start the old slot %s again: %w", st.From, err)
+	}
+	return old, nil
 }
 
 // uncommit takes back what an interrupted commit of the target did before a
@@ -233,15 +242,9 @@ func (d *Deps) uncommit(ctx context.Context, st *State) error {
 // old slot is idempotent, and needed when a reboot came after rollback: the
 // target may then run (as a stop in rollback left it) or not.
 func (d *Deps) rollbackVerify(ctx context.Context, st *State, target isolation.Backend) error {
-	if err := target.Stop(ctx, st.To); err != nil {
-		return fmt.Errorf("stop the target slot %s: %w", st.To, err)
-	}
-	old, err := d.oldBackend(st)
+	old, err := d.backToOld(ctx, st, target)
 	if err != nil {
 		return err
-	}
-	if err := old.Start(ctx, st.From); err != nil {
-		return fmt.Errorf("start the old slot %s again: %w", st.From, err)
 	}
 	a, err := d.Store.LoadApplied(st.From)
 	if err != nil {
