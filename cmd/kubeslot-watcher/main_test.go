@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +82,28 @@ func TestDeferral(t *testing.T) {
 	code, errs = call()
 	if code != exitcode.Failure || !strings.Contains(errs, "identity/kubeconfig") {
 		t.Errorf("complete without identity: exit %d, stderr %q; want %d naming the kubeconfig", code, errs, exitcode.Failure)
+	}
+}
+
+// TestStoppedWhileWaitingForTheLock: a watcher stopped (SIGTERM) while it
+// waits for the lock exits 69, not 1: a failure would start the recovery
+// unit (OnFailure=) and roll an upgrade back (found on the rig: the
+// upgrader restarts the watcher while it holds the lock).
+func TestStoppedWhileWaitingForTheLock(t *testing.T) {
+	prefix := t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	lockFor(t, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond) // the SIGTERM
+	defer cancel()
+	f := flags{LockWait: time.Second}
+	_, err = start(ctx, root, f, slog.New(slog.DiscardHandler))
+	if exitcode.Of(err) != exitcode.Deferred {
+		t.Errorf("stopped while waiting: %v (exit %d), want %d", err, exitcode.Of(err), exitcode.Deferred)
 	}
 }

@@ -67,7 +67,13 @@ func waitLock(ctx context.Context, root *hostroot.Root, round time.Duration, log
 		lctx, cancel := context.WithTimeout(ctx, round)
 		lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
 		cancel()
-		if err == nil || !errors.Is(err, ownership.ErrLockTimeout) || ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
+			// Stopped while waiting (SIGTERM: the upgrader restarts the
+			// unit, a shutdown): a clean exit, never a failure that would
+			// start the recovery unit (OnFailure=).
+			return nil, exitcode.Defer(fmt.Errorf("stopped while waiting for the installation lock: %w", err))
+		}
+		if err == nil || !errors.Is(err, ownership.ErrLockTimeout) {
 			return lock, err
 		}
 		log.Warn("installation lock still busy; waiting on", "err", err.Error())
