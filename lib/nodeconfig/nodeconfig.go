@@ -1,15 +1,18 @@
-// Package nodeconfig renders the files that make a node rootfs a kubelet
-// node of the configured cluster: the kubelet's configuration and unit, the
-// containerd configuration, the CNI network, the bootstrap kubeconfig and CA,
-// and the sysctl files the kubelet unit binds read-only. It knows the node
-// side only; where the node runs (an nspawn machine) is the business of the
-// isolation backends, which import it.
+// Package nodeconfig renders the node profile: the files that make a node
+// rootfs a worker node of the configured cluster (the kubelet's
+// configuration and unit, containerd's configuration, registry mirrors and
+// image preloads, the CNI network of [node.cni], the bootstrap kubeconfig
+// and CA, and the sysctl files the kubelet unit binds read-only), and the
+// host's cgroup profile. It knows the node side only; where the node runs
+// (an nspawn machine) is the business of the isolation backends, which
+// import it, and lib/bootstrap's preflight reads the cgroup profile.
 //
-// Every setting the node needs to run inside an nspawn machine that shares
-// the host's network namespace was verified on the test rig (DESIGN.md, "Test
-// rig"; integration/nodeimage holds the rig's own copy, which production
-// code must not import). Keep the two consistent: a change here that the rig
-// did not prove is a guess.
+// Options' zero value is the production profile of a real host; each
+// compromise a test machine needs is a named field set only from the sandbox
+// record (lib/sandbox). The rig proves both: TestPodsOnRig runs pods on the
+// profile with the compromises this machine forces, and
+// TestNspawnNodeFilesMatchRig keeps integration/nodeimage (the rig's own
+// reference node, which production code must not import) in step.
 package nodeconfig
 
 import (
