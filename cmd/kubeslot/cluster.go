@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -44,6 +45,20 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// setup is the prologue of every cluster command: the client
+// configuration and the logger.
+func (f *clusterFlags) setup(e *env) (*rest.Config, *slog.Logger, error) {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	log, err := e.globals.Logger(e.io.Stderr, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, log, nil
+}
+
 func (f *clusterFlags) context() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), f.Timeout)
 }
@@ -53,11 +68,7 @@ type clusterInstallCmd struct {
 }
 
 func (c *clusterInstallCmd) Run(e *env) error {
-	cfg, err := c.restConfig()
-	if err != nil {
-		return err
-	}
-	log, err := e.globals.Logger(e.io.Stderr, name)
+	cfg, log, err := c.setup(e)
 	if err != nil {
 		return err
 	}
@@ -84,11 +95,7 @@ type clusterUninstallCmd struct {
 }
 
 func (c *clusterUninstallCmd) Run(e *env) error {
-	cfg, err := c.restConfig()
-	if err != nil {
-		return err
-	}
-	log, err := e.globals.Logger(e.io.Stderr, name)
+	cfg, log, err := c.setup(e)
 	if err != nil {
 		return err
 	}
@@ -107,11 +114,7 @@ type clusterApproveServingCmd struct {
 }
 
 func (c *clusterApproveServingCmd) Run(e *env) error {
-	cfg, err := c.restConfig()
-	if err != nil {
-		return err
-	}
-	log, err := e.globals.Logger(e.io.Stderr, name)
+	cfg, log, err := c.setup(e)
 	if err != nil {
 		return err
 	}
