@@ -506,16 +506,26 @@ func (p *podsRig) portForward(ctx context.Context, ns, pod string) (string, erro
 	return string(b), err
 }
 
+// hostClient is an HTTP client whose connections start inside the host's network namespace (10 s bound, no
+// connection reuse).
+func (p *podsRig) hostClient(tlsCfg *tls.Config) (*http.Client, error) {
+	ns, err := p.h.NetNS()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+		TLSClientConfig: tlsCfg,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return netfwd.Dial(ctx, ns, network, addr)
+		}}}, nil
+}
+
 // hostGet GETs a URL from inside the host's network namespace.
 func (p *podsRig) hostGet(ctx context.Context, u string) (string, error) {
-	ns, err := p.h.NetNS()
+	c, err := p.hostClient(nil)
 	if err != nil {
 		return "", err
 	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return netfwd.Dial(ctx, ns, network, addr)
-		}}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", err
@@ -535,15 +545,10 @@ func (p *podsRig) hostGet(ctx context.Context, u string) (string, error) {
 // kubeletAnonymous sends GET /pods to the kubelet's API on the node IP without credentials, from inside the host's
 // network namespace, and returns the HTTP status (an error when TLS or the connection fail).
 func (p *podsRig) kubeletAnonymous(ctx context.Context) (int, error) {
-	ns, err := p.h.NetNS()
+	c, err := p.hostClient(&tls.Config{InsecureSkipVerify: true}) // the test asks whether it refuses, not who it is
 	if err != nil {
 		return 0, err
 	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil,
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the test asks whether it refuses, not who it is
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return netfwd.Dial(ctx, ns, network, addr)
-		}}}
 	u := url.URL{Scheme: "https", Host: net.JoinHostPort(p.h.NodeIP().String(), "10250"), Path: "/pods"}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
