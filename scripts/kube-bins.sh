@@ -78,7 +78,8 @@ build_kube() {
 	done
 	(
 		cd "$mod"
-		go get "k8s.io/kubernetes/cmd/$1" >&2
+		# pinned: a bare `go get` would move to the newest release
+		go get "k8s.io/kubernetes/cmd/$1@v$KUBE_VERSION" >&2
 		# CGO_ENABLED=0 for kubelet too: it works for our use and shares the
 		# build cache with kube-apiserver, minutes faster than a cgo build.
 		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bindir/$1.part" "k8s.io/kubernetes/cmd/$1"

@@ -27,6 +27,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
@@ -78,6 +79,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
 		Cluster:  &bootstrap.NodeCluster{Root: root, Log: log},
 		Releaser: bootstrap.ReleaseFromExe{Root: root, Log: log},
+		Releases: kuberelease.Pinner{Root: root},
 		PauseAt:  pauseAt,
 		Sandbox:  sb,
 		Paused: func(cp ownership.Checkpoint) {

@@ -42,6 +42,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/repave"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -156,6 +157,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 				Log: log, Record: rec, Settings: settings})
 		},
 		Cluster:      &repave.NodeCluster{Root: root, Log: log},
+		Releases:     kuberelease.Pinner{Root: root},
 		Boot:         &repave.BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
 		AgentVersion: buildinfo.Version,
 		Hook:         hook,

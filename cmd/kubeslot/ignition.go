@@ -192,6 +192,7 @@ func hostFiles(cfg *config.Config) []hostFile {
 	add("cluster.kubeconfig", cfg.Cluster.Kubeconfig)
 	add("rootfs.source", cfg.RootFS.Source)
 	add("artifacts.kubelet.url", cfg.Artifacts.Kubelet.URL)
+	add("kubernetes.release.ca_file", cfg.Kubernetes.Release.CAFile)
 	for key, a := range map[string]*config.Artifact{"artifacts.containerd.url": cfg.Artifacts.Containerd, "artifacts.runc.url": cfg.Artifacts.Runc, "artifacts.cni_plugins.url": cfg.Artifacts.CNIPlugins} {
 		if a != nil {
 			add(key, a.URL)

@@ -31,6 +31,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -55,6 +56,13 @@ type Cluster interface {
 	Report(ctx context.Context, cfg *config.Config, r Report)
 }
 
+// Releases finds what the configuration's Kubernetes version installs.
+type Releases interface {
+	// Pin records in cfg the kubelet of its version on its release mirror
+	// (kuberelease.Pinner); a no-op for an explicit artifacts.kubelet.
+	Pin(ctx context.Context, cfg *config.Config) error
+}
+
 // Releaser installs this release's binaries unless a usable install is
 // there (lib/release).
 type Releaser interface {
@@ -72,6 +80,7 @@ type Deps struct {
 	NewIsolation func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error)
 	Cluster      Cluster
 	Releaser     Releaser
+	Releases     Releases
 	// PauseAt is the test hook KUBESLOT_TEST_PAUSE_AT: the run stops at the
 	// start of that phase (after its checkpoint is written) and waits until
 	// its context ends, so a test can kill it there.
@@ -242,6 +251,14 @@ func (r *runner) list() []phase {
 // of a phase is written before it starts, so a crash resumes that phase
 // (each is idempotent); complete is written only after the commit.
 func (r *runner) phases(ctx context.Context, res *Result) error {
+	// The kubelet of the version, looked up on the release mirror by every
+	// run that has phases left: the slot is built from it and the applied
+	// configuration records it.
+	if err := r.d.Releases.Pin(ctx, r.cfg); err != nil {
+		err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
+		r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
+		return err
+	}
 	for _, p := range r.list() {
 		if r.rec.Checkpoint.Passed(p.cp) {
 			continue
@@ -347,6 +364,15 @@ func (r *runner) startNode(ctx context.Context) error {
 		return err
 	}
 	r.log.Info("node Ready", "slot", slot, "waited", time.Since(t0).Round(time.Millisecond))
+	// What runs is the release asked for (a mirror serving another
+	// release's binary under the version's path is caught here).
+	v, err := b.KubeletVersion(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if !kuberelease.SameRelease(v, r.cfg.Kubernetes.Version) {
+		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes.version is %s (check artifacts.kubelet or the release mirror)", slot, v, r.cfg.Kubernetes.Version)
+	}
 	changed, err := enableMachine(r.d.Root, r.rec, slot)
 	if err != nil {
 		return err

@@ -457,3 +457,19 @@ func diffSnapshots(a, b map[string]string) string {
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
+
+// A slot whose kubelet binary is another release than kubernetes.version
+// never commits: the bootstrap fails in starting-node, naming both.
+func TestWrongKubeletReleaseNotCommitted(t *testing.T) {
+	f := newFakes(t)
+	f.kubeletVersion = "1.36.3"
+	cfg := testConfig(t, "worker-1")
+	_, err := Run(t.Context(), f.deps(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "phase starting-node") ||
+		!strings.Contains(err.Error(), "reports 1.36.3, but kubernetes.version is 1.37.2") {
+		t.Fatalf("err %v, want a starting-node failure naming both versions", err)
+	}
+	if _, found, _ := state.NewStore(f.root).Active(); found {
+		t.Error("applied/active written for a slot that runs another release")
+	}
+}

@@ -37,6 +37,8 @@ type fakes struct {
 	active  map[string]string // unit → ActiveState
 
 	failOn string // a call name that fails
+	// kubeletVersion is what the slot's kubelet reports ("": 1.37.2).
+	kubeletVersion string
 }
 
 func newFakes(t *testing.T) *fakes {
@@ -89,6 +91,7 @@ func (f *fakes) deps() Deps {
 		},
 		Cluster:  fakeCluster{f},
 		Releaser: fakeReleaser{f},
+		Releases: fakeReleases{},
 	}
 }
 
@@ -115,6 +118,18 @@ func (b fakeBackend) Remove(_ context.Context, slot string) error {
 	return b.f.call("remove=" + slot)
 }
 func (b fakeBackend) Exec(context.Context, string, ...string) ([]byte, error) { return nil, nil }
+func (b fakeBackend) KubeletVersion(context.Context, string) (string, error) {
+	if b.f.kubeletVersion != "" {
+		return b.f.kubeletVersion, nil
+	}
+	return "1.37.2", nil
+}
+
+// fakeReleases pins nothing: the test configurations name their kubelet.
+type fakeReleases struct{}
+
+func (fakeReleases) Pin(context.Context, *config.Config) error { return nil }
+
 func (b fakeBackend) KubeletStartedAt(context.Context, string) (time.Time, error) {
 	return time.Unix(1, 0), nil
 }

@@ -321,9 +321,12 @@ func MachineFor(cfg *config.Config) *v1alpha1.Machine {
 		}
 		return &v1alpha1.Artifact{URL: v1alpha1.URL(a.URL), SHA256: v1alpha1.SHA256(a.SHA256)}
 	}
-	k := cfg.Artifacts.Kubelet
-	nc.Artifacts = &v1alpha1.Artifacts{Kubelet: art(&k), Containerd: art(cfg.Artifacts.Containerd),
+	nc.Artifacts = &v1alpha1.Artifacts{Containerd: art(cfg.Artifacts.Containerd),
 		Runc: art(cfg.Artifacts.Runc), CNIPlugins: art(cfg.Artifacts.CNIPlugins)}
+	if k := cfg.Artifacts.Kubelet; k.URL != "" {
+		// One from the release mirror is left out: the version picks it.
+		nc.Artifacts.Kubelet = art(&k)
+	}
 	if len(cfg.Kubernetes.Labels) > 0 {
 		nc.Labels = map[string]v1alpha1.LabelValue{}
 		for k, v := range cfg.Kubernetes.Labels {

@@ -57,6 +57,23 @@ type Kubernetes struct {
 	Taints        []string `toml:"taints" json:"taints,omitempty"`
 	ClusterDNS    []string `toml:"cluster_dns" json:"cluster_dns,omitempty"`
 	ClusterDomain string   `toml:"cluster_domain" json:"cluster_domain"`
+	// Release is where the kubelet of Version is found when
+	// artifacts.kubelet is not set.
+	Release Release `toml:"release" json:"release,omitzero"`
+}
+
+// Release is a Kubernetes release mirror: a tree laid out like the upstream
+// downloads, <mirror>/v<version>/bin/linux/<arch>/kubelet with the file's
+// sha256 in kubelet.sha256 beside it (lib/kuberelease). An air-gapped copy
+// of that tree works the same way.
+type Release struct {
+	// Mirror is an http(s) base URL or an absolute path, e.g.
+	// "https://dl.k8s.io/release".
+	Mirror string `toml:"mirror" json:"mirror,omitempty"`
+	// CAFile or CAPEM (at most one) is the CA that signs an https mirror's
+	// certificate, when the system's roots do not.
+	CAFile string `toml:"ca_file" json:"ca_file,omitempty"`
+	CAPEM  string `toml:"ca_pem" json:"ca_pem,omitempty"`
 }
 
 // RootFS is the node root filesystem image installed into a slot.
@@ -78,13 +95,19 @@ type Artifact struct {
 }
 
 // Artifacts lists what is installed on top of the rootfs. Only the kubelet
-// is required: a node rootfs may already carry containerd, runc and the CNI
-// plugins, and a nil entry means "use what the rootfs has".
+// is required, and only when kubernetes.release names no mirror: a node
+// rootfs may already carry containerd, runc and the CNI plugins, and a nil
+// entry means "use what the rootfs has".
 type Artifacts struct {
-	Kubelet    Artifact  `toml:"kubelet" json:"kubelet"`
-	Containerd *Artifact `toml:"containerd" json:"containerd,omitempty"`
-	Runc       *Artifact `toml:"runc" json:"runc,omitempty"`
-	CNIPlugins *Artifact `toml:"cni_plugins" json:"cni_plugins,omitempty"`
+	Kubelet Artifact `toml:"kubelet" json:"kubelet,omitzero"`
+	// KubeletPinned is the kubelet found on the release mirror for
+	// kubernetes.version (lib/kuberelease.Pin), recorded so that a resumed
+	// or repeated build installs the same file. It is not a setting: no
+	// file sets it, and Fingerprint leaves it out.
+	KubeletPinned *Artifact `toml:"-" json:"kubelet_pinned,omitempty"`
+	Containerd    *Artifact `toml:"containerd" json:"containerd,omitempty"`
+	Runc          *Artifact `toml:"runc" json:"runc,omitempty"`
+	CNIPlugins    *Artifact `toml:"cni_plugins" json:"cni_plugins,omitempty"`
 }
 
 // Isolation chooses how the node runs on the host.
@@ -279,8 +302,12 @@ type artifactField struct {
 }
 
 func (c *Config) artifacts() []artifactField {
+	kubelet := &c.Artifacts.Kubelet
+	if *kubelet == (Artifact{}) && c.Kubernetes.Release.Mirror != "" {
+		kubelet = nil // found on the release mirror
+	}
 	return []artifactField{
-		{"kubelet", &c.Artifacts.Kubelet},
+		{"kubelet", kubelet},
 		{"containerd", c.Artifacts.Containerd},
 		{"runc", c.Artifacts.Runc},
 		{"cni_plugins", c.Artifacts.CNIPlugins},
@@ -297,10 +324,27 @@ func (c *Config) Digests() []string {
 			out = append(out, a.a.SHA256)
 		}
 	}
+	if p := c.Artifacts.KubeletPinned; p != nil && p.SHA256 != "" {
+		out = append(out, p.SHA256)
+	}
 	for _, p := range c.Node.PreloadImages {
 		out = append(out, p.SHA256)
 	}
 	return out
+}
+
+// KubeletArtifact is what a slot installs as the kubelet: artifacts.kubelet
+// when it is set, else the one pinned from the release mirror.
+func (c *Config) KubeletArtifact() (Artifact, error) {
+	switch {
+	case c.Artifacts.Kubelet.URL != "":
+		return c.Artifacts.Kubelet, nil
+	case c.Artifacts.KubeletPinned != nil:
+		return *c.Artifacts.KubeletPinned, nil
+	case c.Kubernetes.Release.Mirror != "":
+		return Artifact{}, fmt.Errorf("kubelet %s not yet looked up on the release mirror (kubernetes.release.mirror)", c.Kubernetes.Version)
+	}
+	return Artifact{}, errors.New("no kubelet: set artifacts.kubelet or kubernetes.release.mirror")
 }
 
 // Summary is one line for people: what this configuration installs.

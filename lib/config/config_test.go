@@ -36,6 +36,9 @@ func TestExampleShowsEverySetting(t *testing.T) {
 	walk = func(prefix []string, typ reflect.Type) {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
+			if tomlName(f) == "-" {
+				continue // not a setting
+			}
 			path := append(slices.Clip(prefix), tomlName(f))
 			ft := f.Type
 			if ft.Kind() == reflect.Pointer {

@@ -329,7 +329,7 @@ func knownKeys(path []string) []string {
 	}
 	var keys []string
 	for i := range t.NumField() {
-		if n := tomlName(t.Field(i)); n != "" {
+		if n := tomlName(t.Field(i)); n != "" && n != "-" {
 			keys = append(keys, n)
 		}
 	}

@@ -61,6 +61,18 @@ sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 # Binaries installed into the node rootfs, each a url (http(s) or an absolute
 # path) and its sha256. The kubelet is required; containerd, runc and the
 # CNI plugins may be left out when the rootfs already has them.
+# Where the kubelet of kubernetes.version comes from: either a release mirror
+# laid out like the upstream downloads (<mirror>/v<version>/bin/linux/<arch>/
+# kubelet, checked against the kubelet.sha256 published beside it), so that a
+# Machine's spec.node.kubernetesVersion alone picks the kubelet; or one file
+# named in [artifacts.kubelet], which then wins.
+# [kubernetes.release]
+# mirror = "https://dl.k8s.io/release"
+# CA of an https mirror whose certificate the system's roots do not sign
+# (ca_file or ca_pem, at most one).
+# ca_file = "/etc/kubeslot/mirror-ca.crt"
+# ca_pem = ""
+
 [artifacts.kubelet]
 url = "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet"
 sha256 = "1111111111111111111111111111111111111111111111111111111111111111"

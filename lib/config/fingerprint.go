@@ -22,6 +22,9 @@ func (c *Config) Canonical() ([]byte, error) {
 	// an installed node look reconfigured. Every Secret field must be
 	// cleared here; TestCanonicalClearsEverySecret checks it by reflection.
 	cp.Cluster.BootstrapToken = ""
+	// What the mirror gave for the version is a consequence of the
+	// settings, not one of them.
+	cp.Artifacts.KubeletPinned = nil
 	b, err := json.Marshal(cp)
 	if err != nil {
 		return nil, fmt.Errorf("canonical config: %w", err)
@@ -50,7 +53,7 @@ func (c *Config) clone() *Config {
 	cp.Kubernetes.Taints = slices.Clone(c.Kubernetes.Taints)
 	cp.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
 	cp.Isolation.Slots = slices.Clone(c.Isolation.Slots)
-	for _, a := range []**Artifact{&cp.Artifacts.Containerd, &cp.Artifacts.Runc, &cp.Artifacts.CNIPlugins} {
+	for _, a := range []**Artifact{&cp.Artifacts.KubeletPinned, &cp.Artifacts.Containerd, &cp.Artifacts.Runc, &cp.Artifacts.CNIPlugins} {
 		if *a != nil {
 			v := **a
 			*a = &v

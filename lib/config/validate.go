@@ -25,6 +25,7 @@ func (c *Config) Validate() error {
 	v.machine(&c.Machine)
 	v.cluster(&c.Cluster)
 	v.kubernetes(&c.Kubernetes)
+	v.release(&c.Kubernetes.Release)
 	v.required([]string{"rootfs", "source"}, c.RootFS.Source, v.rootfsSource(c.RootFS.SHA256))
 	v.required([]string{"rootfs", "sha256"}, c.RootFS.SHA256, v.sha256)
 	for _, a := range c.artifacts() {
@@ -275,6 +276,30 @@ func tokenID(s Secret) (string, bool) {
 		return "", false
 	}
 	return m[1], true
+}
+
+func (v *validator) release(r *Release) {
+	p := []string{"kubernetes", "release"}
+	if r.Mirror == "" {
+		if r.CAFile != "" || r.CAPEM != "" {
+			v.fail(append(p, "mirror"), "", "missing: a CA is set for the release mirror, but no mirror")
+		}
+		return
+	}
+	v.sourceWithHelp(append(p, "mirror"), r.Mirror, sourceHelp+", the base of a tree laid out like https://dl.k8s.io/release")
+	if u, err := url.Parse(r.Mirror); err == nil && (u.RawQuery != "" || u.Fragment != "") {
+		v.fail(append(p, "mirror"), safeURL(r.Mirror), "must not have a query or fragment: paths are appended to it")
+	}
+	switch {
+	case r.CAFile != "" && r.CAPEM != "":
+		v.fail(append(p, "ca_pem"), "", "conflicts with kubernetes.release.ca_file: set ca_file or ca_pem, not both")
+	case (r.CAFile != "" || r.CAPEM != "") && !strings.HasPrefix(r.Mirror, "https://"):
+		v.fail(append(p, "ca_file"), "", "a CA applies to an https mirror only")
+	case r.CAFile != "":
+		v.absPath(append(p, "ca_file"), r.CAFile)
+	case r.CAPEM != "":
+		v.caPEM(append(p, "ca_pem"), r.CAPEM)
+	}
 }
 
 func (v *validator) kubernetes(k *Kubernetes) {

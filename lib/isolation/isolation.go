@@ -110,6 +110,9 @@ type Backend interface {
 	// node now was started: a Node status older than that was posted by
 	// another kubelet (the old slot's, or a crashed one's).
 	KubeletStartedAt(ctx context.Context, slot string) (time.Time, error)
+	// KubeletVersion is the release the slot's kubelet binary reports
+	// ("1.37.2"), asked of the running node.
+	KubeletVersion(ctx context.Context, slot string) (string, error)
 }
 
 // Operator is the node lifecycle of one mode. An operator implements its

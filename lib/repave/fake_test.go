@@ -44,12 +44,20 @@ type host struct {
 	// floors WaitReady was given, in order.
 	started     map[string]time.Time
 	waitedSince []time.Time
+	// serverVersion is the API server's; binary the release each slot's
+	// kubelet binary reports (set at provision from the configuration,
+	// unless servedVersion says what the mirror really serves).
+	serverVersion string
+	binary        map[string]string
+	servedVersion string
+	pins          int
 }
 
 func newHost() *host {
 	return &host{provisioned: map[string]bool{"a": true}, running: map[string]bool{"a": true},
 		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{}, started: map[string]time.Time{},
-		nodeLabels: map[string]string{"tier": "old", "kubernetes.io/hostname": "node1"}}
+		nodeLabels:    map[string]string{"tier": "old", "kubernetes.io/hostname": "node1"},
+		serverVersion: "v1.37.2", binary: map[string]string{"a": "1.37.2"}}
 }
 
 func (h *host) do(op, slot string) error {
@@ -95,7 +103,20 @@ func (b *fakeBackend) Provision(ctx context.Context, slot string) error {
 		return fmt.Errorf("provision %s: running", slot)
 	}
 	b.h.provisioned[slot], b.h.cfgOf[slot] = true, b.cfg.Fingerprint()
+	b.h.binary[slot] = b.cfg.Kubernetes.Version
+	if b.h.servedVersion != "" {
+		b.h.binary[slot] = b.h.servedVersion
+	}
 	return nil
+}
+
+func (b *fakeBackend) KubeletVersion(ctx context.Context, slot string) (string, error) {
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if !b.h.running[slot] {
+		return "", fmt.Errorf("the node of slot %s is not running", slot)
+	}
+	return b.h.binary[slot], nil
 }
 
 func (b *fakeBackend) Configure(ctx context.Context, slot string) error {
@@ -202,6 +223,38 @@ func (c *fakeCluster) WaitReady(ctx context.Context, cfg *config.Config, since t
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+func (c *fakeCluster) ServerVersion(ctx context.Context, cfg *config.Config) (string, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.h.serverVersion == "" {
+		return "", errors.New("connection refused")
+	}
+	return c.h.serverVersion, nil
+}
+
+// KubeletVersion: the Node reports what the running slot's binary is.
+func (c *fakeCluster) KubeletVersion(ctx context.Context, cfg *config.Config) (string, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	for s, r := range c.h.running {
+		if r {
+			return "v" + c.h.binary[s], nil
+		}
+	}
+	return "", errors.New("no Node")
+}
+
+// fakeReleases pins nothing (the test configurations name their kubelet)
+// and counts the calls.
+type fakeReleases struct{ h *host }
+
+func (r fakeReleases) Pin(ctx context.Context, cfg *config.Config) error {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	r.h.pins++
+	return nil
 }
 
 func (c *fakeCluster) SetLabels(ctx context.Context, cfg *config.Config, set map[string]string, drop []string) error {
@@ -312,7 +365,7 @@ func newRig(t *testing.T) *rig {
 			b := &fakeBackend{h: h, cfg: cfg}
 			return b, &fakeOperator{b: b}, nil
 		},
-		Cluster: &fakeCluster{h: h}, Boot: &fakeBoot{h: h}, AgentVersion: "test", Poll: 5 * time.Millisecond,
+		Cluster: &fakeCluster{h: h}, Releases: fakeReleases{h: h}, Boot: &fakeBoot{h: h}, AgentVersion: "test", Poll: 5 * time.Millisecond,
 	}
 	return &rig{h: h, d: d, root: root}
 }

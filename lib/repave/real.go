@@ -49,12 +49,7 @@ func (c *NodeCluster) SetLabels(ctx context.Context, cfg *config.Config, set map
 	if len(set) == 0 && len(drop) == 0 {
 		return nil
 	}
-	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
-	rc, err := nc.RESTConfig(cfg)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := c.clientset(cfg)
 	if err != nil {
 		return err
 	}
@@ -85,6 +80,59 @@ func (c *NodeCluster) SetLabels(ctx context.Context, cfg *config.Config, set map
 		return fmt.Errorf("patch the labels of Node %s: %w", node, err)
 	}
 	return nil
+}
+
+// ServerVersion implements Cluster: /version with the node's identity
+// (readable by every client: system:public-info-viewer).
+func (c *NodeCluster) ServerVersion(ctx context.Context, cfg *config.Config) (string, error) {
+	cs, err := c.clientset(cfg)
+	if err != nil {
+		return "", err
+	}
+	type result struct {
+		v   string
+		err error
+	}
+	// The discovery client takes no context; the request is bounded by
+	// the identity's per-request timeout, and ctx by this select.
+	ch := make(chan result, 1)
+	go func() {
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			ch <- result{"", err}
+			return
+		}
+		ch <- result{v.GitVersion, nil}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+}
+
+// KubeletVersion implements Cluster: the Node's
+// status.nodeInfo.kubeletVersion.
+func (c *NodeCluster) KubeletVersion(ctx context.Context, cfg *config.Config) (string, error) {
+	cs, err := c.clientset(cfg)
+	if err != nil {
+		return "", err
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, cfg.Machine.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return n.Status.NodeInfo.KubeletVersion, nil
+}
+
+func (c *NodeCluster) clientset(cfg *config.Config) (*kubernetes.Clientset, error) {
+	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
+	rc, err := nc.RESTConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
 }
 
 // vendorUnitDirs are where the host's systemd ships systemd-nspawn@.service.

@@ -169,6 +169,18 @@ type Cluster interface {
 	// The kubelet applies --node-labels only when it registers a Node, and
 	// a repave keeps the Node: this is how a changed label reaches it.
 	SetLabels(ctx context.Context, cfg *config.Config, set map[string]string, drop []string) error
+	// ServerVersion is the API server's version (/version's gitVersion).
+	ServerVersion(ctx context.Context, cfg *config.Config) (string, error)
+	// KubeletVersion is the kubelet version cfg's Node reports
+	// (status.nodeInfo.kubeletVersion, e.g. "v1.37.2").
+	KubeletVersion(ctx context.Context, cfg *config.Config) (string, error)
+}
+
+// Releases finds what a Kubernetes version installs.
+type Releases interface {
+	// Pin records in cfg the kubelet of its version on its release mirror
+	// (kuberelease.Pin); a no-op for an explicit kubelet or one pinned.
+	Pin(ctx context.Context, cfg *config.Config) error
 }
 
 // labelTimeout bounds the label update after a commit or restart.
@@ -213,6 +225,7 @@ type Deps struct {
 	// Isolation builds the backend and operator of mode for cfg.
 	Isolation    func(mode isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error)
 	Cluster      Cluster
+	Releases     Releases
 	Boot         Boot
 	AgentVersion string
 	// Hook runs after the state of a phase is written and before the phase

@@ -124,6 +124,21 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 	}
 	switch st.Phase {
 	case Prepare:
+		// Refused by the version skew policy before anything is fetched;
+		// then the kubelet the version names, pinned in the state so that
+		// a resume installs the same file.
+		if err := d.checkSkew(ctx, st.Desired); err != nil {
+			return err
+		}
+		if err := d.Releases.Pin(ctx, st.Desired); err != nil {
+			return err
+		}
+		if err := saveState(d.Root, st); err != nil {
+			return err
+		}
+		if target, err = d.backend(st.Desired); err != nil {
+			return err
+		}
 		if err := target.Provision(ctx, st.To); err != nil {
 			return err
 		}
@@ -153,7 +168,10 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		}
 		return target.Start(ctx, st.To)
 	case Verify:
-		return d.waitNode(ctx, target, st.Desired, st.To)
+		if err := d.waitNode(ctx, target, st.Desired, st.To); err != nil {
+			return err
+		}
+		return d.checkVersion(ctx, target, st.Desired, st.To)
 	case Commit:
 		// What kubeslot labelled the Node with so far: the old slot's
 		// applied configuration, there until clean.

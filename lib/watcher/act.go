@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,11 @@ func (l *loop) inputs() (Inputs, error) {
 	if obj, ok, _ := l.machine.GetByKey(l.MachineName); ok {
 		in.Machine = obj.(*v1alpha1.Machine).DeepCopy()
 	}
-	_, in.NodeExists, _ = l.node.GetByKey(l.NodeName)
+	var node any
+	node, in.NodeExists, _ = l.node.GetByKey(l.NodeName)
+	if n, ok := node.(*corev1.Node); ok {
+		in.NodeKubeletVersion = n.Status.NodeInfo.KubeletVersion
+	}
 	for _, obj := range l.ops.List() {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
@@ -292,7 +297,7 @@ func (l *loop) report(ctx context.Context, in Inputs, a Action) error {
 		if in.Applied != nil {
 			st.ObservedGeneration = m.Generation
 			st.ActiveSlot = in.Applied.Slot
-			st.Applied = appliedSummary(in.Applied)
+			st.Applied = appliedSummary(in.Applied, in.NodeKubeletVersion)
 		}
 		for _, c := range a.Conditions {
 			meta.SetStatusCondition(&st.Conditions, c)
@@ -311,9 +316,18 @@ func (l *loop) report(ctx context.Context, in Inputs, a Action) error {
 	return err
 }
 
-func appliedSummary(a *state.Applied) *v1alpha1.AppliedConfig {
+// appliedSummary is the Machine's status.applied for the active slot. Its
+// Kubernetes version is what the Node reports its kubelet runs (issue 22:
+// the version read, not the one asked for); before the Node reports one,
+// the applied configuration's, which the repaver checked against the
+// binary and the Node before it committed.
+func appliedSummary(a *state.Applied, nodeKubelet string) *v1alpha1.AppliedConfig {
+	version := a.Config.Kubernetes.Version
+	if v := strings.TrimPrefix(nodeKubelet, "v"); v != "" {
+		version = v
+	}
 	out := &v1alpha1.AppliedConfig{
-		KubernetesVersion: a.Config.Kubernetes.Version,
+		KubernetesVersion: version,
 		RootFSSHA256:      v1alpha1.SHA256(a.Config.RootFS.SHA256),
 		Summary:           a.Config.Summary(),
 		Fingerprint:       v1alpha1.SHA256(a.Config.Fingerprint()),

@@ -39,6 +39,9 @@ type Inputs struct {
 	// NodeSynced says the Node watch has listed; NodeExists is then
 	// whether the Node object exists.
 	NodeSynced, NodeExists bool
+	// NodeKubeletVersion is the kubelet version the Node reports
+	// (status.nodeInfo.kubeletVersion), "" when unknown.
+	NodeKubeletVersion string
 	// Applied is the active slot's applied configuration (checksum
 	// verified); AppliedErr is why it could not be read.
 	Applied    *state.Applied
@@ -409,6 +412,16 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, er
 	if n.SandboxImage != "" {
 		c.Node.SandboxImage = n.SandboxImage
 	}
+	// The repaver looks the kubelet up again for the desired version.
+	c.Artifacts.KubeletPinned = nil
+	if r := n.KubernetesRelease; r != nil {
+		c.Kubernetes.Release = config.Release{Mirror: string(r.Mirror), CAPEM: r.CAPEM}
+		if n.Artifacts == nil || n.Artifacts.Kubelet == nil {
+			// The spec picks the mirror: a kubelet file the host's
+			// configuration named is not the spec's version's.
+			c.Artifacts.Kubelet = config.Artifact{}
+		}
+	}
 	if a := n.Artifacts; a != nil {
 		if a.Kubelet != nil {
 			c.Artifacts.Kubelet = config.Artifact{URL: string(a.Kubelet.URL), SHA256: string(a.Kubelet.SHA256)}
@@ -439,6 +452,8 @@ func specPaths(s string) string {
 		"rootfs.sha256", "spec.node.rootfs.sha256",
 		"artifacts.", "spec.node.artifacts.",
 		"node.sandbox_image", "spec.node.sandboxImage",
+		"kubernetes.release.mirror", "spec.node.kubernetesRelease.mirror",
+		"kubernetes.release.ca_pem", "spec.node.kubernetesRelease.caPEM",
 	).Replace(s)
 }
 
@@ -448,7 +463,7 @@ func clone(c *config.Config) *config.Config {
 	out.Kubernetes.Taints = slices.Clone(c.Kubernetes.Taints)
 	out.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
 	out.Isolation.Slots = slices.Clone(c.Isolation.Slots)
-	for _, p := range []**config.Artifact{&out.Artifacts.Containerd, &out.Artifacts.Runc, &out.Artifacts.CNIPlugins} {
+	for _, p := range []**config.Artifact{&out.Artifacts.KubeletPinned, &out.Artifacts.Containerd, &out.Artifacts.Runc, &out.Artifacts.CNIPlugins} {
 		if *p != nil {
 			a := **p
 			*p = &a
@@ -465,9 +480,12 @@ func NewMachine(name, node string, a *state.Applied) *v1alpha1.Machine {
 	n := v1alpha1.NodeConfig{
 		KubernetesVersion: c.Kubernetes.Version,
 		RootFS:            v1alpha1.RootFS{Source: v1alpha1.URL(c.RootFS.Source), SHA256: v1alpha1.SHA256(c.RootFS.SHA256)},
-		Artifacts: &v1alpha1.Artifacts{
-			Kubelet: &v1alpha1.Artifact{URL: v1alpha1.URL(c.Artifacts.Kubelet.URL), SHA256: v1alpha1.SHA256(c.Artifacts.Kubelet.SHA256)},
-		},
+		Artifacts:         &v1alpha1.Artifacts{},
+	}
+	if k := c.Artifacts.Kubelet; k.URL != "" {
+		// A kubelet from the release mirror is left out: the version
+		// alone then picks it.
+		n.Artifacts.Kubelet = &v1alpha1.Artifact{URL: v1alpha1.URL(k.URL), SHA256: v1alpha1.SHA256(k.SHA256)}
 	}
 	for _, o := range []struct {
 		src *config.Artifact

@@ -398,3 +398,56 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
+
+// The Kubernetes version picks the kubelet from the release mirror: a
+// spec that names a mirror drops the host's kubelet file, a pin never
+// travels from the applied configuration into a request, and a Machine
+// registered from a mirror configuration names no kubelet file.
+func TestDesiredKubernetesRelease(t *testing.T) {
+	a := applied(t)
+	a.Config.Artifacts.KubeletPinned = &config.Artifact{URL: "https://m.example/v1.37.2/bin/linux/amd64/kubelet", SHA256: strings.Repeat("cd", 32)}
+	m := NewMachine("m1", node, a)
+	m.Spec.Node.KubernetesVersion = "1.37.1"
+	d, err := Desired(a.Config, &m.Spec.Node)
+	if err != nil || d.Artifacts.KubeletPinned != nil {
+		t.Fatalf("desired pin %+v, %v: the pin of the applied version must not travel", d.Artifacts.KubeletPinned, err)
+	}
+	if d.Artifacts.Kubelet.URL == "" {
+		t.Error("without a spec mirror the host's kubelet file stays")
+	}
+	m.Spec.Node.Artifacts.Kubelet = nil
+	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://mirror.example/release"}
+	d, err = Desired(a.Config, &m.Spec.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Artifacts.Kubelet.URL != "" || d.Kubernetes.Release.Mirror != "https://mirror.example/release" {
+		t.Errorf("desired kubelet %+v, release %+v: the spec's mirror must pick the kubelet", d.Artifacts.Kubelet, d.Kubernetes.Release)
+	}
+	m.Spec.Node.KubernetesRelease.Mirror = "https://mirror.example/release?x=1"
+	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") {
+		t.Errorf("bad mirror: %v, want an error naming the spec field", err)
+	}
+	// Registered from a configuration whose kubelet comes from its mirror.
+	a2 := applied(t)
+	a2.Config.Kubernetes.Release.Mirror = "https://mirror.example/release"
+	a2.Config.Artifacts.Kubelet = config.Artifact{}
+	m2 := NewMachine("m1", node, a2)
+	if m2.Spec.Node.Artifacts.Kubelet != nil {
+		t.Errorf("registered Machine names kubelet %+v", m2.Spec.Node.Artifacts.Kubelet)
+	}
+	if d, err := Desired(a2.Config, &m2.Spec.Node); err != nil || d.Fingerprint() != a2.Config.Fingerprint() {
+		t.Errorf("registered from a mirror configuration, it asks for another: %v", err)
+	}
+}
+
+// The Machine reports the version the Node's kubelet reports.
+func TestAppliedSummaryVersionFromNode(t *testing.T) {
+	a := applied(t)
+	if got := appliedSummary(a, "v1.36.3").KubernetesVersion; got != "1.36.3" {
+		t.Errorf("version %q, want the Node's 1.36.3", got)
+	}
+	if got := appliedSummary(a, "").KubernetesVersion; got != a.Config.Kubernetes.Version {
+		t.Errorf("no Node: version %q, want the applied %q", got, a.Config.Kubernetes.Version)
+	}
+}

@@ -142,6 +142,31 @@ type NodeConfig struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	SandboxImage string `json:"sandboxImage,omitempty"`
+
+	// KubernetesRelease is the release mirror the kubelet of
+	// kubernetesVersion comes from, when artifacts.kubelet does not name
+	// one file. Absent means the host's [kubernetes.release].
+	//
+	// +optional
+	KubernetesRelease *KubernetesRelease `json:"kubernetesRelease,omitempty"`
+}
+
+// KubernetesRelease is a mirror laid out like the upstream release
+// downloads: <mirror>/v<version>/bin/linux/<arch>/kubelet, with the file's
+// sha256 published beside it as kubelet.sha256, which is always checked.
+type KubernetesRelease struct {
+	// Mirror is the base URL, e.g. https://dl.k8s.io/release.
+	//
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0 && !self.contains('?') && !self.contains('#')",message="must be an http or https URL with a host and no query, e.g. https://dl.k8s.io/release"
+	Mirror URL `json:"mirror"`
+	// CAPEM is the PEM CA that signs an https mirror's certificate, when
+	// the host's system roots do not.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CAPEM string `json:"caPEM,omitempty"`
 }
 
 // LabelValue is the value of a node label. (A type of its own so that the

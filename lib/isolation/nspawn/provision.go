@@ -18,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/mountinfo"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/oci"
@@ -43,7 +44,8 @@ type Stamp struct {
 
 func (b *Backend) wantStamp() Stamp {
 	a := b.cfg.Artifacts
-	s := Stamp{RootFS: b.cfg.RootFS.SHA256, Kubelet: a.Kubelet.SHA256}
+	k, _ := b.cfg.KubeletArtifact() // unpinned: "", never equal to a built slot's stamp
+	s := Stamp{RootFS: b.cfg.RootFS.SHA256, Kubelet: k.SHA256}
 	if a.Containerd != nil {
 		s.Containerd = a.Containerd.SHA256
 	}
@@ -187,13 +189,27 @@ type fetched map[string]string
 // tarball again would cost as much as the copy.
 func (b *Backend) fetchAll(ctx context.Context, haveTree bool) (fetched, error) {
 	f := &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: b.cfg.Timeouts.Download.Duration}
+	kubelet, err := b.cfg.KubeletArtifact()
+	if err != nil {
+		return nil, err
+	}
+	// A kubelet from the release mirror is fetched trusting the mirror's
+	// CA, like its checksum was.
+	kf := f
+	if b.cfg.Artifacts.Kubelet.URL == "" {
+		c, err := kuberelease.Client(b.root, b.cfg.Kubernetes.Release)
+		if err != nil {
+			return nil, err
+		}
+		kf = &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: f.Timeout, Client: c}
+	}
 	out := fetched{}
 	items := []struct {
 		role string
 		a    *config.Artifact
 	}{
 		{"rootfs", &config.Artifact{URL: b.cfg.RootFS.Source, SHA256: b.cfg.RootFS.SHA256}},
-		{"kubelet", &b.cfg.Artifacts.Kubelet},
+		{"kubelet", &kubelet},
 		{"containerd", b.cfg.Artifacts.Containerd},
 		{"runc", b.cfg.Artifacts.Runc},
 		{"cni_plugins", b.cfg.Artifacts.CNIPlugins},
@@ -203,6 +219,9 @@ func (b *Backend) fetchAll(ctx context.Context, haveTree bool) (fetched, error) 
 			continue
 		}
 		ensure := f.Ensure
+		if it.role == "kubelet" {
+			ensure = kf.Ensure
+		}
 		if it.role == "rootfs" && ociref.Is(it.a.URL) {
 			// An image is pulled and flattened into a tarball in the
 			// cache; the slot is then built from it like from any rootfs.

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 )
 
@@ -53,4 +54,20 @@ func startedFromShow(out []byte, now time.Time, nowMono time.Duration) (time.Tim
 		return time.Time{}, fmt.Errorf("%s: start timestamp %s is after the monotonic clock's %s", nodeconfig.KubeletUnit, started, nowMono)
 	}
 	return now.Add(started - nowMono), nil
+}
+
+// KubeletVersion runs the slot's kubelet binary with --version inside the
+// node: the file the kubelet unit starts, in the node's own environment.
+func (b *Backend) KubeletVersion(ctx context.Context, slot string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := b.Exec(ctx, slot, nodeconfig.KubeletBinary, "--version")
+	if err != nil {
+		return "", fmt.Errorf("kubelet version in slot %s: %w", slot, err)
+	}
+	v, err := kuberelease.ParseKubeletVersion(out)
+	if err != nil {
+		return "", fmt.Errorf("kubelet version in slot %s: %w", slot, err)
+	}
+	return v, nil
 }

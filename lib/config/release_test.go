@@ -1,0 +1,64 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// noKubelet is minimal without [artifacts.kubelet].
+func noKubelet() string {
+	return without(without(minimal, "artifacts.kubelet", "url"), "artifacts.kubelet", "sha256")
+}
+
+func TestReleaseMirrorReplacesKubeletArtifact(t *testing.T) {
+	c := mustParse(t, with(noKubelet(), "kubernetes.release", `mirror = "https://dl.example.com/release"`))
+	if _, err := c.KubeletArtifact(); err == nil || !strings.Contains(err.Error(), "kubernetes.release.mirror") {
+		t.Errorf("unpinned kubelet: %v, want an error naming the mirror", err)
+	}
+	fp := c.Fingerprint()
+	pin := Artifact{URL: "https://dl.example.com/release/v1.37.2/bin/linux/amd64/kubelet", SHA256: strings.Repeat("ab", 32)}
+	c.Artifacts.KubeletPinned = &pin
+	if got, err := c.KubeletArtifact(); err != nil || got != pin {
+		t.Errorf("pinned kubelet: %v %v, want %v", got, err, pin)
+	}
+	if c.Fingerprint() != fp {
+		t.Error("the pin changed the fingerprint: a Machine spec (never pinned) would always differ from the applied configuration")
+	}
+	if d := c.Digests(); !strings.Contains(strings.Join(d, " "), pin.SHA256) {
+		t.Errorf("Digests %v lack the pinned kubelet: a cache prune would remove it", d)
+	}
+	// An explicit artifact wins over the mirror.
+	c2 := mustParse(t, with(minimal, "kubernetes.release", `mirror = "https://dl.example.com/release"`))
+	if got, _ := c2.KubeletArtifact(); got.URL != "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet" {
+		t.Errorf("explicit artifacts.kubelet lost to the mirror: %v", got)
+	}
+}
+
+func TestReleaseMirrorErrors(t *testing.T) {
+	for name, tc := range map[string]struct{ doc, key, msg string }{
+		"no kubelet and no mirror": {noKubelet(), "artifacts.kubelet.url", "missing"},
+		"mirror not a URL": {with(noKubelet(), "kubernetes.release", `mirror = "dl.example.com/release"`),
+			"kubernetes.release.mirror", "http(s) URL"},
+		"mirror with query": {with(noKubelet(), "kubernetes.release", `mirror = "https://dl.example.com/r?sig=secret"`),
+			"kubernetes.release.mirror", "query"},
+		"ca on http": {with(with(noKubelet(), "kubernetes.release", `mirror = "http://dl.example.com/release"`), "kubernetes.release", `ca_file = "/etc/ca.crt"`),
+			"kubernetes.release.ca_file", "https mirror only"},
+		"ca without mirror": {with(minimal, "kubernetes.release", `ca_file = "/etc/ca.crt"`),
+			"kubernetes.release.mirror", "no mirror"},
+		"both cas": {with(with(with(noKubelet(), "kubernetes.release", `mirror = "https://m.example.com"`), "kubernetes.release", `ca_file = "/etc/ca.crt"`), "kubernetes.release", `ca_pem = "x"`),
+			"kubernetes.release.ca_pem", "not both"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			errs := parseErrors(t, tc.doc)
+			for _, e := range errs {
+				if e.Key == tc.key && strings.Contains(e.Error(), tc.msg) {
+					if strings.Contains(e.Error(), "secret") {
+						t.Errorf("error shows the query: %v", e)
+					}
+					return
+				}
+			}
+			t.Errorf("errors %v: want one on %s containing %q", errs, tc.key, tc.msg)
+		})
+	}
+}

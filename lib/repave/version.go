@@ -1,0 +1,64 @@
+package repave
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
+)
+
+// versionWait bounds how long a repave waits for the API server's version
+// before it gives up (the node keeps running: this is before prepare
+// changes anything).
+const versionWait = time.Minute
+
+// checkSkew refuses a desired Kubernetes version the API server's version
+// does not allow under the upstream skew policy (issue 22, item 3).
+func (d *Deps) checkSkew(ctx context.Context, cfg *config.Config) error {
+	wctx, cancel := context.WithTimeout(ctx, versionWait)
+	defer cancel()
+	var server string
+	var err error
+	for {
+		if server, err = d.Cluster.ServerVersion(wctx, cfg); err == nil {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("version skew check: the API server's version: %w", err)
+		case <-time.After(d.poll()):
+		}
+	}
+	if err := kuberelease.CheckSkew(cfg.Kubernetes.Version, server); err != nil {
+		return fmt.Errorf("refused: %w", err)
+	}
+	return nil
+}
+
+// checkVersion makes sure the slot runs the Kubernetes release cfg asks
+// for, before anything is committed: the binary in the slot says so, and
+// so does the Node its kubelet registered (issue 22, item 2). A mirror that
+// serves another release's binary under a version's path, or an explicit
+// artifacts.kubelet of another release, fails here and is rolled back.
+func (d *Deps) checkVersion(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {
+	want := cfg.Kubernetes.Version
+	bin, err := b.KubeletVersion(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if !kuberelease.SameRelease(bin, want) {
+		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes version %s was asked for (check artifacts.kubelet or the release mirror)", slot, bin, want)
+	}
+	node, err := d.Cluster.KubeletVersion(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("Node %s's kubelet version: %w", cfg.Machine.NodeName, err)
+	}
+	if !kuberelease.SameRelease(node, want) {
+		return fmt.Errorf("Node %s reports kubelet %s, but kubernetes version %s was asked for", cfg.Machine.NodeName, node, want)
+	}
+	d.Log.Info("kubelet version verified", "slot", slot, "version", want, "node", node)
+	return nil
+}

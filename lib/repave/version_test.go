@@ -1,0 +1,73 @@
+package repave
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+// requestVersion drops a repave request whose desired configuration asks
+// for Kubernetes version v.
+func (r *rig) requestVersion(t *testing.T, gen int64, v string) {
+	t.Helper()
+	cfg := testConfig(t, "new")
+	cfg.Kubernetes.Version = v
+	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""),
+		MachineGeneration: gen, Desired: cfg, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A version the skew policy forbids is refused in prepare, before anything
+// is fetched or built; the node is left alone.
+func TestVersionSkewRefusedBeforeAnything(t *testing.T) {
+	for v, rule := range map[string]string{"1.33.0": "4 minor versions older", "1.38.0": "newer than the API server"} {
+		t.Run(v, func(t *testing.T) {
+			r := newRig(t)
+			r.requestVersion(t, 2, v)
+			s, err := execute(t, r, Job{Kind: requests.Repave})
+			if err == nil || errors.Is(err, ErrRolledBack) {
+				t.Fatalf("error %v, want a refusal", err)
+			}
+			if s.Phase != requests.Failed || !strings.Contains(s.Message, rule) || !strings.Contains(s.Message, "skew policy") {
+				t.Errorf("status %q: want Failed naming the rule (%s)", s.Message, rule)
+			}
+			if got := r.h.callList(); got != "" || r.h.pins != 0 {
+				t.Errorf("calls %q, %d pins: nothing may be fetched or built", got, r.h.pins)
+			}
+			if a := r.active(t); a.Slot != "a" || !r.h.running["a"] {
+				t.Errorf("active %s, running %v", a.Slot, r.h.running)
+			}
+		})
+	}
+}
+
+// A slot whose kubelet binary is another release than asked for (a mirror
+// serving the wrong file under a version's path) fails verify and is
+// rolled back; the previous version keeps running.
+func TestWrongKubeletBinaryRolledBack(t *testing.T) {
+	r := newRig(t)
+	r.requestVersion(t, 2, "1.37.0")
+	r.h.servedVersion = "1.37.2"
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	checkRolledBack(t, r, s, err, "the kubelet binary in slot b reports 1.37.2, but kubernetes version 1.37.0 was asked for")
+	if r.h.pins != 1 {
+		t.Errorf("%d pins, want 1", r.h.pins)
+	}
+}
+
+// The right binary passes both checks: the slot's and the Node's.
+func TestVersionUpgradeVerified(t *testing.T) {
+	r := newRig(t)
+	r.requestVersion(t, 2, "1.36.3")
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	if err != nil || s.Phase != requests.Succeeded {
+		t.Fatalf("%v %+v", err, s)
+	}
+	if a := r.active(t); a.Slot != "b" || a.Config.Kubernetes.Version != "1.36.3" {
+		t.Errorf("active %s %s", a.Slot, a.Config.Kubernetes.Version)
+	}
+}
