@@ -56,6 +56,8 @@ type bsRig struct {
 	token string
 	sums  map[string]string
 	extra func(r *bsRig) string // TOML appended to the configuration
+	// release is bsOptions.Release.
+	release string
 }
 
 // bsOptions shape a bootstrap rig's host.
@@ -73,7 +75,13 @@ type bsOptions struct {
 	Mirror map[string]string
 	// Extra returns TOML appended to the configuration.
 	Extra func(r *bsRig) string
+	// Release, when set, is the Kubernetes version the host starts with, its kubelet found on the mirror's release
+	// tree (bsReleaseDir, [kubernetes.release]) rather than named in [artifacts.kubelet].
+	Release string
 }
+
+// bsReleaseDir is the release tree in the rig's mirror: <dir>/v<version>/bin/linux/<arch>/kubelet.
+const bsReleaseDir = "release"
 
 // newBootstrapRig boots a host named after base and lays down the release, the config and the first-boot unit.
 func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent bool) *bsRig {
@@ -94,7 +102,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
 	}
 	bins := needBins(t)
-	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}, extra: o.Extra}
+	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}, extra: o.Extra, release: o.Release}
 	if r.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -187,8 +195,17 @@ func (r *bsRig) config(machine, rootfsSum string) string {
 	if rootfsSum == "" {
 		rootfsSum = r.sums["rootfs"]
 	}
-	return nspawnRigConfig(machine, r.cp.URL(), string(r.cp.CAPEM()), r.token, r.srv.URL("node-rootfs.tar.gz"), rootfsSum,
-		r.srv.URL("kubelet"), r.sums["kubelet"]) + r.extraConfig()
+	c := nspawnRigConfig(machine, r.cp.URL(), string(r.cp.CAPEM()), r.token, r.srv.URL("node-rootfs.tar.gz"), rootfsSum,
+		r.srv.URL("kubelet"), r.sums["kubelet"])
+	if r.release != "" {
+		// The version picks the kubelet from the release mirror.
+		i := strings.Index(c, "[artifacts.kubelet]")
+		j := strings.Index(c, "[timeouts]")
+		c = c[:i] + c[j:]
+		c = strings.Replace(c, `version = "1.37.2"`, fmt.Sprintf("version = %q", r.release), 1)
+		c += fmt.Sprintf("\n[kubernetes.release]\nmirror = %q\n", r.srv.URL(bsReleaseDir))
+	}
+	return c + r.extraConfig()
 }
 
 func (r *bsRig) extraConfig() string {

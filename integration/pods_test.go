@@ -49,41 +49,13 @@ const (
 )
 
 func TestPodsOnRig(t *testing.T) {
-	if err := sdhost.V1ControllersAvailable(); err != nil {
-		if rigRequired {
-			t.Fatalf("hosts with writable cgroup v1 controllers: %v", err)
-		}
-		t.Skipf("hosts with writable cgroup v1 controllers: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
 
-	app := workload.Build(t)
-	reg := workload.NewRegistry(t)
-	reg.Push(t, "workload", "v1", app.Image(t))
-	pauseTar := filepath.Join(t.TempDir(), "pause.tar")
-	workload.WriteArchive(t, pauseTar, map[string]v1.Image{podsSandbox: app.PauseImage(t)})
-
 	t0 := time.Now()
-	r := newRepaveRigWith(t, ctx, "pods", bsOptions{
-		Pods: true, Forward: []string{reg.Host}, Mirror: map[string]string{"pause.tar": pauseTar},
-		Extra: func(r *bsRig) string {
-			return fmt.Sprintf(`
-[node]
-sandbox_image = %q
-preload_images = [{source = %q, sha256 = %q}]
-
-[node.cni]
-mode = "bridge"
-
-[node.registry_mirrors]
-%q = [%q]
-`, podsSandbox, r.srv.URL("pause.tar"), r.sums["pause.tar"], podsRegistry, reg.MirrorURL())
-		},
-	})
+	p := newPodsRig(t, ctx, "pods", bsOptions{})
+	r, reg := p.rpRig, p.reg
 	rigTiming(t, "pods: host with its own network bootstrapped to Node Ready", time.Since(t0))
-	p := &podsRig{rpRig: r, reg: reg}
-	p.approveServing(ctx)
 
 	// A Deployment with a readiness probe, bound to the node (the rig runs no scheduler).
 	ns := p.namespace(ctx)
@@ -290,6 +262,51 @@ func (pr *prober) downtime(t *testing.T, since time.Time, bound time.Duration) t
 type podsRig struct {
 	*rpRig
 	reg *workload.Registry
+}
+
+// newPodsRig bootstraps a host whose node runs the workload (bsOptions.Pods): the workload image built and pushed
+// to a registry on loopback, forwarded into the host and configured as a mirror, the sandbox image preloaded from
+// an archive, a bridge pod network; and approves the kubelet's serving certificate. o adds to that.
+func newPodsRig(t *testing.T, ctx context.Context, base string, o bsOptions) *podsRig {
+	t.Helper()
+	if err := sdhost.V1ControllersAvailable(); err != nil {
+		if rigRequired {
+			t.Fatalf("hosts with writable cgroup v1 controllers: %v", err)
+		}
+		t.Skipf("hosts with writable cgroup v1 controllers: %v", err)
+	}
+	app := workload.Build(t)
+	reg := workload.NewRegistry(t)
+	reg.Push(t, "workload", "v1", app.Image(t))
+	pauseTar := filepath.Join(t.TempDir(), "pause.tar")
+	workload.WriteArchive(t, pauseTar, map[string]v1.Image{podsSandbox: app.PauseImage(t)})
+	o.Pods = true
+	o.Forward = append(o.Forward, reg.Host)
+	if o.Mirror == nil {
+		o.Mirror = map[string]string{}
+	}
+	o.Mirror["pause.tar"] = pauseTar
+	extra := o.Extra
+	o.Extra = func(r *bsRig) string {
+		s := fmt.Sprintf(`
+[node]
+sandbox_image = %q
+preload_images = [{source = %q, sha256 = %q}]
+
+[node.cni]
+mode = "bridge"
+
+[node.registry_mirrors]
+%q = [%q]
+`, podsSandbox, r.srv.URL("pause.tar"), r.sums["pause.tar"], podsRegistry, reg.MirrorURL())
+		if extra != nil {
+			s += extra(r)
+		}
+		return s
+	}
+	p := &podsRig{rpRig: newRepaveRigWith(t, ctx, base, o), reg: reg}
+	p.approveServing(ctx)
+	return p
 }
 
 // approveServing approves the kubelet's serving certificate request with the CLI an operator runs, and waits

@@ -2,9 +2,11 @@
 # kube-bins.sh: build, or reuse from the cache, the Kubernetes and etcd
 # binaries the test rig runs, and print the directory that holds them.
 #
-#   scripts/kube-bins.sh [component ...]
+#   scripts/kube-bins.sh [--prev] [component ...]
 #     components: kube-apiserver kube-controller-manager kubelet etcd kubectl
 #     (default: the four the tests run; `make demo` adds kubectl)
+#     --prev: build for KUBE_PREV_VERSION, the earlier release a node starts
+#     on in the Kubernetes-upgrade test (only its kubelet is needed)
 #
 # Kubernetes publishes no `go install`-able main module (k8s.io/kubernetes
 # replaces its staging modules with ./staging paths that are not in the module
@@ -19,6 +21,11 @@
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.37.2}
+KUBE_PREV_VERSION=${KUBE_PREV_VERSION:-1.37.1}
+if [ "${1:-}" = --prev ]; then
+	KUBE_VERSION=$KUBE_PREV_VERSION
+	shift
+fi
 ETCD_VERSION=${ETCD_VERSION:-3.7.3}
 cache=${KUBESLOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubeslot}
 bindir=$cache/bin/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION

@@ -48,6 +48,41 @@ func CachedBinDir() (string, error) {
 	if d := os.Getenv("KUBESLOT_KUBE_BIN"); d != "" {
 		return d, checkBins(d)
 	}
+	return cachedDir("KUBE_VERSION", Components)
+}
+
+// PrevKubeletDir returns the directory holding the kubelet of the earlier
+// Kubernetes release the version-upgrade test starts a node on:
+// $KUBESLOT_KUBE_BIN_PREV when set, else scripts/kube-bins.sh --prev's
+// cache, built when build is true (a few minutes on a cold machine).
+func PrevKubeletDir(ctx context.Context, build bool) (string, error) {
+	d := os.Getenv("KUBESLOT_KUBE_BIN_PREV")
+	if d == "" && !build {
+		return cachedDir("KUBE_PREV_VERSION", []string{"kubelet"})
+	}
+	if d == "" {
+		script, err := RepoFile("scripts/kube-bins.sh")
+		if err != nil {
+			return "", err
+		}
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, script, "--prev", "kubelet")
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("kube: %s --prev kubelet: %w", script, err)
+		}
+		d = lastLine(out.String())
+	}
+	if fi, err := os.Stat(filepath.Join(d, "kubelet")); err != nil || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("kube: %s lacks kubelet", d)
+	}
+	return d, nil
+}
+
+// cachedDir is the cache directory scripts/kube-bins.sh prints for the
+// Kubernetes version in the script's variable kubeVar, when comps are
+// complete there.
+func cachedDir(kubeVar string, comps []string) (string, error) {
 	script, err := RepoFile("scripts/kube-bins.sh")
 	if err != nil {
 		return "", err
@@ -66,7 +101,7 @@ func CachedBinDir() (string, error) {
 		}
 		return string(m[1]), nil
 	}
-	kv, err := version("KUBE_VERSION")
+	kv, err := version(kubeVar)
 	if err != nil {
 		return "", err
 	}
@@ -87,11 +122,14 @@ func CachedBinDir() (string, error) {
 		cache = filepath.Join(base, "kubeslot")
 	}
 	d := filepath.Join(cache, "bin", "k8s-"+kv+"-etcd-"+ev)
-	for _, c := range Components {
+	for _, c := range comps {
 		// the script's completion stamp: a binary without it may be half-written
 		if _, err := os.Stat(filepath.Join(d, "."+c+".ok")); err != nil {
 			return "", fmt.Errorf("kube: %s not built yet in %s (run scripts/kube-bins.sh)", c, d)
 		}
+	}
+	if kubeVar != "KUBE_VERSION" {
+		return d, nil
 	}
 	return d, checkBins(d)
 }

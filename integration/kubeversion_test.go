@@ -1,0 +1,171 @@
+package integration
+
+// TestKubernetesUpgradeOnRig (issue 22): the version in the Machine's spec is the version that runs. A host starts
+// on an earlier real kubelet release, found on the rig's release mirror by its version alone; changing
+// spec.node.kubernetesVersion repaves it onto the current release while a workload keeps serving; the Node and the
+// Machine then report the new version. A version the skew policy forbids is refused before anything is fetched, and
+// a mirror that serves another release's binary under a version's path is caught before commit and rolled back.
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
+	"github.com/kubeslot/kubeslot/lib/requests"
+)
+
+func TestKubernetesUpgradeOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
+	defer cancel()
+	prevDir, err := kube.PrevKubeletDir(ctx, rigRequired)
+	if err != nil {
+		if rigRequired {
+			t.Fatalf("the earlier kubelet release: %v", err)
+		}
+		t.Skipf("the earlier kubelet release (scripts/kube-bins.sh --prev kubelet): %v", err)
+	}
+	cur := kubeletRelease(t, filepath.Join(kubeBinDir, "kubelet"))
+	prev := kubeletRelease(t, filepath.Join(prevDir, "kubelet"))
+	if prev == cur {
+		t.Fatalf("the earlier kubelet reports %s, the same release as the current one", prev)
+	}
+	// The release tree: each version's kubelet and its published sha256. v<wrong> holds the current release's
+	// binary, as a mirror that was filled wrongly would.
+	const wrong = "1.37.0"
+	tree := func(v string) string { return bsReleaseDir + "/" + kuberelease.KubeletPath(v, runtime.GOARCH) }
+	mirrorFiles := map[string]string{
+		tree(prev):  filepath.Join(prevDir, "kubelet"),
+		tree(cur):   filepath.Join(kubeBinDir, "kubelet"),
+		tree(wrong): filepath.Join(kubeBinDir, "kubelet"),
+	}
+	t0 := time.Now()
+	p := newPodsRig(t, ctx, "kver", bsOptions{Release: prev, Mirror: mirrorFiles})
+	r := p.rpRig
+	rigTiming(t, "kubernetes upgrade: host on the earlier release bootstrapped to Node Ready", time.Since(t0))
+	r.checkVersions(ctx, prev)
+
+	ns := p.namespace(ctx)
+	p.deploy(ctx, ns)
+	p.waitPods(ctx, ns, time.Time{}, 4*time.Minute)
+	p.edgePod(ctx, ns)
+	probe := p.startProbe(ctx)
+
+	// 1. The upgrade: only the version changes in the spec.
+	t1 := time.Now()
+	gen := r.updateMachine(ctx, func(m *v1alpha1.Machine) {
+		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+		m.Spec.Node.KubernetesVersion = cur
+	})
+	s := r.waitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 6*time.Minute)
+	r.logStatus("kubernetes upgrade "+prev+" -> "+cur, s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Fatalf("upgrade repave: %+v", s)
+	}
+	r.checkVersions(ctx, cur)
+	p.waitPods(ctx, ns, t1, 4*time.Minute)
+	rigTiming(t, "kubernetes upgrade: spec change -> pods Ready on the new release", time.Since(t1))
+	rigTiming(t, "kubernetes upgrade: workload downtime (hostPort probe from the host)", probe.downtime(t, t1, 2*time.Minute))
+
+	// 2. Past the skew policy: refused before anything is fetched; the node is left alone.
+	const tooOld = "1.33.0"
+	gen = r.updateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = tooOld })
+	s = r.waitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 3*time.Minute)
+	if s.Phase != requests.Failed || !strings.Contains(s.Message, "skew policy") || !strings.Contains(s.Message, "4 minor versions older") {
+		t.Errorf("repave to %s: %s %q, want Failed naming the skew policy", tooOld, s.Phase, s.Message)
+	}
+	if n := r.srv.Hits(tree(tooOld)) + r.srv.Hits(tree(tooOld)+".sha256"); n != 0 {
+		t.Errorf("the mirror was asked %d times for %s, refused by policy", n, tooOld)
+	}
+	r.eventuallyMachine(ctx, "Repaved=False naming the skew policy", func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRepaved)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "skew policy")
+	})
+	r.checkVersions(ctx, cur)
+
+	// 3. The mirror serves the current release's binary as v<wrong>: caught at verify, rolled back to slot b.
+	t3 := time.Now()
+	gen = r.updateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = wrong })
+	s = r.waitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 8*time.Minute)
+	r.logStatus("repave onto a wrong binary for "+wrong, s)
+	if s.Phase != requests.Failed || s.ActiveSlot != "b" || !strings.Contains(s.Message, "rolled back") ||
+		!strings.Contains(s.Message, "reports "+cur+", but kubernetes version "+wrong) {
+		t.Errorf("repave to %s with the wrong binary: %s on %s %q, want Failed, rolled back, naming both versions", wrong, s.Phase, s.ActiveSlot, s.Message)
+	}
+	if r.srv.Hits(tree(wrong)+".sha256") == 0 {
+		// (The binary itself may come from the artifact cache: it is the current release's file, by digest.)
+		t.Error("the mirror was never asked for the wrong version's checksum: the check proved nothing")
+	}
+	r.checkVersions(ctx, cur)
+	p.waitPods(ctx, ns, t3, 4*time.Minute)
+}
+
+// kubeletRelease is the release a kubelet binary reports.
+func kubeletRelease(t *testing.T, bin string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	v, err := kuberelease.ParseKubeletVersion(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// updateMachine changes the host's Machine spec (retrying on conflicts) and returns its new generation.
+func (r *rpRig) updateMachine(ctx context.Context, change func(*v1alpha1.Machine)) int64 {
+	r.t.Helper()
+	var m *v1alpha1.Machine
+	var err error
+	for range 10 {
+		if m, err = r.mc.GetMachine(ctx, r.node); err != nil {
+			continue
+		}
+		change(m)
+		if m, err = r.mc.UpdateMachine(ctx, m); err == nil {
+			return m.Generation
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.t.Fatalf("update Machine %s: %v", r.node, err)
+	return 0
+}
+
+// eventuallyMachine waits up to a minute for the Machine to satisfy ok.
+func (r *rpRig) eventuallyMachine(ctx context.Context, what string, ok func(*v1alpha1.Machine) bool) {
+	r.t.Helper()
+	eventually(r.t, time.Minute, what, func() (bool, string) {
+		m, err := r.mc.GetMachine(ctx, r.node)
+		if err != nil {
+			return false, err.Error()
+		}
+		return ok(m), fmt.Sprintf("phase %s, applied %+v, conditions %+v", m.Status.Phase, m.Status.Applied, m.Status.Conditions)
+	})
+}
+
+// checkVersions: the Node's kubelet reports release v, and so does the Machine's status (read from the Node).
+func (r *rpRig) checkVersions(ctx context.Context, v string) {
+	r.t.Helper()
+	n, err := r.admin.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if got := n.Status.NodeInfo.KubeletVersion; got != "v"+v {
+		r.t.Errorf("Node %s reports kubelet %s, want v%s", r.node, got, v)
+	}
+	r.eventuallyMachine(ctx, "Machine status.applied.kubernetesVersion "+v, func(m *v1alpha1.Machine) bool {
+		return m.Status.Applied != nil && m.Status.Applied.KubernetesVersion == v
+	})
+}
