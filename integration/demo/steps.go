@@ -132,6 +132,7 @@ func (d *demo) layDown(ctx context.Context) (string, error) {
 		bootstrap.EnvHostPrep + "=packages-only",
 		bootstrap.EnvLoopbackCNI + "=1",
 		bootstrap.EnvSnapshotter + "=native",
+		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
 	}
 	if d.pods {
 		// Its own network namespace: the kubelet's default ports, its node IP, a real pod network. What stays: the
