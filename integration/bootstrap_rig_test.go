@@ -169,6 +169,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		bootstrap.EnvHostPrep + "=packages-only",
 		bootstrap.EnvLoopbackCNI + "=1",
 		bootstrap.EnvSnapshotter + "=native",
+		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
 	}
 	if o.Pods {
 		// Its own network namespace: the kubelet's default ports, its node IP, a real pod network. What stays: the

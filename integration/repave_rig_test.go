@@ -47,6 +47,14 @@ func newRepaveRigWith(t *testing.T, ctx context.Context, base string, o bsOption
 	}
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, time.Time{}, 3*time.Minute, r.h)
 	rigTiming(t, "repave rig: bootstrap to Node Ready", time.Since(t0))
+	r.workerDropIns(ctx)
+	return r
+}
+
+// workerDropIns gives the repave and restart workers the rig's sandbox environment, as the first-boot unit has it.
+func (r *rpRig) workerDropIns(ctx context.Context) {
+	t := r.t
+	t.Helper()
 	dropIn := "[Service]\n"
 	for _, e := range r.env {
 		dropIn += "Environment=" + e + "\n"
@@ -59,7 +67,6 @@ func newRepaveRigWith(t *testing.T, ctx context.Context, base string, o bsOption
 	if out, err := r.h.Run(ctx, "systemctl", "daemon-reload"); err != nil {
 		t.Fatalf("daemon-reload: %v\n%s", err, out)
 	}
-	return r
 }
 
 // active reads applied/active and that slot's applied configuration.

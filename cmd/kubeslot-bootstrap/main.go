@@ -74,14 +74,15 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		return exitcode.UsageError(err)
 	}
 	d := bootstrap.Deps{
-		Root:     root,
-		Log:      log,
-		Host:     bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
-		Cluster:  &bootstrap.NodeCluster{Root: root, Log: log},
-		Releaser: bootstrap.ReleaseFromExe{Root: root, Log: log},
-		Releases: kuberelease.Pinner{Root: root},
-		PauseAt:  pauseAt,
-		Sandbox:  sb,
+		Root:         root,
+		Log:          log,
+		Host:         bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
+		Cluster:      &bootstrap.NodeCluster{Root: root, Log: log},
+		Releaser:     bootstrap.ReleaseFromExe{Root: root, Log: log},
+		PauseAt:      pauseAt,
+		Sandbox:      sb,
+		ResolveImage: bootstrap.ResolveImage,
+		Releases:     kuberelease.Pinner{Root: root},
 		Paused: func(cp ownership.Checkpoint) {
 			fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", cp, os.Getpid())
 		},

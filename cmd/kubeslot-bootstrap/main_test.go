@@ -53,7 +53,11 @@ url = "http://127.0.0.1/kubelet"
 sha256 = %q
 [timeouts]
 lock = "1s"
-`, machine, caPEM(t), sum, sum)
+# preloaded: the run asks no registry for it
+[node]
+sandbox_image = "127.0.0.1:5000/pause:1"
+preload_images = [{source = "oci://127.0.0.1:5000/pause:1", sha256 = %q}]
+`, machine, caPEM(t), sum, sum, sum)
 }
 
 // TestInvalidConfigChangesNothing: exit 1, the field named, and the root

@@ -29,7 +29,9 @@ import (
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/leakcheck"
 	"github.com/kubeslot/kubeslot/integration/mirror"
+	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
+	"github.com/kubeslot/kubeslot/integration/workload"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/units"
 )
@@ -71,6 +73,16 @@ type demo struct {
 
 	changedGen int64     // the Machine generation the configuration change made
 	changedAt  time.Time // when it was made
+	restartAt  time.Time // when the NodeRestart operation was created
+
+	// the workload (workload.go): only where the machine can give the host what pods need
+	pods     bool
+	podsSkip string // why there are no pods
+	reg      *workload.Registry
+	forwards []*netfwd.Forwarder
+	unroute  func()
+	ns       string // the workload's namespace, once created
+	probe    *prober
 }
 
 // step is one entry of the life cycle. run returns a detail line (what it measured) or an error; units are the
@@ -144,14 +156,18 @@ func run() int {
 	steps := []step{
 		{"start the control plane (etcd, kube-apiserver, kube-controller-manager)", d.startControlPlane, nil},
 		{"install kubeslot's CRDs and access control (kubeslot cluster install)", d.clusterInstall, nil},
+		{"build a workload image from Go source, serve it from a registry on loopback", d.buildWorkload, nil},
 		{"boot an isolated systemd host", d.bootHost, nil},
 		{"lay down the release, config and first-boot unit (as kubeslot ignition does)", d.layDown, nil},
 		{"first-boot bootstrap (kubeslot-bootstrap.service)", d.bootstrap, []string{units.Bootstrap}},
 		{"Node Ready on slot a, Machine registered by the watcher", d.readyOnA, []string{units.Bootstrap, units.Watcher}},
+		{"a workload on the node: Deployment web, pod Ready, answering on its hostPort", d.runWorkload, []string{units.Watcher}},
 		{"change the Machine's configuration (label, updatePolicy Immediate)", d.changeMachine, []string{units.Watcher}},
 		{"watcher repaves onto slot b, Node Ready again", d.repaved, []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-repave@b.service"}},
+		{"the workload runs again on slot b: its downtime across the repave", d.workloadAfterRepave, []string{units.Watcher}},
 		{"AgentUpgrade to a newer bundle", d.agentUpgrade, []string{units.Watcher, "kubeslot-upgrade.service", "kubeslot-recovery.service"}},
 		{"NodeRestart", d.nodeRestart, []string{units.Watcher, "kubeslot-restart.service"}},
+		{"the workload runs again: its downtime across the restart", d.workloadAfterRestart, []string{units.Watcher}},
 	}
 	if f.keep { // before the reset, so that there is a node to explore
 		steps = append(steps, step{"keep the rig running (KEEP=1)", d.keepRunning, nil})
@@ -268,18 +284,23 @@ func (d *demo) keepRunning(ctx context.Context) (string, error) {
 	}
 	defer os.Remove(pointer)
 	pid := d.host.PID()
+	podsHint := ""
+	if d.ns != "" {
+		podsHint = fmt.Sprintf("\n      %s get pods -n %s -o wide        # the workload\n      nsenter -t %d -n curl -s %s   # its hostPort, from the host's network",
+			d.flags.kubectl, d.ns, d.host.PID(), d.edgeURL())
+	}
 	fmt.Fprintf(d.out, `
     The rig is running. From another shell:
       export KUBECONFIG=%s      # also written to %s
       export KUBECACHEDIR=%s    # keeps kubectl's cache out of ~/.kube
-      %s get machines,machineoperations,nodes -o wide
+      %s get machines,machineoperations,nodes -o wide%s
       nsenter -t %d -a bash                      # a shell in the host (its own systemd, /opt/kubeslot)
       nsenter -t %d -a machinectl list           # the node machine of the active slot
       nsenter -t %d -a journalctl -u 'kubeslot-*' --no-pager
       nsenter -t %d -a machinectl shell %s       # a shell in the node (kubelet, containerd)
       nsenter -t %d -a /opt/kubeslot/current/kubeslot status
     Press Enter to go on with the AgentReset, or Ctrl-C to clean up now.
-`, kc, pointer, d.kubectlCache(), d.flags.kubectl, pid, pid, pid, pid, d.activeSlot(), pid)
+`, kc, pointer, d.kubectlCache(), d.flags.kubectl, podsHint, pid, pid, pid, pid, d.activeSlot(), pid)
 	enter := make(chan struct{})
 	go func() {
 		// EOF (no terminal) is not a key press: then only a signal ends the wait.

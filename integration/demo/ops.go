@@ -118,6 +118,7 @@ func (d *demo) nodeRestart(ctx context.Context) (string, error) {
 	slot := d.activeSlot()
 	op := &v1alpha1.MachineOperation{ObjectMeta: metav1.ObjectMeta{Name: "restart-" + d.node},
 		Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationNodeRestart, MachineRef: &v1alpha1.MachineReference{Name: d.node}}}
+	d.restartAt = time.Now()
 	gen, err := d.createOp(ctx, op)
 	if err != nil {
 		return "", err
@@ -137,6 +138,16 @@ func (d *demo) nodeRestart(ctx context.Context) (string, error) {
 		detail += ", " + phases(st)
 	}
 	return detail, nil
+}
+
+// workloadAfterRepave and workloadAfterRestart show the workload back after the repave and the restart, with the
+// downtime the probe from the host saw.
+func (d *demo) workloadAfterRepave(ctx context.Context) (string, error) {
+	return d.workloadBack(ctx, d.changedAt, "repave")
+}
+
+func (d *demo) workloadAfterRestart(ctx context.Context) (string, error) {
+	return d.workloadBack(ctx, d.restartAt, "restart")
 }
 
 // agentReset removes kubeslot from the host through an AgentReset operation.
@@ -188,13 +199,24 @@ func (d *demo) hostClean(ctx context.Context) (string, error) {
 	if out, err := d.inHost(ctx, "machinectl", "list", "--no-legend"); err != nil || strings.TrimSpace(out) != "" {
 		problems = append(problems, fmt.Sprintf("machines still registered: %v %s", err, strings.TrimSpace(out)))
 	}
+	if d.pods {
+		// the bridge pod network in the host's network namespace: the link and the CNI plugins' firewall chains
+		out, _ := d.inHost(ctx, "sh", "-c", "ip -o link show cni0 2>/dev/null; iptables -w 5 -t nat -S 2>/dev/null | grep -e '-j CNI-' -e '-N CNI-'; true")
+		if s := strings.TrimSpace(out); s != "" {
+			problems = append(problems, "pod network left in the host's network namespace:\n"+s)
+		}
+	}
 	if len(problems) > 0 {
 		return "", fmt.Errorf("the host is not clean after the reset:\n%s", strings.Join(problems, "\n"))
 	}
 	if _, err := d.host.ReadFile(units.ConfigPath); err != nil {
 		return "", fmt.Errorf("the operator's %s was removed by the reset: %w", units.ConfigPath, err)
 	}
-	return "nothing of kubeslot left; " + units.ConfigPath + " (the operator's input) kept", nil
+	detail := "nothing of kubeslot left"
+	if d.pods {
+		detail += " (nor the bridge cni0 and its CNI-* firewall chains)"
+	}
+	return detail + "; " + units.ConfigPath + " (the operator's input) kept", nil
 }
 
 // createOp creates an operation and returns the Machine generation the watcher will dispatch it under.

@@ -64,6 +64,10 @@ func (d *demo) takeSnapshot(ctx context.Context) {
 // runs on every exit path, with a context of its own: the demo's may be cancelled (Ctrl-C).
 func (d *demo) tearDown() error {
 	var errs []error
+	if d.probe != nil {
+		d.probe.stop()
+		d.probe = nil
+	}
 	if d.host != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if d.host.Running() {
@@ -74,6 +78,9 @@ func (d *demo) tearDown() error {
 			errs = append(errs, fmt.Errorf("stop host %s: %w", d.hostName, err))
 		}
 		cancel()
+	}
+	if err := d.disconnectHost(); err != nil {
+		errs = append(errs, err)
 	}
 	if d.mirror != nil {
 		if err := d.mirror.Close(); err != nil {
@@ -224,14 +231,22 @@ func (d *demo) showCluster() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// kubectl's discovery cache goes into the demo's temp dir: ~/.kube is the machine's, and the leak check watches it.
-	cmd := exec.CommandContext(ctx, d.flags.kubectl, "--kubeconfig", d.cp.AdminKubeconfig(), "--cache-dir", d.kubectlCache(),
-		"get", "machines,machineoperations,nodes", "-o", "wide")
+	what, args := "machines,machineoperations,nodes", []string{}
+	if d.ns != "" { // the workload's pods too (the other kinds are cluster-scoped: -n leaves them alone)
+		what, args = what+",pods", []string{"-n", d.ns}
+	}
+	cmd := exec.CommandContext(ctx, d.flags.kubectl, append([]string{"--kubeconfig", d.cp.AdminKubeconfig(), "--cache-dir", d.kubectlCache(),
+		"get", what, "-o", "wide"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	text := strings.TrimSpace(string(out))
 	if err != nil {
 		text += "\n(kubectl: " + err.Error() + ")"
 	}
-	fmt.Fprintf(d.out, "    $ kubectl get machines,machineoperations,nodes -o wide\n%s\n", indent(text, "    "))
+	shown := "kubectl get " + what + " -o wide"
+	if len(args) > 0 {
+		shown += " " + strings.Join(args, " ")
+	}
+	fmt.Fprintf(d.out, "    $ %s\n%s\n", shown, indent(text, "    "))
 }
 
 // journals returns the tail of each unit's journal in the host, and the node machines' kubelet and containerd logs,

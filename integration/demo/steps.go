@@ -36,7 +36,10 @@ const (
 func (d *demo) startControlPlane(ctx context.Context) (string, error) {
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cp, err := kube.Start(sctx, kube.Options{BinDir: d.flags.kubeBin, Log: d.log, ControllerManager: true})
+	// Workloads: the controllers a Deployment needs without a scheduler, and node CIDRs for the bridge network;
+	// ClusterEgress: the apiserver reaches the kubelet inside the host's network namespace (logs, exec).
+	cp, err := kube.Start(sctx, kube.Options{BinDir: d.flags.kubeBin, Log: d.log, ControllerManager: true,
+		Workloads: true, ClusterEgress: true})
 	if err != nil {
 		return "", fmt.Errorf("control plane (bounded by 3m): %w", err)
 	}
@@ -81,17 +84,31 @@ func (d *demo) bootHost(ctx context.Context) (string, error) {
 	}
 	d.node = fmt.Sprintf("demo-%d", os.Getpid()%100000)
 	d.hostName = d.node + "-h"
-	h, err := sdhost.Start(ctx, sdhost.Options{Name: d.hostName, SharedNetwork: true, Log: d.log,
+	o := sdhost.Options{Name: d.hostName, SharedNetwork: true, Log: d.log,
 		BootTimeout: 2 * time.Minute,
 		Binds: []sdhost.Bind{
 			{Source: d.flags.bins, Target: hostBinsPath, ReadOnly: true},
 			{Source: mirrorDir, Target: hostMirrorPath, ReadOnly: true},
-		}})
+		}}
+	if d.pods {
+		// a host whose node can run pods: its own network namespace with a node IP, writable cgroup v1
+		// controllers of its own (this machine binds every controller to v1)
+		o.SharedNetwork, o.NodeNetwork = false, true
+		o.CgroupMode, o.V1Controllers = "hybrid", true
+	}
+	h, err := sdhost.Start(ctx, o)
 	if err != nil {
 		return "", fmt.Errorf("host %s (boot bounded by 2m): %w", d.hostName, err)
 	}
 	d.host = h
-	return fmt.Sprintf("host %s, PID 1 is %d on the machine; mirror %s", d.hostName, h.PID(), d.mirror.URL("")), nil
+	if !d.pods {
+		return fmt.Sprintf("host %s sharing the machine's network, PID 1 is %d on the machine; mirror %s", d.hostName, h.PID(), d.mirror.URL("")), nil
+	}
+	if err := d.connectHost(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("host %s with its own network (node IP %s), PID 1 is %d on the machine; apiserver, mirror %s and registry forwarded into it",
+		d.hostName, h.NodeIP(), h.PID(), d.mirror.URL("")), nil
 }
 
 // layDown writes what `kubeslot ignition` lays down (the configuration 0600, the binaries in <base>/releases/blue,
@@ -115,8 +132,24 @@ func (d *demo) layDown(ctx context.Context) (string, error) {
 		bootstrap.EnvHostPrep + "=packages-only",
 		bootstrap.EnvLoopbackCNI + "=1",
 		bootstrap.EnvSnapshotter + "=native",
+		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
+	}
+	if d.pods {
+		// Its own network namespace: the kubelet's default ports, its node IP, a real pod network. What stays: the
+		// machine's kernel (packages-only preparation), the overlayfs disk (native snapshotter), no CAP_SYS_RESOURCE
+		// (restricted oom_score_adj) and cgroup v1 (writable controllers of its own).
+		d.env = []string{
+			bootstrap.EnvNodeIP + "=" + d.host.NodeIP().String(),
+			bootstrap.EnvHostPrep + "=packages-only",
+			bootstrap.EnvSnapshotter + "=native",
+			bootstrap.EnvRestrictOOMScore + "=1",
+			bootstrap.EnvCgroupV1Writable + "=1",
+		}
 	}
 	toml := d.config(token)
+	if d.pods {
+		d.say("[node] of the configuration:%s", indent(d.nodeTOML(), "    "))
+	}
 	if _, err := config.Parse("demo config", []byte(toml)); err != nil {
 		return "", fmt.Errorf("the demo's own configuration is invalid: %w", err)
 	}
@@ -190,7 +223,7 @@ sha256 = %q
 node_ready = "3m"
 stop = "30s"
 `, d.node, d.cp.URL(), string(d.cp.CAPEM()), token, d.mirror.URL("node-rootfs.tar.gz"), d.sums["rootfs"],
-		d.mirror.URL("kubelet"), d.sums["kubelet"])
+		d.mirror.URL("kubelet"), d.sums["kubelet"]) + d.nodeTOML()
 }
 
 // bootstrap starts the first-boot unit, as the host's first boot would, and waits for the oneshot to finish.

@@ -40,6 +40,16 @@ func NewRegistry(t testing.TB) *Registry {
 	return &Registry{Host: in.Host, inner: in}
 }
 
+// StartRegistry starts a registry for a program that is not a test (the
+// rig's demo); Close stops it.
+func StartRegistry() *Registry {
+	in := ocitest.Start()
+	return &Registry{Host: in.Host, inner: in}
+}
+
+// Close stops a registry of StartRegistry.
+func (r *Registry) Close() { r.inner.Close() }
+
 // MirrorURL is the registry's base URL for a hosts.toml [host] entry:
 // "http://127.0.0.1:<port>".
 func (r *Registry) MirrorURL() string { return "http://" + r.Host }
@@ -48,11 +58,23 @@ func (r *Registry) MirrorURL() string { return "http://" + r.Host }
 // manifest digest ("sha256:<hex>"). The pushing requests are not counted.
 func (r *Registry) Push(t testing.TB, repo, tag string, img v1.Image) (ref, digest string) {
 	t.Helper()
+	ref, digest, err := r.PushImage(repo, tag, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, digest
+}
+
+// PushImage is Push outside a test.
+func (r *Registry) PushImage(repo, tag string, img v1.Image) (ref, digest string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drainLocked() // keep what was served before the push
-	hex := r.inner.Push(t, repo, tag, img)
-	return r.Host + "/" + repo + ":" + tag, "sha256:" + hex
+	hex, err := r.inner.PushImage(repo, tag, img)
+	if err != nil {
+		return "", "", err
+	}
+	return r.Host + "/" + repo + ":" + tag, "sha256:" + hex, nil
 }
 
 func (r *Registry) drainLocked() {

@@ -10,7 +10,8 @@
 // server on :8080, PauseImage (same layer, other config) as the pause
 // process.
 //
-// This is a test-only helper: only tests under integration/ import it.
+// This is a test-only helper: only tests under integration/ and the rig's
+// demo program (integration/demo; BuildIn, StartRegistry) import it.
 package workload
 
 import (
@@ -63,7 +64,7 @@ type App struct {
 
 var (
 	buildMu sync.Mutex
-	built   = map[string]*App{} // by GOARCH, for this test binary
+	built   = map[string]*App{} // by build dir and GOARCH, for this process
 )
 
 // Build compiles the app for linux/runtime.GOARCH (see BuildArch).
@@ -81,18 +82,42 @@ func Build(t testing.TB) *App {
 // cache makes such a rebuild a link step.
 func BuildArch(t testing.TB, goarch string) *App {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if a := built[goarch]; a != nil {
-		return a
+	dir, err := CacheDir()
+	keep := err == nil
+	if !keep {
+		// t.TempDir goes when this test ends: build again for the next one
+		t.Logf("workload: no persistent cache (%v); building into this test's temp dir", err)
+		dir = t.TempDir()
 	}
-	goBin, err := goTool()
+	a, err := build(dir, goarch, keep, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+// BuildIn is BuildArch for a program that is not a test (the rig's demo):
+// the build is kept under dir (CacheDir, or a directory of the caller's),
+// keyed like BuildArch's, and progress goes to logf.
+func BuildIn(dir, goarch string, logf func(format string, args ...any)) (*App, error) {
+	return build(dir, goarch, true, logf)
+}
+
+// build compiles the app into dir/<key>/app unless it is there already;
+// memo keeps the result for this process (dir outlives it).
+func build(dir, goarch string, memo bool, logf func(format string, args ...any)) (*App, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if a := built[dir+"\x00"+goarch]; a != nil {
+		return a, nil
+	}
+	goBin, err := goTool()
+	if err != nil {
+		return nil, err
+	}
 	gover, err := exec.Command(goBin, "env", "GOVERSION").Output()
 	if err != nil {
-		t.Fatalf("workload: go env GOVERSION: %v", err)
+		return nil, fmt.Errorf("workload: go env GOVERSION: %w", err)
 	}
 	flags := []string{"build", "-trimpath", "-ldflags=-s -w", "-o"}
 	sum := sha256.New()
@@ -100,30 +125,29 @@ func BuildArch(t testing.TB, goarch string) *App {
 	sum.Write(appSource)
 	key := hex.EncodeToString(sum.Sum(nil))[:16]
 
-	dir, err := cacheDir()
-	keep := err == nil
-	if !keep {
-		// t.TempDir goes when this test ends: build again for the next one
-		t.Logf("workload: no persistent cache (%v); building into this test's temp dir", err)
-		dir = t.TempDir()
-	}
 	bin := filepath.Join(dir, key, "app")
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		t.Logf("workload: reusing app for linux/%s from %s", goarch, bin)
+		logf("workload: reusing app for linux/%s from %s", goarch, bin)
 		a := &App{Binary: bin, GOARCH: goarch}
-		built[goarch] = a
-		return a
+		if memo {
+			built[dir+"\x00"+goarch] = a
+		}
+		return a, nil
 	}
 
-	src := t.TempDir()
+	src, err := os.MkdirTemp("", "kubeslot-workload-src-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(src)
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module kubeslot.test/workload\n\ngo 1.22\n"), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(src, "main.go"), appSource, 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	tmp := bin + fmt.Sprintf(".tmp%d", os.Getpid())
 	cmd := exec.Command(goBin, append(flags, tmp, ".")...)
@@ -136,17 +160,17 @@ func BuildArch(t testing.TB, goarch string) *App {
 	took := time.Since(start)
 	if err != nil {
 		os.Remove(tmp)
-		t.Fatalf("workload: go build of the app for linux/%s: %v\n%s", goarch, err, out)
+		return nil, fmt.Errorf("workload: go build of the app for linux/%s: %w\n%s", goarch, err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Logf("workload: built app for linux/%s in %s (%s)", goarch, took.Round(time.Millisecond), bin)
+	logf("workload: built app for linux/%s in %s (%s)", goarch, took.Round(time.Millisecond), bin)
 	a := &App{Binary: bin, GOARCH: goarch, BuildTime: took}
-	if keep {
-		built[goarch] = a
+	if memo {
+		built[dir+"\x00"+goarch] = a
 	}
-	return a
+	return a, nil
 }
 
 func goTool() (string, error) {
@@ -161,7 +185,9 @@ func goTool() (string, error) {
 	return fallback, nil
 }
 
-func cacheDir() (string, error) {
+// CacheDir is where builds are kept across processes:
+// $KUBESLOT_CACHE/workload, default ~/.cache/kubeslot/workload.
+func CacheDir() (string, error) {
 	if c := os.Getenv("KUBESLOT_CACHE"); c != "" {
 		return filepath.Join(c, "workload"), nil
 	}
@@ -220,7 +246,7 @@ func (a *App) makeLayer() (v1.Layer, error) {
 // ["pause"] to run it as a do-nothing container instead.
 func (a *App) Image(t testing.TB) v1.Image {
 	t.Helper()
-	return a.image(t, []string{"/app"})
+	return a.mustImage(t, []string{"/app"})
 }
 
 // PauseImage is the sandbox image: Image's layer with Entrypoint ["/pause"].
@@ -229,18 +255,41 @@ func (a *App) Image(t testing.TB) v1.Image {
 // config rather than a second mode of the same config).
 func (a *App) PauseImage(t testing.TB) v1.Image {
 	t.Helper()
-	return a.image(t, []string{"/pause"})
+	return a.mustImage(t, []string{"/pause"})
 }
 
-func (a *App) image(t testing.TB, entrypoint []string) v1.Image {
+// Images returns Image and PauseImage, for a program that is not a test.
+func (a *App) Images() (serve, pause v1.Image, err error) {
+	if serve, err = a.image([]string{"/app"}); err != nil {
+		return nil, nil, err
+	}
+	if pause, err = a.image([]string{"/pause"}); err != nil {
+		return nil, nil, err
+	}
+	return serve, pause, nil
+}
+
+func (a *App) mustImage(t testing.TB, entrypoint []string) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, a.Layer(t))
+	img, err := a.image(entrypoint)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+func (a *App) image(entrypoint []string) (v1.Image, error) {
+	a.once.Do(func() { a.layer, a.err = a.makeLayer() })
+	if a.err != nil {
+		return nil, fmt.Errorf("workload: layer of %s: %w", a.Binary, a.err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, a.layer)
+	if err != nil {
+		return nil, err
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", a.GOARCH
@@ -253,8 +302,5 @@ func (a *App) image(t testing.TB, entrypoint []string) v1.Image {
 	}
 	// a fixed date keeps the digests the same from run to run
 	cf.Created = v1.Time{Time: time.Unix(1e9, 0).UTC()}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return mutate.ConfigFile(img, cf)
 }

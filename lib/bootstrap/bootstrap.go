@@ -92,7 +92,20 @@ type Deps struct {
 	// <base>/state/sandbox.json once it owns the host, so later stages
 	// started without that environment use them too.
 	Sandbox state.Sandbox
-	Now     func() time.Time
+	// ResolveImage checks that a registry serves the sandbox image (before a
+	// fresh installation touches the host, and at --preflight); nil checks
+	// nothing (unit tests of other logic). Real: ResolveImage.
+	ResolveImage ImageResolver
+	Now          func() time.Time
+}
+
+// sandboxImageSkip is why the sandbox image is not checked on this host
+// ("" when it is).
+func (d *Deps) sandboxImageSkip() string {
+	if d.Sandbox.SkipSandboxImageCheck {
+		return "sandbox setting " + EnvSkipSandboxImageCheck
+	}
+	return ""
 }
 
 func (d *Deps) now() time.Time {
@@ -128,6 +141,16 @@ func LoadConfig(path string) (*config.Config, error) {
 // takes the installation lock itself before it reports ready, so it must
 // not be started while this run holds it.
 func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
+	// What the node cannot do without, before anything (the lock included)
+	// is created on a fresh host. Read-only, so outside the lock: admission
+	// is decided again under it.
+	if decision, _, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint()); err == nil && decision == ownership.Fresh {
+		line, err := checkSandboxImage(ctx, cfg, d.ResolveImage, d.sandboxImageSkip())
+		if err != nil {
+			return nil, fmt.Errorf("nothing was changed on the host: %w", err)
+		}
+		d.Log.Info("sandbox image checked", "result", line)
+	}
 	res, err := locked(ctx, d, cfg)
 	if err != nil {
 		return res, err
@@ -501,6 +524,12 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 		}
 	}
 	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())
+	if line, err := checkSandboxImage(ctx, cfg, d.ResolveImage, d.sandboxImageSkip()); err != nil {
+		fmt.Fprintf(w, "sandbox image: BLOCKED: %v\n", err)
+		problems = append(problems, "sandbox image")
+	} else {
+		fmt.Fprintf(w, "sandbox image: %s\n", line)
+	}
 	plan, perr := d.Host.Preflight(ctx, cfg)
 	if perr != nil {
 		return fmt.Errorf("host preflight: %w", perr)

@@ -21,16 +21,17 @@ import (
 // bootstrap records what they say (Deps.Sandbox). They are named here too
 // for the bootstrap's callers and tests.
 const (
-	EnvKubeletPort       = sandbox.EnvKubeletPort
-	EnvHealthzPort       = sandbox.EnvHealthzPort
-	EnvNodeIP            = sandbox.EnvNodeIP
-	EnvReadOnlyNetSysctl = sandbox.EnvReadOnlyNetSysctl
-	EnvHostPrep          = sandbox.EnvHostPrep
-	EnvLoopbackCNI       = sandbox.EnvLoopbackCNI
-	EnvSnapshotter       = sandbox.EnvSnapshotter
-	EnvRestrictOOMScore  = sandbox.EnvRestrictOOMScoreAdj
-	EnvCgroupV1Writable  = sandbox.EnvCgroupV1Writable
-	HostPrepPackagesOnly = sandbox.HostPrepPackagesOnly
+	EnvKubeletPort           = sandbox.EnvKubeletPort
+	EnvHealthzPort           = sandbox.EnvHealthzPort
+	EnvNodeIP                = sandbox.EnvNodeIP
+	EnvReadOnlyNetSysctl     = sandbox.EnvReadOnlyNetSysctl
+	EnvHostPrep              = sandbox.EnvHostPrep
+	EnvLoopbackCNI           = sandbox.EnvLoopbackCNI
+	EnvSnapshotter           = sandbox.EnvSnapshotter
+	EnvRestrictOOMScore      = sandbox.EnvRestrictOOMScoreAdj
+	EnvCgroupV1Writable      = sandbox.EnvCgroupV1Writable
+	EnvSkipSandboxImageCheck = sandbox.EnvSkipSandboxImageCheck
+	HostPrepPackagesOnly     = sandbox.HostPrepPackagesOnly
 )
 
 // EnvPauseAt=<checkpoint> is test-only: the run stops at the start of that

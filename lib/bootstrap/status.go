@@ -16,6 +16,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -144,11 +145,11 @@ func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config
 					return nil
 				}
 				last = why
-				if cfg.Node.CNI.CNIMode() == config.CNIBridge && n.Spec.PodCIDR == "" {
-					// Without a podCIDR containerd has no network to render:
-					// the Node stays NotReady; say which setting needs what.
-					last = fmt.Sprintf("node.cni.mode = %q needs the Node's spec.podCIDR, and Node %s has none: run the controller manager with --allocate-node-cidrs and --cluster-cidr, or use mode %q with a CNI DaemonSet (%s)",
-						config.CNIBridge, node, config.CNICluster, why)
+				if msg, fatal := bridgeWithoutPodCIDR(cfg, n, why, time.Now()); msg != "" {
+					if fatal {
+						return errors.New(msg)
+					}
+					last = msg
 				}
 			case apierrors.IsNotFound(err):
 				last = "Node " + node + " not registered yet"
@@ -162,6 +163,27 @@ func (c *NodeCluster) WaitNodeReadySince(ctx context.Context, cfg *config.Config
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// PodCIDRGrace is how long a Node in [node.cni] mode "bridge" may go
+// without spec.podCIDR (the controller manager allocates it moments after
+// the Node registers) before the wait for Ready gives up.
+const PodCIDRGrace = time.Minute
+
+// bridgeWithoutPodCIDR says, for a Node that is not Ready (why), whether
+// the reason is bridge mode without a podCIDR: containerd then has no
+// network to render, and the Node stays NotReady until a podCIDR comes. It
+// returns the message naming the setting and what the cluster needs, and
+// fatal once the Node has had no podCIDR for PodCIDRGrace since it was
+// created ("" when this is not the reason).
+func bridgeWithoutPodCIDR(cfg *config.Config, n *corev1.Node, why string, now time.Time) (msg string, fatal bool) {
+	if cfg.Node.CNI.CNIMode() != config.CNIBridge || n.Spec.PodCIDR != "" {
+		return "", false
+	}
+	age := now.Sub(n.CreationTimestamp.Time)
+	msg = fmt.Sprintf("node.cni.mode = %q needs the Node's spec.podCIDR, and Node %s has none %s after it registered: run the controller manager with --allocate-node-cidrs and --cluster-cidr, or use mode %q with a CNI DaemonSet (%s)",
+		config.CNIBridge, n.Name, age.Round(time.Second), config.CNICluster, why)
+	return msg, age >= PodCIDRGrace
 }
 
 // NodeReadySince decides WaitNodeReadySince for one reading of the Node and

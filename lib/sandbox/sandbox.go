@@ -51,6 +51,10 @@ const (
 	// allows device creation (a v1 device cgroup cannot allow more than its
 	// parent), so containers can start.
 	EnvCgroupV1Writable = "KUBESLOT_NODE_CGROUP_V1_WRITABLE"
+	// EnvSkipSandboxImageCheck=1: the bootstrap does not ask a registry for
+	// the sandbox image, because the test machine must not reach public
+	// registries and its loopback-network nodes run no pods.
+	EnvSkipSandboxImageCheck = "KUBESLOT_SKIP_SANDBOX_IMAGE_CHECK"
 )
 
 // HostPrepPackagesOnly is the value of EnvHostPrep that restricts host
@@ -81,7 +85,7 @@ func FromEnv(rec state.Sandbox, getenv func(string) string) (state.Sandbox, erro
 		env string
 		dst *bool
 	}{{EnvReadOnlyNetSysctl, &s.ReadOnlyNetSysctl}, {EnvLoopbackCNI, &s.LoopbackCNI}, {EnvRestrictOOMScoreAdj, &s.RestrictOOMScoreAdj},
-		{EnvCgroupV1Writable, &s.CgroupV1Writable}} {
+		{EnvCgroupV1Writable, &s.CgroupV1Writable}, {EnvSkipSandboxImageCheck, &s.SkipSandboxImageCheck}} {
 		switch v := getenv(f.env); v {
 		case "":
 		case "0":

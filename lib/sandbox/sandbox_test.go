@@ -15,11 +15,11 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 func TestFromEnv(t *testing.T) {
 	env := map[string]string{EnvKubeletPort: "20250", EnvHealthzPort: "20248", EnvNodeIP: "127.0.0.1",
 		EnvReadOnlyNetSysctl: "1", EnvHostPrep: HostPrepPackagesOnly, EnvLoopbackCNI: "1", EnvSnapshotter: "native",
-		EnvRestrictOOMScoreAdj: "1", EnvCgroupV1Writable: "1"}
+		EnvRestrictOOMScoreAdj: "1", EnvCgroupV1Writable: "1", EnvSkipSandboxImageCheck: "1"}
 	sb, err := FromEnv(state.Sandbox{}, envOf(env))
 	want := state.Sandbox{KubeletPort: 20250, HealthzPort: 20248, NodeIP: "127.0.0.1", ReadOnlyNetSysctl: true,
 		HostPrep: HostPrepPackagesOnly, LoopbackCNI: true, Snapshotter: "native", RestrictOOMScoreAdj: true,
-		CgroupV1Writable: true}
+		CgroupV1Writable: true, SkipSandboxImageCheck: true}
 	if err != nil || sb != want {
 		t.Fatalf("from the environment: %+v %v, want %+v", sb, err, want)
 	}
@@ -29,7 +29,8 @@ func TestFromEnv(t *testing.T) {
 		t.Errorf("backend settings %+v", s)
 	}
 	for k, v := range map[string]string{EnvKubeletPort: "x", EnvHealthzPort: "70000", EnvReadOnlyNetSysctl: "yes",
-		EnvHostPrep: "some", EnvLoopbackCNI: "yes", EnvSnapshotter: "zfs", EnvRestrictOOMScoreAdj: "2"} {
+		EnvHostPrep: "some", EnvLoopbackCNI: "yes", EnvSnapshotter: "zfs", EnvRestrictOOMScoreAdj: "2",
+		EnvSkipSandboxImageCheck: "y"} {
 		got, err := FromEnv(want, envOf(map[string]string{k: v}))
 		if err == nil {
 			t.Errorf("%s=%s accepted", k, v)

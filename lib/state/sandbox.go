@@ -36,6 +36,9 @@ type Sandbox struct {
 	// own (the rig's V1Controllers hosts), which the node remounts
 	// read-write and may create devices under.
 	CgroupV1Writable bool `json:"cgroupV1Writable,omitempty"`
+	// SkipSandboxImageCheck: the bootstrap asks no registry for the sandbox
+	// image (a test machine that must not reach public registries).
+	SkipSandboxImageCheck bool `json:"skipSandboxImageCheck,omitempty"`
 }
 
 // IsZero reports whether s holds no setting (production).

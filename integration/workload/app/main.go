@@ -13,6 +13,9 @@
 //	.../pause                 SIGTERM or SIGINT, reaping orphaned children
 //	app get URL               GET URL (5 s bound), print the body, exit 0 on
 //	                          200 (what a test execs: pod to pod, host to pod)
+//	app install FILE CONTENT  write CONTENT to FILE (a temporary file renamed
+//	                          into place), then pause: what a cluster CNI
+//	                          DaemonSet's pod does with a hostPath
 //
 // It exits 0 on SIGTERM or SIGINT in either mode, so pods stop at once.
 package main
@@ -39,10 +42,16 @@ const greeting = "kubeslot workload app"
 func main() {
 	args := os.Args[1:]
 	mode := filepath.Base(os.Args[0])
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "pause" || args[0] == "get") {
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "pause" || args[0] == "get" || args[0] == "install") {
 		mode, args = args[0], args[1:]
 	}
 	switch mode {
+	case "install":
+		if err := install(args); err != nil {
+			fmt.Fprintln(os.Stderr, "app:", err)
+			os.Exit(1)
+		}
+		pause()
 	case "pause":
 		pause()
 	case "get":
@@ -78,6 +87,23 @@ func pause() {
 			}
 		}
 	}
+}
+
+// install writes a file atomically, as a CNI DaemonSet writes its network
+// configuration into the node's /etc/cni/net.d.
+func install(args []string) error {
+	if len(args) != 2 {
+		return errors.New("usage: app install FILE CONTENT")
+	}
+	tmp := filepath.Join(filepath.Dir(args[0]), "."+filepath.Base(args[0])+".tmp")
+	if err := os.WriteFile(tmp, []byte(args[1]), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, args[0]); err != nil {
+		return err
+	}
+	fmt.Println("app: installed", args[0])
+	return nil
 }
 
 // get fetches one URL and prints its body.

@@ -546,8 +546,12 @@ func TestConfigurePreloadsImages(t *testing.T) {
 	if err := bad.Provision(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := bad.Configure(t.Context(), "a"); err == nil || !strings.Contains(err.Error(), "node.preload_images[0]") {
-		t.Fatalf("wrong sha256: %v", err)
+	if err := bad.Configure(t.Context(), "a"); err == nil || !strings.Contains(err.Error(), "node.preload_images[0]") ||
+		!errors.Is(err, artifact.ErrChecksum) || !strings.Contains(err.Error(), strings.Repeat("0", 64)) {
+		t.Fatalf("wrong sha256: %v; want a checksum error naming node.preload_images[0] and the configured sha256", err)
+	}
+	if e.exists("/opt/kubeslot/cache/sha256/" + strings.Repeat("0", 64)) {
+		t.Error("an archive that failed verification is in the cache")
 	}
 	if e.exists("/var/lib/machines/a/etc/kubernetes/kubelet-config.yaml") {
 		t.Error("node files written although a preload failed verification")

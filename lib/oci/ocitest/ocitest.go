@@ -1,6 +1,7 @@
 // Package ocitest serves an in-process OCI registry on 127.0.0.1 and builds
 // small test images from tar entries, for the tests of lib/oci and of the
-// isolation backends that pull node images. Imported only by tests.
+// isolation backends that pull node images. Imported only by tests and by
+// the rig's demo program (integration/demo, through integration/workload).
 package ocitest
 
 import (
@@ -33,6 +34,7 @@ type Registry struct {
 	// swap serves another path's answer for a path: a registry (or a
 	// cache in the way) that serves the wrong content.
 	swap map[string]string
+	srv  *httptest.Server
 }
 
 // Swap makes the registry answer requests for path with what it would
@@ -49,9 +51,17 @@ func (r *Registry) Swap(path, other string) {
 // NewRegistry starts a registry, stopped when the test ends.
 func NewRegistry(t testing.TB) *Registry {
 	t.Helper()
+	r := Start()
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Start starts a registry outside a test (the rig's demo program); Close
+// stops it.
+func Start() *Registry {
 	r := &Registry{}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
 		if other, ok := r.swap[req.URL.Path]; ok {
@@ -60,10 +70,12 @@ func NewRegistry(t testing.TB) *Registry {
 		r.mu.Unlock()
 		h.ServeHTTP(w, req)
 	}))
-	t.Cleanup(srv.Close)
-	r.Host = strings.TrimPrefix(srv.URL, "http://")
+	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
 	return r
 }
+
+// Close stops the registry.
+func (r *Registry) Close() { r.srv.Close() }
 
 // Requests returns the requests served so far and forgets them.
 func (r *Registry) Requests() []string {
@@ -77,19 +89,28 @@ func (r *Registry) Requests() []string {
 // Push stores img as repo:tag and returns its manifest digest (hex).
 func (r *Registry) Push(t testing.TB, repo, tag string, img v1.Image) string {
 	t.Helper()
-	ref, err := name.NewTag(r.Host+"/"+repo+":"+tag, name.Insecure)
+	hex, err := r.PushImage(repo, tag, img)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return hex
+}
+
+// PushImage is Push outside a test.
+func (r *Registry) PushImage(repo, tag string, img v1.Image) (string, error) {
+	ref, err := name.NewTag(r.Host+"/"+repo+":"+tag, name.Insecure)
+	if err != nil {
+		return "", err
+	}
 	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	d, err := img.Digest()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	r.Requests() // pushing is not what a test counts
-	return d.Hex
+	return d.Hex, nil
 }
 
 // PushIndex stores idx as repo:tag and returns its digest (hex).
