@@ -80,6 +80,7 @@ KEEP ?=
 demo: deps build bundle
 	@$(GO) run ./integration/demo -bins bin \
 		-kube-bin "$$(scripts/kube-bins.sh | tail -1)" \
+		-kube-prev-bin "$$(scripts/kube-bins.sh --prev kubelet | tail -1)" \
 		-kubectl "$$(scripts/kube-bins.sh kubectl | tail -1)/kubectl" \
 		-node-rootfs "$$(scripts/node-rootfs.sh | tail -1)" \
 		-bundle dist/kubeslot-$(VERSION)-$$($(GO) env GOARCH).tar.gz $(if $(filter 1,$(KEEP)),-keep)

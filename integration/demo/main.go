@@ -32,6 +32,7 @@ import (
 	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/integration/workload"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/units"
 )
@@ -40,6 +41,7 @@ import (
 type flags struct {
 	bins       string // this release's binaries (bin/ of make build)
 	kubeBin    string // etcd, kube-apiserver, kube-controller-manager, kubelet
+	kubePrev   string // the kubelet of the earlier Kubernetes release the node starts on
 	nodeRootfs string // the node rootfs tarball
 	bundle     string // the release bundle of make bundle (optional; shown, not needed)
 	kubectl    string
@@ -71,6 +73,9 @@ type demo struct {
 	env      []string
 	version  string // the running agent release's version
 
+	// the Kubernetes releases: the node starts on kubePrev and is upgraded to kubeCur through the Machine
+	kubePrev, kubeCur string
+
 	changedGen int64     // the Machine generation the configuration change made
 	changedAt  time.Time // when it was made
 	restartAt  time.Time // when the NodeRestart operation was created
@@ -99,6 +104,7 @@ func run() int {
 	var f flags
 	flag.StringVar(&f.bins, "bins", "bin", "directory of this release's kubeslot binaries (make build)")
 	flag.StringVar(&f.kubeBin, "kube-bin", os.Getenv("KUBESLOT_KUBE_BIN"), "directory of etcd, kube-apiserver, kube-controller-manager and kubelet (scripts/kube-bins.sh prints it)")
+	flag.StringVar(&f.kubePrev, "kube-prev-bin", os.Getenv("KUBESLOT_KUBE_BIN_PREV"), "directory of the kubelet of the earlier Kubernetes release the node starts on (scripts/kube-bins.sh --prev kubelet prints it)")
 	flag.StringVar(&f.nodeRootfs, "node-rootfs", os.Getenv("KUBESLOT_NODE_ROOTFS"), "node rootfs tarball (scripts/node-rootfs.sh prints it)")
 	flag.StringVar(&f.bundle, "bundle", "", "release bundle written by make bundle (optional)")
 	flag.StringVar(&f.kubectl, "kubectl", "kubectl", "kubectl binary (make demo passes the one scripts/kube-bins.sh builds)")
@@ -162,8 +168,8 @@ func run() int {
 		{"first-boot bootstrap (kubeslot-bootstrap.service)", d.bootstrap, []string{units.Bootstrap}},
 		{"Node Ready on slot a, Machine registered by the watcher", d.readyOnA, []string{units.Bootstrap, units.Watcher}},
 		{"a workload on the node: Deployment web, pod Ready, answering on its hostPort", d.runWorkload, []string{units.Watcher}},
-		{"change the Machine's configuration (label, updatePolicy Immediate)", d.changeMachine, []string{units.Watcher}},
-		{"watcher repaves onto slot b, Node Ready again", d.repaved, []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-repave@b.service"}},
+		{"upgrade Kubernetes through the Machine (spec.node.kubernetesVersion, a label, updatePolicy Immediate)", d.changeMachine, []string{units.Watcher}},
+		{"watcher repaves onto slot b with the new kubelet, Node Ready on the new version", d.repaved, []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-repave@b.service"}},
 		{"the workload runs again on slot b: its downtime across the repave", d.workloadAfterRepave, []string{units.Watcher}},
 		{"AgentUpgrade to a newer bundle", d.agentUpgrade, []string{units.Watcher, "kubeslot-upgrade.service", "kubeslot-recovery.service"}},
 		{"NodeRestart", d.nodeRestart, []string{units.Watcher, "kubeslot-restart.service"}},
@@ -230,7 +236,7 @@ func (d *demo) checkInputs() error {
 		return fmt.Errorf("isolated systemd hosts cannot run here: %w", err)
 	}
 	f := &d.flags
-	for _, p := range []*string{&f.bins, &f.kubeBin, &f.nodeRootfs, &f.bundle} {
+	for _, p := range []*string{&f.bins, &f.kubeBin, &f.kubePrev, &f.nodeRootfs, &f.bundle} {
 		if *p == "" {
 			continue
 		}
@@ -240,8 +246,8 @@ func (d *demo) checkInputs() error {
 		}
 		*p = abs
 	}
-	if f.kubeBin == "" || f.nodeRootfs == "" {
-		return fmt.Errorf("-kube-bin and -node-rootfs are required (make demo passes them: scripts/kube-bins.sh, scripts/node-rootfs.sh)")
+	if f.kubeBin == "" || f.kubePrev == "" || f.nodeRootfs == "" {
+		return fmt.Errorf("-kube-bin, -kube-prev-bin and -node-rootfs are required (make demo passes them: scripts/kube-bins.sh [--prev kubelet], scripts/node-rootfs.sh)")
 	}
 	for _, name := range kube.Components {
 		if _, err := os.Stat(filepath.Join(f.kubeBin, name)); err != nil {
@@ -265,7 +271,25 @@ func (d *demo) checkInputs() error {
 		return err
 	}
 	d.version = v
+	if d.kubeCur, err = kubeletRelease(ctx, filepath.Join(f.kubeBin, "kubelet")); err != nil {
+		return err
+	}
+	if d.kubePrev, err = kubeletRelease(ctx, filepath.Join(f.kubePrev, "kubelet")); err != nil {
+		return err
+	}
+	if d.kubePrev == d.kubeCur {
+		return fmt.Errorf("-kube-prev-bin %s holds kubelet %s, the same release as -kube-bin's: nothing to upgrade", f.kubePrev, d.kubePrev)
+	}
 	return nil
+}
+
+// kubeletRelease is the release a kubelet binary reports.
+func kubeletRelease(ctx context.Context, bin string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	return kuberelease.ParseKubeletVersion(out)
 }
 
 // keepRunning prints how to reach the rig and waits for Enter (go on with the reset) or Ctrl-C (clean up now).

@@ -1,8 +1,8 @@
 package main
 
 // The first half of the life cycle: the rig comes up, the host is laid down as Ignition would lay it down, the
-// first-boot unit bootstraps it onto slot a, and a change of the Machine's configuration makes the watcher repave it
-// onto slot b.
+// first-boot unit bootstraps it onto slot a on the earlier Kubernetes release, and a change of the Machine's
+// Kubernetes version makes the watcher repave it onto slot b with the newer kubelet.
 
 import (
 	"context"
@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/units"
@@ -29,6 +32,7 @@ import (
 
 // The label the demo adds to the Machine's node configuration: a configuration change, hence a repave.
 const (
+	demoReleaseDir = "release" // the Kubernetes release tree in the mirror
 	demoLabel      = "kubeslot.dev/demo"
 	demoLabelValue = "changed"
 )
@@ -79,8 +83,11 @@ func (d *demo) bootHost(ctx context.Context) (string, error) {
 	if d.sums["rootfs"], err = d.mirror.Add("node-rootfs.tar.gz", d.flags.nodeRootfs); err != nil {
 		return "", err
 	}
-	if d.sums["kubelet"], err = d.mirror.Add("kubelet", filepath.Join(d.flags.kubeBin, "kubelet")); err != nil {
-		return "", err
+	// A release tree like https://dl.k8s.io/release: the node's Kubernetes version picks its kubelet there.
+	for v, dir := range map[string]string{d.kubePrev: d.flags.kubePrev, d.kubeCur: d.flags.kubeBin} {
+		if _, err = d.mirror.Add(demoReleaseDir+"/"+kuberelease.KubeletPath(v, runtime.GOARCH), filepath.Join(dir, "kubelet")); err != nil {
+			return "", err
+		}
 	}
 	d.node = fmt.Sprintf("demo-%d", os.Getpid()%100000)
 	d.hostName = d.node + "-h"
@@ -204,9 +211,13 @@ ca_pem = %q
 bootstrap_token = %q
 
 [kubernetes]
-version = "1.37.2"
+version = %q
 cluster_dns = ["10.96.0.10"]
 cluster_domain = "demo.local"
+
+# the kubelet of the version, from a release tree laid out like https://dl.k8s.io/release
+[kubernetes.release]
+mirror = %q
 
 [kubernetes.labels]
 "node.kubernetes.io/pool" = "demo"
@@ -215,15 +226,11 @@ cluster_domain = "demo.local"
 source = %q
 sha256 = %q
 
-[artifacts.kubelet]
-url = %q
-sha256 = %q
-
 [timeouts]
 node_ready = "3m"
 stop = "30s"
-`, d.node, d.cp.URL(), string(d.cp.CAPEM()), token, d.mirror.URL("node-rootfs.tar.gz"), d.sums["rootfs"],
-		d.mirror.URL("kubelet"), d.sums["kubelet"]) + d.nodeTOML()
+`, d.node, d.cp.URL(), string(d.cp.CAPEM()), token, d.kubePrev, d.mirror.URL(demoReleaseDir), d.mirror.URL("node-rootfs.tar.gz"),
+		d.sums["rootfs"]) + d.nodeTOML()
 }
 
 // bootstrap starts the first-boot unit, as the host's first boot would, and waits for the oneshot to finish.
@@ -270,9 +277,9 @@ func (d *demo) readyOnA(ctx context.Context) (string, error) {
 	return fmt.Sprintf("applied/active = a, watcher active, Machine phase %s, agent %s", m.Status.Phase, m.Status.AgentVersion), nil
 }
 
-// changeMachine edits the Machine's node configuration through the API, as an operator would: a new node label,
-// and updatePolicy Immediate so the watcher repaves at once (the default, OnNodeDelete, waits until the operator
-// drained and deleted the Node).
+// changeMachine edits the Machine's node configuration through the API, as an operator would: the next Kubernetes
+// release, a new node label, and updatePolicy Immediate so the watcher repaves at once (the default, OnNodeDelete,
+// waits until the operator drained and deleted the Node).
 func (d *demo) changeMachine(ctx context.Context) (string, error) {
 	var gen int64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -284,6 +291,7 @@ func (d *demo) changeMachine(ctx context.Context) (string, error) {
 			m.Spec.Node.Labels = map[string]v1alpha1.LabelValue{}
 		}
 		m.Spec.Node.Labels[demoLabel] = demoLabelValue
+		m.Spec.Node.KubernetesVersion = d.kubeCur
 		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
 		m, err = d.mc.UpdateMachine(ctx, m)
 		if err == nil {
@@ -295,7 +303,8 @@ func (d *demo) changeMachine(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("update Machine %s: %w", d.node, err)
 	}
 	d.changedGen, d.changedAt = gen, time.Now()
-	return fmt.Sprintf("spec.node.labels[%s]=%s, spec.updatePolicy=Immediate: Machine generation %d", demoLabel, demoLabelValue, gen), nil
+	return fmt.Sprintf("spec.node.kubernetesVersion %s -> %s, spec.node.labels[%s]=%s, spec.updatePolicy=Immediate: Machine generation %d",
+		d.kubePrev, d.kubeCur, demoLabel, demoLabelValue, gen), nil
 }
 
 // repaved waits until the watcher's repave committed slot b, the Node is Ready again and the Machine says so.
@@ -330,7 +339,27 @@ func (d *demo) repaved(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	detail := "slot a -> b"
+	// What runs is what the spec asked for: the Node's kubelet, and the Machine's status read from it.
+	err = d.waitFor(ctx, time.Minute, "Node and Machine report Kubernetes "+d.kubeCur, func(ctx context.Context) (bool, string, error) {
+		n, err := d.admin.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		m, err := d.mc.GetMachine(ctx, d.node)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		applied := ""
+		if m.Status.Applied != nil {
+			applied = m.Status.Applied.KubernetesVersion
+		}
+		return n.Status.NodeInfo.KubeletVersion == "v"+d.kubeCur && applied == d.kubeCur,
+			fmt.Sprintf("Node kubelet %s, Machine status.applied.kubernetesVersion %q", n.Status.NodeInfo.KubeletVersion, applied), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	detail := fmt.Sprintf("slot a -> b, kubelet v%s -> v%s (Node and Machine)", d.kubePrev, d.kubeCur)
 	if st := d.status(id); st != nil {
 		detail += ", " + phases(st)
 	}
