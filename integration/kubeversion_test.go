@@ -23,6 +23,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/units"
 )
 
 func TestKubernetesUpgradeOnRig(t *testing.T) {
@@ -54,6 +55,10 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 	r := p.rpRig
 	rigTiming(t, "kubernetes upgrade: host on the earlier release bootstrapped to Node Ready", time.Since(t0))
 	r.checkVersions(ctx, prev)
+	// The bootstrap asked the API server for its version with the join credentials (no node identity yet).
+	if j, _ := r.h.Journal(ctx, units.Bootstrap); !strings.Contains(j, "kubernetes version within the skew policy") {
+		t.Errorf("the bootstrap did not check the version skew:\n%s", tailLines(j, 30))
+	}
 
 	ns := p.namespace(ctx)
 	p.deploy(ctx, ns)

@@ -54,6 +54,8 @@ type Cluster interface {
 	// Report writes the AgentBootstrapped condition (best effort: the
 	// implementation logs and swallows its own failures, bounded).
 	Report(ctx context.Context, cfg *config.Config, r Report)
+	// ServerVersion is the API server's version (/version's gitVersion).
+	ServerVersion(ctx context.Context, cfg *config.Config) (string, error)
 }
 
 // Releases finds what the configuration's Kubernetes version installs.
@@ -274,6 +276,22 @@ func (r *runner) list() []phase {
 // of a phase is written before it starts, so a crash resumes that phase
 // (each is idempotent); complete is written only after the commit.
 func (r *runner) phases(ctx context.Context, res *Result) error {
+	// A version the skew policy forbids is refused before anything is
+	// downloaded (best effort: a cluster that cannot be asked yet is waited
+	// for later, by the Node Ready wait).
+	if !r.rec.Checkpoint.Passed(ownership.CheckpointPreparingSlot) {
+		server, known, err := checkSkew(ctx, r.d.Cluster, r.cfg)
+		if err != nil {
+			err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
+			return err
+		}
+		if known {
+			r.log.Info("kubernetes version within the skew policy", "version", r.cfg.Kubernetes.Version, "apiserver", server)
+		} else {
+			r.log.Warn("version skew not checked: the API server's version is unknown", "reason", server)
+		}
+	}
 	// The kubelet of the version, looked up on the release mirror by every
 	// run that has phases left: the slot is built from it and the applied
 	// configuration records it.
@@ -524,6 +542,15 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 		}
 	}
 	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())
+	switch server, known, err := checkSkew(ctx, d.Cluster, cfg); {
+	case err != nil:
+		fmt.Fprintf(w, "kubernetes version: BLOCKED: %v\n", err)
+		problems = append(problems, "kubernetes version")
+	case known:
+		fmt.Fprintf(w, "kubernetes version: %s, API server %s: within the version skew policy\n", cfg.Kubernetes.Version, server)
+	default:
+		fmt.Fprintf(w, "kubernetes version: %s, API server not reachable to check the skew policy (%s)\n", cfg.Kubernetes.Version, server)
+	}
 	if line, err := checkSandboxImage(ctx, cfg, d.ResolveImage, d.sandboxImageSkip()); err != nil {
 		fmt.Fprintf(w, "sandbox image: BLOCKED: %v\n", err)
 		problems = append(problems, "sandbox image")

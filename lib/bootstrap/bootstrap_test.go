@@ -473,3 +473,37 @@ func TestWrongKubeletReleaseNotCommitted(t *testing.T) {
 		t.Error("applied/active written for a slot that runs another release")
 	}
 }
+
+// A version the skew policy forbids is refused before anything is
+// downloaded, and preflight says so; an API server that cannot be asked
+// does not stop the run.
+func TestVersionSkewRefusedBeforeDownload(t *testing.T) {
+	f := newFakes(t)
+	f.serverVersion = "v1.37.2"
+	cfg := testConfig(t, "worker-1")
+	cfg.Kubernetes.Version = "1.33.4"
+	var out strings.Builder
+	if err := Preflight(t.Context(), f.deps(), cfg, &out); err == nil || !strings.Contains(out.String(), "kubernetes version: BLOCKED") ||
+		!strings.Contains(out.String(), "skew policy") {
+		t.Errorf("preflight: %v\n%s", err, out.String())
+	}
+	_, err := Run(t.Context(), f.deps(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "skew policy") || !strings.Contains(err.Error(), "4 minor versions older") {
+		t.Fatalf("run: %v, want a refusal naming the skew policy", err)
+	}
+	for _, c := range f.Calls() {
+		if strings.HasPrefix(c, "provision") {
+			t.Errorf("provisioned (%s) although the version was refused", c)
+		}
+	}
+	// Unreachable: the run goes on (the wait for the Node bounds it later).
+	f2 := newFakes(t)
+	if _, err := Run(t.Context(), f2.deps(), testConfig(t, "worker-1")); err != nil {
+		t.Errorf("run with the API server unreachable for /version: %v", err)
+	}
+	var out2 strings.Builder
+	_ = Preflight(t.Context(), f2.deps(), testConfig(t, "worker-1"), &out2)
+	if !strings.Contains(out2.String(), "API server not reachable to check the skew policy") {
+		t.Errorf("preflight without an API server:\n%s", out2.String())
+	}
+}

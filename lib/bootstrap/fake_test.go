@@ -37,8 +37,10 @@ type fakes struct {
 	active  map[string]string // unit → ActiveState
 
 	failOn string // a call name that fails
-	// kubeletVersion is what the slot's kubelet reports ("": 1.37.2).
+	// kubeletVersion is what the slot's kubelet reports ("": 1.37.2);
+	// serverVersion the API server's ("": unreachable).
 	kubeletVersion string
+	serverVersion  string
 }
 
 func newFakes(t *testing.T) *fakes {
@@ -177,6 +179,13 @@ type fakeCluster struct{ f *fakes }
 func (c fakeCluster) WaitNodeReady(context.Context, *config.Config) error {
 	return c.f.call("node-ready")
 }
+func (c fakeCluster) ServerVersion(context.Context, *config.Config) (string, error) {
+	if c.f.serverVersion == "" {
+		return "", errors.New("connection refused")
+	}
+	return c.f.serverVersion, nil
+}
+
 func (c fakeCluster) Report(_ context.Context, _ *config.Config, r Report) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
