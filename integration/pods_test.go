@@ -349,7 +349,8 @@ func (p *podsRig) approveServing(ctx context.Context) {
 func (p *podsRig) namespace(ctx context.Context) string {
 	t := p.t
 	t.Helper()
-	ns := fmt.Sprintf("pods-%d", os.Getpid())
+	// One per rig host: tests of one run share the pid, and a deleted namespace lingers while it terminates.
+	ns := p.node
 	if _, err := p.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

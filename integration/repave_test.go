@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/requests"
 )
 
@@ -255,7 +256,8 @@ func TestRepaveOnRig(t *testing.T) {
 // TestRepavePowerCutOnRig: the rig host loses power during a repave, right after switch stopped the old node (the
 // state file says start). After boot the node runs on a slot whose applied configuration is valid, and
 // kubeslot-repave.path, which watches the state file, resumes and completes the repave onto b by itself: no request
-// is left (it was claimed) and nobody starts the repaver by hand.
+// is left (it was claimed) and nobody starts the repaver by hand. Then the same with the power cut in commit, and a
+// clean shutdown in verify.
 func TestRepavePowerCutOnRig(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -289,6 +291,68 @@ func TestRepavePowerCutOnRig(t *testing.T) {
 	if out, err := r.h.Run(ctx, "systemctl", "is-active", "systemd-nspawn@a.service"); err == nil {
 		t.Errorf("node a still runs after the resume: %s", out)
 	}
+
+	// Power cut in commit (issue 16, item 5): the target a was verified, nothing is committed yet, so the host
+	// boots the old node b (its machine is enabled at boot until commit ends). The resume must start and verify a
+	// again before it commits it: applied/active may never name a slot whose node is not running.
+	r.pauseRepaver(ctx, "rig-repaver-cut-commit", "commit")
+	if err := r.h.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	if err := r.h.Boot(ctx); err != nil {
+		t.Fatalf("boot again: %v", err)
+	}
+	r.waitResumed(ctx, "the power cut in commit", 8*time.Minute)
+	rigTiming(t, "repave: power cut in commit -> resumed (re-verified) by the path unit after boot", time.Since(t1))
+	if slot, _ := r.active(); slot != "a" {
+		t.Errorf("after the resume from commit: active %s, want a", slot)
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "is-active", "systemd-nspawn@a.service"); err != nil {
+		t.Errorf("applied/active names a, but its node is not running: %v %s", err, out)
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "is-active", "systemd-nspawn@b.service"); err == nil {
+		t.Errorf("node b still runs after the resume: %s", out)
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 2*time.Minute, r.h)
+
+	// A clean shutdown during a requested repave (issue 16, item 7): SIGTERM is not failure. The path unit's own
+	// worker pauses in verify (a drop-in in /run, gone with the reboot), the host powers off, and after the boot
+	// the path unit resumes the same request to Succeeded: no Failed status, no rollback.
+	if err := r.h.WriteFile("/run/systemd/system/kubeslot-repave@.service.d/zz-pause.conf",
+		[]byte("[Service]\nEnvironment="+bootstrap.EnvPauseAt+"=verify\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := r.h.Run(ctx, "systemctl", "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v %s", err, out)
+	}
+	_, applied := r.active()
+	desired := applied.Config
+	desired.Kubernetes.Labels["kubeslot.dev/round"] = "shutdown"
+	req := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 7, ""), MachineGeneration: 7,
+		Reason: "rig: a shutdown during verify", Desired: desired}
+	r.drop(ctx, req)
+	eventually(t, 5*time.Minute, "the path unit's repaver paused at verify", func() (bool, string) {
+		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
+		return strings.Contains(j, "paused at verify"), tailLines(j, 3)
+	})
+	if err := r.h.PowerOff(ctx); err != nil {
+		t.Fatalf("power off: %v", err)
+	}
+	if data, err := r.h.ReadFile("/opt/kubeslot/status/" + req.ID + ".json"); err == nil && strings.Contains(string(data), `"Failed"`) {
+		t.Errorf("a shutdown marked the repave Failed: %s", data)
+	}
+	t2 := time.Now()
+	if err := r.h.Boot(ctx); err != nil {
+		t.Fatalf("boot again: %v", err)
+	}
+	s := r.waitStatus(ctx, req.ID, 8*time.Minute)
+	r.logStatus("repave stopped by a shutdown in verify, resumed after boot", s)
+	rigTiming(t, "repave: shutdown in verify -> resumed to Succeeded after boot", time.Since(t2))
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Errorf("after the shutdown and boot: %s on %s: %s, want Succeeded on b", s.Phase, s.ActiveSlot, s.Message)
+	}
+	waitNodeHeartbeat(t, ctx, r.admin, r.node, t2, 2*time.Minute, r.h)
 }
 
 // TestRepaveTwoTriggersOnRig: triggers that meet give one repave each. The same request written again while it
