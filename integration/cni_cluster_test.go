@@ -265,18 +265,7 @@ func (p *podsRig) webPod(ctx context.Context, ns string, since time.Time, podCID
 	t := p.t
 	t.Helper()
 	if since.IsZero() {
-		no := false
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-			Spec: corev1.PodSpec{
-				NodeName:                      p.node,
-				Tolerations:                   []corev1.Toleration{{Key: "kubeslot.dev/rig", Operator: corev1.TolerationOpExists}},
-				AutomountServiceAccountToken:  &no,
-				EnableServiceLinks:            &no,
-				TerminationGracePeriodSeconds: func() *int64 { v := int64(2); return &v }(),
-				Containers:                    []corev1.Container{{Name: "web", Image: podsImage, ImagePullPolicy: corev1.PullIfNotPresent}},
-			},
-		}
+		pod := p.workloadPod("web", ns)
 		if _, err := p.admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -170,20 +170,8 @@ const edgePort = 18080
 func (p *podsRig) edgePod(ctx context.Context, ns string) {
 	t := p.t
 	t.Helper()
-	no := false
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: ns},
-		Spec: corev1.PodSpec{
-			NodeName:                     p.node,
-			Tolerations:                  []corev1.Toleration{{Key: "kubeslot.dev/rig", Operator: corev1.TolerationOpExists}},
-			AutomountServiceAccountToken: &no,
-			EnableServiceLinks:           &no,
-			Containers: []corev1.Container{{
-				Name: "web", Image: podsImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Ports: []corev1.ContainerPort{{ContainerPort: workload.Port, HostPort: edgePort}},
-			}},
-		},
-	}
+	pod := p.workloadPod("edge", ns)
+	pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: workload.Port, HostPort: edgePort}}
 	if _, err := p.admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +180,24 @@ func (p *podsRig) edgePod(ctx context.Context, ns string) {
 		body, err := p.hostGet(ctx, u)
 		return err == nil && strings.Contains(body, "edge"), fmt.Sprintf("%v %s", err, body)
 	})
+}
+
+// workloadPod is a pod of the workload image bound to the rig's node (the rig runs no scheduler), tolerating the
+// rig's taint, with no service account token or service links, and a short grace period.
+func (p *podsRig) workloadPod(name, ns string) *corev1.Pod {
+	no := false
+	grace := int64(2)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      p.node,
+			Tolerations:                   []corev1.Toleration{{Key: "kubeslot.dev/rig", Operator: corev1.TolerationOpExists}},
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{{Name: "web", Image: podsImage, ImagePullPolicy: corev1.PullIfNotPresent}},
+		},
+	}
 }
 
 func (p *podsRig) edgeURL() string {
