@@ -151,3 +151,6 @@ func TestStatusDamagedApplied(t *testing.T) {
 		t.Errorf("status should still show the ownership record:\n%s", out)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run, "status") }

@@ -28,6 +28,21 @@ type Globals struct {
 	HostRoot   string           `help:"kubeslot's own directory on the host." env:"KUBESLOT_HOST_ROOT" default:"/opt/kubeslot" placeholder:"DIR"`
 }
 
+func (g *Globals) globals() *Globals { return g }
+
+// check refuses what kong cannot: an empty --root-prefix or --host-root
+// (given as "" or through an empty environment variable) would otherwise mean
+// "/" or the default base silently, and a sandboxed run would act on the host.
+func (g *Globals) check() error {
+	if g.RootPrefix == "" {
+		return fmt.Errorf("--root-prefix (or %s) is empty: give a directory, or / for this host", hostroot.EnvPrefix)
+	}
+	if g.HostRoot == "" {
+		return errors.New("--host-root (or KUBESLOT_HOST_ROOT) is empty: give kubeslot's directory, e.g. /opt/kubeslot")
+	}
+	return nil
+}
+
 // Root builds the host-root resolver from the flags.
 func (g *Globals) Root() (*hostroot.Root, error) {
 	return hostroot.New(g.RootPrefix, g.HostRoot)
@@ -82,6 +97,11 @@ func Parse(name, description string, flags any, args []string, stdio IO) (*kong.
 	}()
 	if exited {
 		return nil, code, true
+	}
+	if err == nil {
+		if g, ok := flags.(interface{ globals() *Globals }); ok {
+			err = g.globals().check()
+		}
 	}
 	if err != nil {
 		var pe *kong.ParseError

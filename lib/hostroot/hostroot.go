@@ -70,11 +70,12 @@ type Root struct {
 	base   string // host path of kubeslot's own tree
 }
 
-// New returns a Root for prefix (an existing directory; "" means "/") with
-// kubeslot's tree at base (a host path; "" means DefaultBase).
+// New returns a Root for prefix (an existing directory, never "": a sandbox
+// whose prefix went missing must not act on the host) with kubeslot's tree at
+// base (a host path; "" means DefaultBase).
 func New(prefix, base string) (*Root, error) {
 	if prefix == "" {
-		prefix = "/"
+		return nil, errors.New("root prefix is empty: give a directory, or / for this host")
 	}
 	if !filepath.IsAbs(prefix) {
 		return nil, fmt.Errorf("root prefix %q: must be an absolute path", prefix)

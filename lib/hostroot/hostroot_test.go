@@ -227,3 +227,10 @@ func mustSymlink(t *testing.T, target, link string) {
 		t.Fatal(err)
 	}
 }
+
+// An empty prefix is refused, never taken for "/" (issue 17, item 3).
+func TestNewRejectsEmptyPrefix(t *testing.T) {
+	if _, err := New("", ""); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("empty prefix: %v", err)
+	}
+}
