@@ -154,3 +154,31 @@ func TestStatusDamagedApplied(t *testing.T) {
 
 // An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run, "status") }
+
+// status lists claimed requests (with their IDs) and request files moved
+// aside as unusable (issue 17, item 4).
+func TestStatusClaimedAndRejected(t *testing.T) {
+	prefix, root := installed(t)
+	stateDir, _ := root.Path(hostroot.StateDir)
+	for name, body := range map[string]string{
+		"claimed-restart.json":                 `{"kind":"restart","id":"restart-7-op-a","operation":"op-a"}`,
+		"claimed-upgrade.json":                 `not json`,
+		"rejected-repave-request-1234567.json": `{"kind":"restart"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(stateDir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	for _, want := range []string{"Claimed requests:", "claimed-restart.json (restart-7-op-a)", "claimed-upgrade.json (unusable",
+		"Refused requests:", "rejected-repave-request-1234567.json"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q (exit %d, stderr %q):\n%s", want, code, errs, out)
+		}
+	}
+	_, out, _ = clitest.Call(run, "", "--root-prefix", prefix, "status", "-o", "json")
+	var st status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Claimed) != 2 || len(st.Rejected) != 1 {
+		t.Errorf("json status: %v %+v", err, st)
+	}
+}

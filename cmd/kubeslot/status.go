@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
 
@@ -33,7 +35,13 @@ type status struct {
 	ActiveSlot    string          `json:"activeSlot,omitempty"`
 	Applied       *appliedSummary `json:"applied,omitempty"`
 	Requests      []string        `json:"requests"`
-	Problems      []string        `json:"problems"`
+	// Claimed are requests a worker took and has not finished, as
+	// "<file> (<request ID>)".
+	Claimed []string `json:"claimed"`
+	// Rejected are request files moved aside because no worker could use
+	// them (each also has a Failed status when it named a request ID).
+	Rejected []string `json:"rejected"`
+	Problems []string `json:"problems"`
 }
 
 type ownershipView struct {
@@ -79,7 +87,7 @@ func (c statusCmd) Run(e *env) error {
 // collect reads everything status shows. A damaged file is a problem to
 // show, not a reason to show nothing.
 func collect(root *hostroot.Root) *status {
-	st := &status{HostRoot: root.Base(), Requests: []string{}, Problems: []string{}}
+	st := &status{HostRoot: root.Base(), Requests: []string{}, Claimed: []string{}, Rejected: []string{}, Problems: []string{}}
 	problem := func(err error) { st.Problems = append(st.Problems, err.Error()) }
 
 	if v, found, err := root.ReadLayoutVersion(); err != nil {
@@ -121,6 +129,28 @@ func collect(root *hostroot.Root) *status {
 		}
 		sort.Strings(st.Requests)
 	}
+	if dir, err := root.Path(hostroot.StateDir); err != nil {
+		problem(err)
+	} else if ents, err := os.ReadDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		problem(err)
+	} else {
+		for _, ent := range ents {
+			n := ent.Name()
+			switch {
+			case !strings.HasSuffix(n, ".json"):
+			case strings.HasPrefix(n, "claimed-"):
+				kind := requests.Kind(strings.TrimSuffix(strings.TrimPrefix(n, "claimed-"), ".json"))
+				r, err := requests.ReadFile(filepath.Join(dir, n), kind)
+				if err != nil {
+					st.Claimed = append(st.Claimed, fmt.Sprintf("%s (unusable: %v)", n, err))
+				} else {
+					st.Claimed = append(st.Claimed, fmt.Sprintf("%s (%s)", n, r.ID))
+				}
+			case strings.HasPrefix(n, "rejected-"):
+				st.Rejected = append(st.Rejected, n)
+			}
+		}
+	}
 	return st
 }
 
@@ -153,6 +183,12 @@ func printStatus(w io.Writer, st *status) {
 		row("Pending requests:", "none")
 	} else {
 		row("Pending requests:", strings.Join(st.Requests, ", "))
+	}
+	if len(st.Claimed) > 0 {
+		row("Claimed requests:", strings.Join(st.Claimed, ", "))
+	}
+	if len(st.Rejected) > 0 {
+		row("Refused requests:", strings.Join(st.Rejected, ", ")+" (moved aside into state/; see their Failed status)")
 	}
 	tw.Flush()
 	for _, p := range st.Problems {

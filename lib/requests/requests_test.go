@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,73 @@ func TestPrune(t *testing.T) {
 	st, _, _ := d.ListStatus()
 	if len(st) != 4 {
 		t.Errorf("%d statuses left, want 4", len(st))
+	}
+}
+
+// A request file whose kind is not its file's, or that a worker cannot use,
+// is moved aside with a Failed status (issue 17, item 4): it never reaches a
+// worker, is never claimed again, and never blocks the others.
+func TestBadRequestMovedAside(t *testing.T) {
+	d, root := newDir(t)
+	l := lock(t, root)
+	plant := func(p string, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// requests/repave.json holding a restart (no desired configuration): a
+	// repaver given it as a repave dereferences nothing it needs.
+	rp, _ := d.RequestPath(Repave)
+	plant(rp, `{"kind":"restart","id":"restart-4-op-x","operation":"op-x","machineGeneration":4}`)
+	// A claimed upgrade that is not JSON at all.
+	cp, _ := d.ClaimedPath(Upgrade)
+	plant(cp, "\x00garbage")
+	// A claimed reset of the right kind next to a good pending one: the
+	// claimed one is bad (its ID names another kind).
+	cr, _ := d.ClaimedPath(Reset)
+	plant(cr, `{"kind":"reset","id":"repave-9-spec"}`)
+	d.Write(&Request{Kind: Reset, ID: NewID(Reset, 5, "op-r"), Operation: "op-r", MachineGeneration: 5})
+
+	// The watcher's view never fails on them.
+	if _, err := d.Known(); err != nil {
+		t.Fatalf("Known with bad request files: %v", err)
+	}
+	if r, err := d.Claim(l, Repave); !errors.Is(err, ErrNoRequest) || r != nil {
+		t.Fatalf("claim of a repave.json holding a restart: %+v %v, want ErrNoRequest", r, err)
+	}
+	if _, err := os.Stat(rp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("bad request still at %s: %v", rp, err)
+	}
+	s, err := d.ReadStatus("restart-4-op-x")
+	if err != nil || s.Phase != Failed || s.Operation != "op-x" || s.MachineGeneration != 4 || !strings.Contains(s.Message, "repave.json") {
+		t.Fatalf("status of the rejected request: %+v %v", s, err)
+	}
+	if r, err := d.Claim(l, Upgrade); !errors.Is(err, ErrNoRequest) || r != nil {
+		t.Fatalf("claim of a garbage claimed upgrade: %+v %v", r, err)
+	}
+	if r, err := d.Claim(l, Reset); err != nil || r == nil || r.ID != "reset-5-op-r" {
+		t.Fatalf("a bad claimed reset blocked the pending one: %+v %v", r, err)
+	}
+	if _, err := d.ReadStatus("repave-9-spec"); err == nil {
+		t.Fatal("a reset file's content wrote a repave's status")
+	}
+	aside, err := d.Rejected()
+	if err != nil || len(aside) != 3 {
+		t.Fatalf("rejected files: %v %v, want 3", aside, err)
+	}
+	for _, a := range aside {
+		if _, err := os.Stat(a.Path); err != nil {
+			t.Errorf("moved-aside file %s: %v", a.Path, err)
+		}
+	}
+	// Nothing left to claim a second time.
+	for _, k := range []Kind{Repave, Upgrade} {
+		if r, err := d.Claim(l, k); !errors.Is(err, ErrNoRequest) {
+			t.Errorf("second claim of %s: %+v %v", k, r, err)
+		}
 	}
 }

@@ -87,6 +87,11 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An unusable request file is moved aside (Failed) before anything
+	// reads it, so it never blocks this or a later upgrade.
+	if err := d.Requests.Sweep(t.lock, requests.Upgrade); err != nil {
+		return nil, err
+	}
 	claimed, err := d.Requests.Claimed(requests.Upgrade)
 	if err != nil {
 		return nil, err

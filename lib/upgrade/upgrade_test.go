@@ -614,3 +614,28 @@ func TestDroppedUnits(t *testing.T) {
 	}
 	e.currentRuns()
 }
+
+// An unusable claimed upgrade (another kind's request) is moved aside with a
+// Failed status instead of failing every run; the next good request runs
+// (issue 17, item 4).
+func TestUnusableClaimedRequestMovedAside(t *testing.T) {
+	e := newEnv(t)
+	cp, err := e.d.Requests.ClaimedPath(requests.Upgrade)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp, []byte(`{"kind":"reset","id":"reset-3-op-z","operation":"op-z","machineGeneration":3}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Run(t.Context(), e.d, e.job()); err != nil || res.Outcome != Nothing {
+		t.Fatalf("run with an unusable claimed request: %+v, %v", res, err)
+	}
+	if st, err := e.d.Requests.ReadStatus("reset-3-op-z"); err != nil || st.Phase != requests.Failed {
+		t.Fatalf("status of the refused request: %+v, %v", st, err)
+	}
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	e.request(e.serve(p), sha)
+	if res, err := Run(t.Context(), e.d, e.job()); err != nil || res.Outcome != Upgraded {
+		t.Fatalf("the next request: %+v, %v", res, err)
+	}
+}
