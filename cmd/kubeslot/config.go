@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
 type configCmd struct {
@@ -31,9 +31,10 @@ func (c configCheckCmd) Run(e *env) error {
 		err error
 	)
 	if c.File == "-" {
-		data, rerr := io.ReadAll(e.io.Stdin)
+		data, rerr := hostroot.ReadLimited(e.io.Stdin, "standard input", config.MaxFileSize)
 		if rerr != nil {
-			return fmt.Errorf("read standard input: %w", rerr)
+			fmt.Fprintln(e.io.Stderr, rerr)
+			return cli.ErrReported
 		}
 		cfg, err = config.Parse("<stdin>", data)
 	} else {

@@ -236,7 +236,7 @@ func releaseBinaries(dir string) ([]releaseBinary, error) {
 }
 
 func hashELF(p string) (string, error) {
-	f, err := os.Open(p)
+	f, err := hostroot.OpenInput(p)
 	if err != nil {
 		return "", err
 	}
@@ -282,7 +282,7 @@ func parseExtraFiles(specs []string) ([]extraFile, error) {
 
 // readBounded reads a whole file, refusing one larger than limit.
 func readBounded(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
+	f, err := hostroot.OpenInput(p)
 	if err != nil {
 		return nil, err
 	}

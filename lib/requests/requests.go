@@ -49,7 +49,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -239,17 +238,15 @@ func (d *Dir) statusPath(id string) (string, error) {
 var errContent = errors.New("unusable content")
 
 func readJSON(p string, v any) error {
-	f, err := os.Open(p)
+	// No-follow and regular only: a link in requests/ or state/ must not
+	// lead a worker (root) to read a file outside the host root, and a FIFO
+	// must not hang it.
+	b, err := hostroot.ReadRegular(p, maxFile)
+	if errors.Is(err, hostroot.ErrTooLarge) || errors.Is(err, hostroot.ErrNotRegular) {
+		return fmt.Errorf("%w: %w", err, errContent)
+	}
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", p, err)
-	}
-	if len(b) > maxFile {
-		return fmt.Errorf("read %s: larger than %d bytes: %w", p, maxFile, errContent)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("read %s: not valid JSON: %v: %w", p, err, errContent)

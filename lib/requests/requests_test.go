@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -263,5 +264,48 @@ func TestBadRequestMovedAside(t *testing.T) {
 		if r, err := d.Claim(l, k); !errors.Is(err, ErrNoRequest) {
 			t.Errorf("second claim of %s: %+v %v", k, r, err)
 		}
+	}
+}
+
+// Request files are read with no-follow semantics: a link in requests/ to a
+// file outside the root prefix is not read through, a FIFO does not hang;
+// both count as unusable and are moved aside (issue 17, items 6 and 7).
+func TestRequestLinkAndFIFONotRead(t *testing.T) {
+	d, root := newDir(t)
+	outside := filepath.Join(t.TempDir(), "restart.json")
+	os.WriteFile(outside, []byte(`{"kind":"restart","id":"restart-1-op"}`), 0o600)
+	p, _ := d.RequestPath(Restart)
+	if err := os.Symlink(outside, p); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.Pending(Restart); !errors.Is(err, ErrInvalid) || r != nil {
+		t.Fatalf("request through a link: %+v %v", r, err)
+	}
+	cp, _ := d.ClaimedPath(Reset)
+	if err := syscall.Mkfifo(cp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := d.Known(); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Known: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO request hangs")
+	}
+	l := lock(t, root)
+	if _, err := d.Claim(l, Restart); !errors.Is(err, ErrNoRequest) {
+		t.Fatalf("claim: %v", err)
+	}
+	if _, err := d.Claim(l, Reset); !errors.Is(err, ErrNoRequest) {
+		t.Fatalf("claim: %v", err)
+	}
+	if b, _ := os.ReadFile(outside); !strings.Contains(string(b), "restart-1-op") {
+		t.Errorf("the link's target changed: %q", b)
+	}
+	if rej, _ := d.Rejected(); len(rej) != 2 {
+		t.Errorf("rejected %v, want the link and the FIFO moved aside", rej)
 	}
 }

@@ -4,6 +4,7 @@ package clitest
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -109,4 +110,14 @@ func EmptyRoot(t *testing.T, name string, run Run, args ...string) {
 			os.Unsetenv(k)
 		}
 	}
+}
+
+// CallIO is Call with any standard input (nil: empty).
+func CallIO(run Run, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	var out, errb bytes.Buffer
+	code = run(args, cli.IO{Stdin: stdin, Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
 }
