@@ -182,3 +182,21 @@ func TestStatusClaimedAndRejected(t *testing.T) {
 		t.Errorf("json status: %v %+v", err, st)
 	}
 }
+
+// config check warns about a configuration with a join token that others can
+// read (issue 17, item 11); it still says the configuration is valid.
+func TestConfigCheckWarnsReadableSecret(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(f, config.Example(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(f, 0o644)
+	code, out, errs := clitest.Call(run, "", "config", "check", f)
+	if code != exitcode.OK || !strings.Contains(out, ": ok") || !strings.Contains(errs, "readable by others") || !strings.Contains(errs, "chmod 600") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	os.Chmod(f, 0o600)
+	if _, _, errs := clitest.Call(run, "", "config", "check", f); errs != "" {
+		t.Errorf("0600: stderr %q", errs)
+	}
+}

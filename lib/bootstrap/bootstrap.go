@@ -135,6 +135,27 @@ func LoadConfig(path string) (*config.Config, error) {
 	return cfg, nil
 }
 
+// ProtectConfig keeps the join token of the configuration file at path from
+// other users: a file others can read or write has those bits removed, with
+// a warning; with fix false (--preflight, which changes nothing) it only
+// warns. A mode it cannot fix is refused before the host is touched.
+func ProtectConfig(path string, cfg *config.Config, fix bool, log *slog.Logger) error {
+	mode, exposed, err := config.ExposedMode(path, cfg)
+	if err != nil || !exposed {
+		return err
+	}
+	msg := config.ExposureWarning(path, mode)
+	if !fix {
+		log.Warn("configuration readable by others: the bootstrap will restrict it to 0600", "problem", msg)
+		return nil
+	}
+	if err := os.Chmod(path, mode&^0o077); err != nil {
+		return fmt.Errorf("refusing the configuration, nothing was changed on the host: %s, and its mode cannot be fixed: %w", msg, err)
+	}
+	log.Warn("configuration was readable by others: mode fixed", "path", path, "from", fmt.Sprintf("%04o", mode), "to", fmt.Sprintf("%04o", mode&^0o077))
+	return nil
+}
+
 // Run is the whole stage for a valid cfg: lock, admission, phases (or the
 // verify-and-repair of a complete host), then, with the lock released,
 // starting the enabled kubeslot units that are not active: the watcher
