@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // rootfsTree is a small rootfs with every kind of entry Tar keeps.
@@ -131,6 +133,25 @@ func TestNormalTree(t *testing.T) {
 func TestGzip(t *testing.T) {
 	s := newSandbox(t)
 	if err := Tar(context.Background(), bytes.NewReader(gz(t, rootfsTree(t))), s.dest, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	checkRootfsTree(t, s.dest)
+}
+
+// zstd tarballs unpack like gzip ones (issue 17, item 9: config example
+// names a .tar.zst rootfs).
+func TestZstd(t *testing.T) {
+	s := newSandbox(t)
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(rootfsTree(t))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Tar(context.Background(), bytes.NewReader(buf.Bytes()), s.dest, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	checkRootfsTree(t, s.dest)
@@ -342,7 +363,7 @@ func TestBadArchives(t *testing.T) {
 		"empty input":   {nil, "archive is empty"},
 		"no entries":    {tarball(t), "no entries"},
 		"garbage":       {bytes.Repeat([]byte("not a tar "), 100), "read archive"},
-		"zstd":          {[]byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, "zstd-compressed archives are not supported"},
+		"bad zstd":      {[]byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, "zstd"},
 		"xz":            {[]byte{0xfd, '7', 'z', 'X', 'Z', 0, 1}, "xz-compressed"},
 		"truncated":     {tarball(t, fileE("a", strings.Repeat("x", 5000)))[:1500], "read content"},
 		"bad gzip":      {append(gz(t, tarball(t, fileE("a", "1")))[:30], 0, 0, 0), "unexpected EOF"},
