@@ -639,3 +639,35 @@ func TestUnusableClaimedRequestMovedAside(t *testing.T) {
 		t.Fatalf("the next request: %+v, %v", res, err)
 	}
 }
+
+// countingRunner records every program run.
+type countingRunner struct {
+	inner Runner
+	ran   []string
+}
+
+func (c *countingRunner) Output(ctx context.Context, p string, args ...string) ([]byte, error) {
+	c.ran = append(c.ran, p)
+	return c.inner.Output(ctx, p, args...)
+}
+
+// --preflight executes nothing, neither the bundle's binaries (untrusted
+// without --sha256) nor the running release's: versions come from the
+// manifests, or from the binaries' build information read as files (issue
+// 17, item 1).
+func TestPreflightExecutesNothing(t *testing.T) {
+	e := newEnv(t)
+	rec := &countingRunner{inner: e.d.Exec}
+	e.d.Exec = rec
+	p, _ := e.makeBundle("2.0", bundleOpts{})
+	plan, err := PreflightPlan(t.Context(), e.d, Job{Bundle: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.ran) != 0 {
+		t.Errorf("preflight ran %v", rec.ran)
+	}
+	if plan.ToVersion != "2.0" || plan.FromVersion == "" {
+		t.Errorf("plan %+v", plan)
+	}
+}
