@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
@@ -157,7 +158,7 @@ func (c ignitionCmd) report(w io.Writer, cfg *config.Config, base string, bins [
 	for i, b := range bins {
 		names[i] = b.name
 	}
-	how := "fetched from " + c.ReleaseURL + " and verified by sha256"
+	how := "fetched from " + artifact.Redact(c.ReleaseURL) + " and verified by sha256"
 	if c.Embed {
 		how = fmt.Sprintf("embedded (%.1f MiB before compression)", float64(embedded)/(1<<20))
 	}

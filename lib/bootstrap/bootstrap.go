@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
@@ -541,7 +542,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 		if _, err := os.Stat(p); err == nil {
 			fmt.Fprintf(w, "slot %s: %s exists\n", slot, path.Join(hostroot.MachinesDir, slot))
 		} else {
-			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), cfg.RootFS.Source)
+			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), artifact.Redact(cfg.RootFS.Source))
 		}
 	}
 	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -68,7 +69,7 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 	local, sha := "", strings.ToLower(j.SHA256)
 	switch {
 	case j.Bundle != "":
-		p.Source, local = j.Bundle, j.Bundle
+		p.Source, local = artifact.Redact(j.Bundle), j.Bundle
 	default:
 		var req *requests.Request
 		for _, get := range []func(requests.Kind) (*requests.Request, error){d.Requests.Claimed, d.Requests.Pending} {
@@ -83,7 +84,7 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 			p.Notes = append(p.Notes, "no upgrade request is pending and no --bundle was given: nothing to do")
 			return p, nil
 		}
-		p.RequestID, p.Source, sha = req.ID, req.Upgrade.URL, req.Upgrade.SHA256
+		p.RequestID, p.Source, sha = req.ID, artifact.Redact(req.Upgrade.URL), req.Upgrade.SHA256
 		if local = d.Fetcher.Cached(sha); local == "" {
 			p.Notes = append(p.Notes, "the bundle is not downloaded yet: its version and unit files are known only after the download")
 			return p, nil

@@ -671,3 +671,29 @@ func TestPreflightExecutesNothing(t *testing.T) {
 		t.Errorf("plan %+v", plan)
 	}
 }
+
+// A pre-signed bundle URL with credentials reaches neither the log nor the
+// preflight's plan (issue 17, item 5).
+func TestBundleURLRedacted(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	u := e.serve(p) + "?X-Amz-Signature=sekr1tsig"
+	e.request(strings.Replace(u, "http://", "http://user:hunter2pw@", 1), sha)
+	plan, err := PreflightPlan(t.Context(), e.d, Job{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	plan.WriteText(&buf)
+	plan.WriteJSON(&buf)
+	os.Remove(func() string { p, _ := e.d.Requests.RequestPath(requests.Upgrade); return p }())
+	e.request(u, sha)
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"hunter2pw", "sekr1tsig"} {
+		if strings.Contains(e.log.String()+buf.String(), s) {
+			t.Errorf("%q reached the log or the plan:\n%s\n%s", s, e.log, buf.String())
+		}
+	}
+}
