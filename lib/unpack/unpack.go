@@ -173,6 +173,9 @@ func tarInto(ctx context.Context, r io.Reader, dest string, opts Options) error 
 	if _, err := io.Copy(io.Discard, io.LimitReader(src, 1<<20)); err != nil {
 		return fmt.Errorf("read archive trailer: %w", err)
 	}
+	if err := x.checkLinks(); err != nil {
+		return err
+	}
 	if err := x.finishDirs(); err != nil {
 		return err
 	}

@@ -464,3 +464,37 @@ func TestReplacingAndXattrs(t *testing.T) {
 		t.Errorf("xattrs not counted:\n%s", logs.String())
 	}
 }
+
+// A chain of relative links, each harmless on its own, that resolves
+// outside the tree for any tool that follows it is refused (issue 17, item
+// 8); chains and absolute links that stay inside are kept.
+func TestLinkChainsResolved(t *testing.T) {
+	for name, c := range map[string]struct {
+		ents []ent
+		bad  string // "" when the archive is fine
+	}{
+		"dotdot through a link": {[]ent{dirE("d/", 0o755), symE("d/l1", ".."), symE("l2", "d/l1/..")}, "l2"},
+		"through an absolute link": {[]ent{symE("root", "/"), symE("up", "root/..")}, "up"},
+		"dotdot after two links": {[]ent{dirE("d/", 0o755), symE("d/e2", ".."), symE("d2", "d/e2/..")}, "d2"},
+		"chain inside": {[]ent{dirE("usr/lib/", 0o755), fileE("usr/lib/libc.so.6", "x"), symE("lib", "usr/lib"),
+			symE("usr/lib/libc.so", "../../lib/libc.so.6"), symE("abs", "/lib/libc.so")}, ""},
+		"dangling": {[]ent{symE("proc-self", "/proc/self/fd"), symE("missing", "a/b/c")}, ""},
+		"loop":     {[]ent{symE("a", "b"), symE("b", "a")}, ""},
+		"a directory on the way replaced by a link later": {[]ent{dirE("d/", 0o755), dirE("d/e/", 0o755), symE("x", "d/e/.."), symE("d/e", "..")}, "x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newSandbox(t)
+			err := Tar(context.Background(), bytes.NewReader(tarball(t, c.ents...)), s.dest, Options{})
+			if c.bad == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ee *EntryError
+			if !errors.As(err, &ee) || ee.Name != c.bad || !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "leaves the destination") {
+				t.Fatalf("got %v, want ErrUnsafe on entry %q", err, c.bad)
+			}
+		})
+	}
+}
