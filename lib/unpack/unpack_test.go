@@ -473,9 +473,9 @@ func TestLinkChainsResolved(t *testing.T) {
 		ents []ent
 		bad  string // "" when the archive is fine
 	}{
-		"dotdot through a link": {[]ent{dirE("d/", 0o755), symE("d/l1", ".."), symE("l2", "d/l1/..")}, "l2"},
+		"dotdot through a link":    {[]ent{dirE("d/", 0o755), symE("d/l1", ".."), symE("l2", "d/l1/..")}, "l2"},
 		"through an absolute link": {[]ent{symE("root", "/"), symE("up", "root/..")}, "up"},
-		"dotdot after two links": {[]ent{dirE("d/", 0o755), symE("d/e2", ".."), symE("d2", "d/e2/..")}, "d2"},
+		"dotdot after two links":   {[]ent{dirE("d/", 0o755), symE("d/e2", ".."), symE("d2", "d/e2/..")}, "d2"},
 		"chain inside": {[]ent{dirE("usr/lib/", 0o755), fileE("usr/lib/libc.so.6", "x"), symE("lib", "usr/lib"),
 			symE("usr/lib/libc.so", "../../lib/libc.so.6"), symE("abs", "/lib/libc.so")}, ""},
 		"dangling": {[]ent{symE("proc-self", "/proc/self/fd"), symE("missing", "a/b/c")}, ""},
