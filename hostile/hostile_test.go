@@ -406,4 +406,43 @@ var corpus = []hcase{
 			os.Chmod(p, 0o644)
 			return []string{"config", "check", p}
 		}},
+
+	// Item 10: status and messages.
+	{name: "status future layout version", bin: "kubeslot", code: 1, want: []string{"PROBLEM", "layout version 9"},
+		setup: func(e *env) []string {
+			e.installed()
+			e.hostFile("9\n", "layout-version")
+			return []string{"status"}
+		}},
+	{name: "status terminal escapes in the record", bin: "kubeslot", code: 1, want: []string{`\x1b]0;pwned`},
+		setup: func(e *env) []string {
+			e.installed()
+			p, _ := e.root.File(hostroot.OwnershipFile)
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, bytes.Replace(b, []byte(`"machine": "worker-1"`), []byte(`"machine": "worker-1\u001b]0;pwned\u0007"`), 1), 0o600)
+			return []string{"status"}
+		},
+		check: func(e *env, out string) {
+			if strings.ContainsAny(out, "\x1b\x07") {
+				e.t.Errorf("escape sequences reached the terminal: %q", out)
+			}
+		}},
+	{name: "status damaged record", bin: "kubeslot", code: 1, want: []string{"damaged record", "kubeslot-resetter --force"},
+		setup: func(e *env) []string {
+			e.installed()
+			e.hostFile(`{"schemaVersion": 1, "jour`, "ownership.json")
+			return []string{"status"}
+		}},
+	{name: "resetter dry run of a damaged record", bin: "kubeslot-resetter", code: 1, want: []string{"--force"},
+		setup: func(e *env) []string {
+			e.installed()
+			e.hostFile(`{"schemaVersion": 1, "jour`, "ownership.json")
+			return []string{"--dry-run"}
+		}},
+	{name: "resetter forced dry run of a damaged record", bin: "kubeslot-resetter", code: 0, want: []string{"lost, not undone: the whole journal", "dry run: nothing was changed"},
+		setup: func(e *env) []string {
+			e.installed()
+			e.hostFile(`{"schemaVersion": 1, "jour`, "ownership.json")
+			return []string{"--dry-run", "--force"}
+		}},
 }

@@ -200,3 +200,51 @@ func TestConfigCheckWarnsReadableSecret(t *testing.T) {
 		t.Errorf("0600: stderr %q", errs)
 	}
 }
+
+// status says what is wrong instead of looking healthy (issue 17, item 10):
+// a layout version from a later release, an active pointer naming no valid
+// slot (the file named), terminal escapes in record fields, a damaged
+// ownership record.
+func TestStatusHostileState(t *testing.T) {
+	t.Run("future layout version", func(t *testing.T) {
+		prefix, root := installed(t)
+		p, _ := root.File(hostroot.LayoutFile)
+		os.WriteFile(p, []byte("7\n"), 0o644)
+		code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if code != exitcode.Failure || !strings.Contains(out, "PROBLEM") || !strings.Contains(out, "layout version 7") {
+			t.Errorf("exit %d:\n%s", code, out)
+		}
+	})
+	t.Run("bad active names the file", func(t *testing.T) {
+		prefix, root := installed(t)
+		p, _ := root.File(hostroot.AppliedDir, "active")
+		if err := state.WriteChecksummed(p, []byte("../x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if code != exitcode.Failure || !strings.Contains(out, "PROBLEM: "+p) {
+			t.Errorf("exit %d, want a problem naming %s:\n%s", code, p, out)
+		}
+	})
+	t.Run("terminal escapes", func(t *testing.T) {
+		prefix, root := installed(t)
+		rec, _ := ownership.Load(root)
+		rec.AgentVersion = "v1\x1b[2J\x1b]0;pwned\x07"
+		if err := ownership.Save(root, rec); err != nil {
+			t.Fatal(err)
+		}
+		_, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `v1\x1b[2J`) {
+			t.Errorf("escapes printed raw or dropped silently: %q", out)
+		}
+	})
+	t.Run("damaged ownership record", func(t *testing.T) {
+		prefix, root := installed(t)
+		p, _ := root.File(hostroot.OwnershipFile)
+		os.WriteFile(p, []byte(`{"schemaVersion": 1, "installID": 7`), 0o600)
+		code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if code != exitcode.Failure || strings.Contains(out, "Ownership:  none") || !strings.Contains(out, "damaged") || !strings.Contains(out, "kubeslot-resetter --force") {
+			t.Errorf("exit %d:\n%s", code, out)
+		}
+	})
+}

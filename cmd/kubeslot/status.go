@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 
@@ -28,13 +31,16 @@ type statusCmd struct {
 // field names. It never holds a secret: the applied configuration appears
 // only as its summary and fingerprint.
 type status struct {
-	Installed     bool            `json:"installed"`
-	HostRoot      string          `json:"hostRoot"`
-	LayoutVersion int             `json:"layoutVersion,omitempty"`
-	Ownership     *ownershipView  `json:"ownership,omitempty"`
-	ActiveSlot    string          `json:"activeSlot,omitempty"`
-	Applied       *appliedSummary `json:"applied,omitempty"`
-	Requests      []string        `json:"requests"`
+	Installed     bool           `json:"installed"`
+	HostRoot      string         `json:"hostRoot"`
+	LayoutVersion int            `json:"layoutVersion,omitempty"`
+	Ownership     *ownershipView `json:"ownership,omitempty"`
+	// OwnershipDamaged: a record exists but cannot be trusted (see
+	// Problems); the host is not free.
+	OwnershipDamaged bool            `json:"ownershipDamaged,omitempty"`
+	ActiveSlot       string          `json:"activeSlot,omitempty"`
+	Applied          *appliedSummary `json:"applied,omitempty"`
+	Requests         []string        `json:"requests"`
 	// Claimed are requests a worker took and has not finished, as
 	// "<file> (<request ID>)".
 	Claimed []string `json:"claimed"`
@@ -94,10 +100,15 @@ func collect(root *hostroot.Root) *status {
 		problem(err)
 	} else if found {
 		st.LayoutVersion = v
+		if v != hostroot.LayoutVersion {
+			p, _ := root.File(hostroot.LayoutFile)
+			problem(fmt.Errorf("%s: layout version %d, this release understands %d: what follows may be misread; run the matching release", p, v, hostroot.LayoutVersion))
+		}
 	}
 	rec, err := ownership.Load(root)
 	switch {
 	case err != nil:
+		st.OwnershipDamaged = errors.Is(err, ownership.ErrDamagedRecord)
 		problem(err)
 	case rec != nil:
 		st.Installed = true
@@ -155,12 +166,14 @@ func collect(root *hostroot.Root) *status {
 }
 
 func printStatus(w io.Writer, st *status) {
-	if !st.Installed && st.ActiveSlot == "" && len(st.Problems) == 0 {
+	if !st.Installed && !st.OwnershipDamaged && st.ActiveSlot == "" && len(st.Problems) == 0 {
 		fmt.Fprintf(w, "No kubeslot installation on this host (%s has no ownership record).\n", st.HostRoot)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	// Every value may come from a file anyone with root could have edited:
+	// control characters are shown escaped, never sent to the terminal.
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(v)) }
 	row("Host root:", st.HostRoot)
 	if o := st.Ownership; o != nil {
 		row("Machine:", o.Machine)
@@ -169,6 +182,8 @@ func printStatus(w io.Writer, st *status) {
 		row("Agent version:", o.AgentVersion)
 		row("Host changes:", fmt.Sprintf("%d recorded (undone by reset)", o.HostChanges))
 		row("Updated:", o.UpdatedAt.Format(time.RFC3339))
+	} else if st.OwnershipDamaged {
+		row("Ownership:", "damaged record (see PROBLEM below; kubeslot-resetter --force removes the installation)")
 	} else {
 		row("Ownership:", "none")
 	}
@@ -192,6 +207,24 @@ func printStatus(w io.Writer, st *status) {
 	}
 	tw.Flush()
 	for _, p := range st.Problems {
-		fmt.Fprintf(w, "PROBLEM: %s\n", p)
+		fmt.Fprintf(w, "PROBLEM: %s\n", printable(p))
 	}
+}
+
+// printable escapes control characters (terminal escape sequences
+// included) and invalid UTF-8 the way Go quotes them, keeping the rest.
+func printable(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) || r == 0x7f:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

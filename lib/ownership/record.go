@@ -51,7 +51,7 @@ type DamagedError struct {
 }
 
 func (e *DamagedError) Error() string {
-	return fmt.Sprintf("ownership record %s: %s: inspect it; kubeslot-resetter removes the installation", e.Path, e.Problem)
+	return fmt.Sprintf("ownership record %s: %s: inspect it; kubeslot-resetter --force removes the installation (what the damaged journal no longer says is not undone)", e.Path, e.Problem)
 }
 
 // Is makes errors.Is(err, ErrDamagedRecord) true.

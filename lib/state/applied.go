@@ -121,7 +121,11 @@ func (s *Store) Active() (slot string, found bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	return strings.TrimSpace(string(b)), true, nil
+	slot = strings.TrimSpace(string(b))
+	if _, err := s.appliedPath(slot); err != nil {
+		return "", false, &CorruptError{Path: p, Reason: fmt.Sprintf("names %q, not a slot", slot)}
+	}
+	return slot, true, nil
 }
 
 // ActiveApplied returns the active slot's verified applied configuration,
