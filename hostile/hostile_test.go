@@ -445,4 +445,22 @@ var corpus = []hcase{
 			e.hostFile(`{"schemaVersion": 1, "jour`, "ownership.json")
 			return []string{"--dry-run", "--force"}
 		}},
+
+	// Item 2: a root prefix other than / never reaches this machine's own
+	// systemd; with no --systemd-bus the first systemd call is refused.
+	{name: "resetter in a sandbox without a bus", bin: "kubeslot-resetter", code: 1, want: []string{"--systemd-bus", "refusing to act on this machine's own systemd"},
+		setup: func(e *env) []string {
+			e.installed()
+			return []string{"--yes", "--lock-wait", "2s"}
+		}},
+	{name: "repaver restart in a sandbox without a bus", bin: "kubeslot-repaver", code: 1, want: []string{"--systemd-bus"},
+		setup: func(e *env) []string {
+			e.installed()
+			return []string{"--restart", "--lock-wait", "2s"}
+		}},
+	{name: "resetter in a sandbox with a bus that is not there", bin: "kubeslot-resetter", code: 1, want: []string{"no-such-bus"},
+		setup: func(e *env) []string {
+			e.installed()
+			return []string{"--yes", "--lock-wait", "2s", "--systemd-bus", "unix:path=" + e.scratch + "/no-such-bus"}
+		}},
 }

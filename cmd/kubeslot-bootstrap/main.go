@@ -97,7 +97,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		return bootstrap.Preflight(ctx, d, cfg, stdio.Stdout)
 	}
 	// 4. systemd over D-Bus, connected on first use (after admission).
-	sd := &systemdconn.Lazy{Ctx: ctx}
+	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
 	defer sd.Close()
 	d.Systemd = sd
 	d.NewIsolation = bootstrap.Isolation(root, sd, settings, log)

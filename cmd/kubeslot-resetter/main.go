@@ -115,7 +115,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		}
 	}
 	// 4. systemd over D-Bus, connected on first use.
-	sd := &systemdconn.Lazy{Ctx: ctx}
+	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
 	defer sd.Close()
 	d := reset.Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: request,
 		LockWait: f.LockWait, PublishWait: f.PublishWait, Force: f.Force}

@@ -26,6 +26,10 @@ type Globals struct {
 	LogLevel   string           `help:"Lowest level logged: debug, info, warn or error." enum:"debug,info,warn,error" default:"info"`
 	RootPrefix string           `help:"Directory that stands for the host's / (tests and sandboxes)." env:"KUBESLOT_ROOT_PREFIX" default:"/" placeholder:"DIR"`
 	HostRoot   string           `help:"kubeslot's own directory on the host." env:"KUBESLOT_HOST_ROOT" default:"/opt/kubeslot" placeholder:"DIR"`
+	// SystemdBus is the D-Bus address of the systemd that manages the root
+	// prefix. With a prefix other than /, stages act on no systemd without
+	// it (lib/systemdconn.For): never on this machine's own by default.
+	SystemdBus string `help:"D-Bus address of the systemd that manages --root-prefix (required for a prefix other than / whenever a stage needs systemd), e.g. unix:path=/proc/PID/root/run/dbus/system_bus_socket." env:"KUBESLOT_SYSTEMD_BUS" placeholder:"ADDRESS"`
 }
 
 func (g *Globals) globals() *Globals { return g }
