@@ -58,6 +58,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return err
 	}
+	// Its join token readable by others: fixed (logged), or only warned
+	// about by --preflight.
+	if err := bootstrap.ProtectConfig(f.Config, cfg, !f.Preflight, log); err != nil {
+		return err
+	}
 	// 2. The host root and the test/sandbox settings.
 	root, err := f.Root()
 	if err != nil {
@@ -92,7 +97,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		return bootstrap.Preflight(ctx, d, cfg, stdio.Stdout)
 	}
 	// 4. systemd over D-Bus, connected on first use (after admission).
-	sd := &systemdconn.Lazy{Ctx: ctx}
+	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
 	defer sd.Close()
 	d.Systemd = sd
 	d.NewIsolation = bootstrap.Isolation(root, sd, settings, log)

@@ -127,3 +127,38 @@ func TestBadTestEnvironmentIsUsageError(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
+
+// A configuration readable by others while it holds the join token has its
+// mode fixed before anything else, with a warning; --preflight only warns
+// (issue 17, item 11).
+func TestWorldReadableConfigFixed(t *testing.T) {
+	prefix := t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := ownership.Acquire(t.Context(), root, ownership.Holder{Stage: "kubeslot-resetter"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	cfgFile := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgFile, []byte(configText(t, "worker-1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(cfgFile, 0o644)
+	code, _, stderr := clitest.Call(run, "", "--root-prefix", prefix, "--config", cfgFile, "--preflight")
+	if fi, _ := os.Stat(cfgFile); fi.Mode().Perm() != 0o644 || !strings.Contains(stderr, "readable by others") {
+		t.Errorf("--preflight: exit %d, mode %v, stderr %q; want the mode kept and a warning", code, fi.Mode(), stderr)
+	}
+	code, _, stderr = clitest.Call(run, "", "--root-prefix", prefix, "--config", cfgFile)
+	if fi, _ := os.Stat(cfgFile); fi.Mode().Perm() != 0o600 || !strings.Contains(stderr, "readable by others") || !strings.Contains(stderr, "0600") {
+		t.Errorf("exit %d, mode %v, stderr %q; want mode 0600 and the fix logged", code, fi.Mode(), stderr)
+	}
+	if strings.Contains(stderr, "0123456789abcdef") {
+		t.Errorf("the token reached the log: %s", stderr)
+	}
+}

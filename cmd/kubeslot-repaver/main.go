@@ -148,7 +148,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		log.Warn("could not name the installation in the lock", "err", err)
 	}
 	// 4. Real collaborators: systemd over D-Bus on first use.
-	sd := &systemdconn.Lazy{Ctx: ctx}
+	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
 	defer sd.Close()
 	d := &repave.Deps{
 		Root: root, Log: log, Store: state.NewStore(root), Requests: requests.New(root),

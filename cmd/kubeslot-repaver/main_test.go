@@ -64,3 +64,6 @@ func TestJob(t *testing.T) {
 		t.Errorf("KUBESLOT_REQUEST=restart: kind %q", j.Kind)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }

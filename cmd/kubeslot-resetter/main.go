@@ -51,6 +51,7 @@ type flags struct {
 	cli.Globals
 	Yes         bool          `help:"Do not ask for confirmation."`
 	DryRun      bool          `help:"List what would be removed; change nothing."`
+	Force       bool          `help:"Reset even when the ownership record is damaged: what it still says is undone, what it lost is listed and left (see --dry-run --force)."`
 	LockWait    time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
 	PublishWait time.Duration `help:"Request path: how long to give the watcher to publish the result before it is stopped." default:"20s"`
 }
@@ -90,12 +91,18 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	}
 	// 2. --dry-run: report, change nothing.
 	if f.DryRun {
-		_, err := reset.DryRun(root, stdio.Stdout)
+		_, err := reset.Plan(root, stdio.Stdout, f.Force)
 		return err
 	}
 	// 3. By hand: show the plan and ask.
 	if !request && !f.Yes {
-		found, err := reset.DryRun(root, io.Discard)
+		// A forced reset shows its plan (what is salvaged and what is
+		// lost) before asking.
+		planOut := io.Discard
+		if f.Force {
+			planOut = stdio.Stdout
+		}
+		found, err := reset.Plan(root, planOut, f.Force)
 		if err != nil {
 			return err
 		}
@@ -108,10 +115,10 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		}
 	}
 	// 4. systemd over D-Bus, connected on first use.
-	sd := &systemdconn.Lazy{Ctx: ctx}
+	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
 	defer sd.Close()
 	d := reset.Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: request,
-		LockWait: f.LockWait, PublishWait: f.PublishWait}
+		LockWait: f.LockWait, PublishWait: f.PublishWait, Force: f.Force}
 	if pauseAt != "" {
 		d.Before = reset.PauseHook(pauseAt, func(s string) {
 			fmt.Fprintf(stdio.Stdout, "paused before %s (pid %d)\n", s, os.Getpid())

@@ -72,3 +72,6 @@ func TestConfirmation(t *testing.T) {
 		t.Errorf("--dry-run: exit %d:\n%s", code, out)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }

@@ -42,6 +42,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/lib/upgrade"
 )
 
@@ -119,8 +120,9 @@ func job(f *flags, getenv func(string) string) (upgrade.Job, error) {
 }
 
 // deps are the real collaborators; systemd over D-Bus on first use.
-func deps(ctx context.Context, root *hostroot.Root, log *slog.Logger) (*upgrade.Deps, func()) {
-	sd := &upgrade.DBus{Life: ctx}
+func deps(ctx context.Context, root *hostroot.Root, bus string, log *slog.Logger) (*upgrade.Deps, func()) {
+	l := systemdconn.For(ctx, root.Prefix(), bus)
+	sd := &upgrade.DBus{Life: ctx, Address: l.Address, Refused: l.Refused}
 	return &upgrade.Deps{
 		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
 		Fetcher: upgrade.CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
@@ -144,7 +146,7 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	d, closeBus := deps(ctx, root, log)
+	d, closeBus := deps(ctx, root, f.SystemdBus, log)
 	defer closeBus()
 	d.Hook = hook
 	// 2. Preflight: report and change nothing.
@@ -176,7 +178,7 @@ func recoverStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	d, closeBus := deps(ctx, root, log)
+	d, closeBus := deps(ctx, root, f.SystemdBus, log)
 	defer closeBus()
 	res, err := upgrade.Recover(ctx, d, upgrade.Job{Stage: name + " recover", LockWait: f.Recover.LockWait})
 	report(stdio, res)

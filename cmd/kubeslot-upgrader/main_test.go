@@ -69,3 +69,6 @@ func TestJob(t *testing.T) {
 		t.Errorf("KUBESLOT_REQUEST=upgrade: %+v, %v; want a triggered run", j, err)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }

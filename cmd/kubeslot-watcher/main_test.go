@@ -107,3 +107,6 @@ func TestStoppedWhileWaitingForTheLock(t *testing.T) {
 		t.Errorf("stopped while waiting: %v (exit %d), want %d", err, exitcode.Of(err), exitcode.Deferred)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }

@@ -239,7 +239,7 @@ func identityOf(cfg *rest.Config) string {
 			put(nil)
 			return
 		}
-		b, err := os.ReadFile(p)
+		b, err := hostroot.ReadInput(p, 1<<20)
 		if err != nil {
 			b = []byte("unreadable: " + err.Error())
 		}

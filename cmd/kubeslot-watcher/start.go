@@ -113,7 +113,7 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 		if err != nil {
 			return nil, exitcode.UsageError(err)
 		}
-		hooksErr = ensureHooks(ctx, root, rec, active, settings, log)
+		hooksErr = ensureHooks(ctx, root, f.SystemdBus, rec, active, settings, log)
 	}
 
 	kc := f.Kubeconfig
@@ -149,12 +149,12 @@ const hooksTimeout = 60 * time.Second
 
 // newOperator builds the node operator of the active slot's mode through the
 // mode composition table; tests replace it.
-var newOperator = func(ctx context.Context, root *hostroot.Root, rec *ownership.Record, a *state.Applied, settings isolation.Settings, log *slog.Logger) (isolation.Operator, func(), error) {
+var newOperator = func(ctx context.Context, root *hostroot.Root, bus string, rec *ownership.Record, a *state.Applied, settings isolation.Settings, log *slog.Logger) (isolation.Operator, func(), error) {
 	mode, err := isolation.AppliedMode(a)
 	if err != nil {
 		return nil, nil, err
 	}
-	sd := &systemdconn.Lazy{Ctx: ctx}
+	sd := systemdconn.For(ctx, root.Prefix(), bus)
 	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{},
 		Log: log, Record: rec, Settings: settings})
 	if err != nil {
@@ -169,12 +169,12 @@ var newOperator = func(ctx context.Context, root *hostroot.Root, rec *ownership.
 // caller holds the installation lock: repairs are journalled in rec. A
 // failure is logged and returned for the Machine's status, never fatal: the
 // node keeps running on the hooks it has.
-func ensureHooks(ctx context.Context, root *hostroot.Root, rec *ownership.Record, a *state.Applied, settings isolation.Settings, log *slog.Logger) error {
+func ensureHooks(ctx context.Context, root *hostroot.Root, bus string, rec *ownership.Record, a *state.Applied, settings isolation.Settings, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, hooksTimeout)
 	defer cancel()
 	t0 := time.Now()
 	err := func() error {
-		op, closeOp, err := newOperator(ctx, root, rec, a, settings, log)
+		op, closeOp, err := newOperator(ctx, root, bus, rec, a, settings, log)
 		if err != nil {
 			return err
 		}

@@ -141,7 +141,7 @@ func withOperator(t *testing.T, op *fakeOperator, buildErr error) *int {
 	t.Helper()
 	built := 0
 	prev := newOperator
-	newOperator = func(_ context.Context, _ *hostroot.Root, rec *ownership.Record, a *state.Applied, _ isolation.Settings, _ *slog.Logger) (isolation.Operator, func(), error) {
+	newOperator = func(_ context.Context, _ *hostroot.Root, _ string, rec *ownership.Record, a *state.Applied, _ isolation.Settings, _ *slog.Logger) (isolation.Operator, func(), error) {
 		built++
 		if rec == nil || a.Slot != "a" {
 			t.Errorf("operator built with record %v and slot %q; want the record and the active slot a", rec, a.Slot)

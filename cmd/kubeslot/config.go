@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
 type configCmd struct {
@@ -31,9 +31,10 @@ func (c configCheckCmd) Run(e *env) error {
 		err error
 	)
 	if c.File == "-" {
-		data, rerr := io.ReadAll(e.io.Stdin)
+		data, rerr := hostroot.ReadLimited(e.io.Stdin, "standard input", config.MaxFileSize)
 		if rerr != nil {
-			return fmt.Errorf("read standard input: %w", rerr)
+			fmt.Fprintln(e.io.Stderr, rerr)
+			return cli.ErrReported
 		}
 		cfg, err = config.Parse("<stdin>", data)
 	} else {
@@ -46,5 +47,10 @@ func (c configCheckCmd) Run(e *env) error {
 		return cli.ErrReported
 	}
 	fmt.Fprintf(e.io.Stdout, "%s: ok\n  %s\n  fingerprint %s\n", c.File, cfg.Summary(), cfg.Fingerprint())
+	if c.File != "-" {
+		if mode, exposed, err := config.ExposedMode(c.File, cfg); err == nil && exposed {
+			fmt.Fprintf(e.io.Stderr, "warning: %s\n", config.ExposureWarning(c.File, mode))
+		}
+	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
@@ -157,7 +158,7 @@ func (c ignitionCmd) report(w io.Writer, cfg *config.Config, base string, bins [
 	for i, b := range bins {
 		names[i] = b.name
 	}
-	how := "fetched from " + c.ReleaseURL + " and verified by sha256"
+	how := "fetched from " + artifact.Redact(c.ReleaseURL) + " and verified by sha256"
 	if c.Embed {
 		how = fmt.Sprintf("embedded (%.1f MiB before compression)", float64(embedded)/(1<<20))
 	}
@@ -236,7 +237,7 @@ func releaseBinaries(dir string) ([]releaseBinary, error) {
 }
 
 func hashELF(p string) (string, error) {
-	f, err := os.Open(p)
+	f, err := hostroot.OpenInput(p)
 	if err != nil {
 		return "", err
 	}
@@ -282,7 +283,7 @@ func parseExtraFiles(specs []string) ([]extraFile, error) {
 
 // readBounded reads a whole file, refusing one larger than limit.
 func readBounded(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
+	f, err := hostroot.OpenInput(p)
 	if err != nil {
 		return nil, err
 	}

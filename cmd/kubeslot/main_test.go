@@ -151,3 +151,100 @@ func TestStatusDamagedApplied(t *testing.T) {
 		t.Errorf("status should still show the ownership record:\n%s", out)
 	}
 }
+
+// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run, "status") }
+
+// status lists claimed requests (with their IDs) and request files moved
+// aside as unusable (issue 17, item 4).
+func TestStatusClaimedAndRejected(t *testing.T) {
+	prefix, root := installed(t)
+	stateDir, _ := root.Path(hostroot.StateDir)
+	for name, body := range map[string]string{
+		"claimed-restart.json":                 `{"kind":"restart","id":"restart-7-op-a","operation":"op-a"}`,
+		"claimed-upgrade.json":                 `not json`,
+		"rejected-repave-request-1234567.json": `{"kind":"restart"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(stateDir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	for _, want := range []string{"Claimed requests:", "claimed-restart.json (restart-7-op-a)", "claimed-upgrade.json (unusable",
+		"Refused requests:", "rejected-repave-request-1234567.json"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q (exit %d, stderr %q):\n%s", want, code, errs, out)
+		}
+	}
+	_, out, _ = clitest.Call(run, "", "--root-prefix", prefix, "status", "-o", "json")
+	var st status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Claimed) != 2 || len(st.Rejected) != 1 {
+		t.Errorf("json status: %v %+v", err, st)
+	}
+}
+
+// config check warns about a configuration with a join token that others can
+// read (issue 17, item 11); it still says the configuration is valid.
+func TestConfigCheckWarnsReadableSecret(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(f, config.Example(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(f, 0o644)
+	code, out, errs := clitest.Call(run, "", "config", "check", f)
+	if code != exitcode.OK || !strings.Contains(out, ": ok") || !strings.Contains(errs, "readable by others") || !strings.Contains(errs, "chmod 600") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	os.Chmod(f, 0o600)
+	if _, _, errs := clitest.Call(run, "", "config", "check", f); errs != "" {
+		t.Errorf("0600: stderr %q", errs)
+	}
+}
+
+// status says what is wrong instead of looking healthy (issue 17, item 10):
+// a layout version from a later release, an active pointer naming no valid
+// slot (the file named), terminal escapes in record fields, a damaged
+// ownership record.
+func TestStatusHostileState(t *testing.T) {
+	t.Run("future layout version", func(t *testing.T) {
+		prefix, root := installed(t)
+		p, _ := root.File(hostroot.LayoutFile)
+		os.WriteFile(p, []byte("7\n"), 0o644)
+		code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if code != exitcode.Failure || !strings.Contains(out, "PROBLEM") || !strings.Contains(out, "layout version 7") {
+			t.Errorf("exit %d:\n%s", code, out)
+		}
+	})
+	t.Run("bad active names the file", func(t *testing.T) {
+		prefix, root := installed(t)
+		p, _ := root.File(hostroot.AppliedDir, "active")
+		if err := state.WriteChecksummed(p, []byte("../x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if code != exitcode.Failure || !strings.Contains(out, "PROBLEM: "+p) {
+			t.Errorf("exit %d, want a problem naming %s:\n%s", code, p, out)
+		}
+	})
+	t.Run("terminal escapes", func(t *testing.T) {
+		prefix, root := installed(t)
+		rec, _ := ownership.Load(root)
+		rec.AgentVersion = "v1\x1b[2J\x1b]0;pwned\x07"
+		if err := ownership.Save(root, rec); err != nil {
+			t.Fatal(err)
+		}
+		_, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `v1\x1b[2J`) {
+			t.Errorf("escapes printed raw or dropped silently: %q", out)
+		}
+	})
+	t.Run("damaged ownership record", func(t *testing.T) {
+		prefix, root := installed(t)
+		p, _ := root.File(hostroot.OwnershipFile)
+		os.WriteFile(p, []byte(`{"schemaVersion": 1, "installID": 7`), 0o600)
+		code, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+		if code != exitcode.Failure || strings.Contains(out, "Ownership:  none") || !strings.Contains(out, "damaged") || !strings.Contains(out, "kubeslot-resetter --force") {
+			t.Errorf("exit %d:\n%s", code, out)
+		}
+	})
+}

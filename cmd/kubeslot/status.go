@@ -6,15 +6,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
 
@@ -26,14 +31,23 @@ type statusCmd struct {
 // field names. It never holds a secret: the applied configuration appears
 // only as its summary and fingerprint.
 type status struct {
-	Installed     bool            `json:"installed"`
-	HostRoot      string          `json:"hostRoot"`
-	LayoutVersion int             `json:"layoutVersion,omitempty"`
-	Ownership     *ownershipView  `json:"ownership,omitempty"`
-	ActiveSlot    string          `json:"activeSlot,omitempty"`
-	Applied       *appliedSummary `json:"applied,omitempty"`
-	Requests      []string        `json:"requests"`
-	Problems      []string        `json:"problems"`
+	Installed     bool           `json:"installed"`
+	HostRoot      string         `json:"hostRoot"`
+	LayoutVersion int            `json:"layoutVersion,omitempty"`
+	Ownership     *ownershipView `json:"ownership,omitempty"`
+	// OwnershipDamaged: a record exists but cannot be trusted (see
+	// Problems); the host is not free.
+	OwnershipDamaged bool            `json:"ownershipDamaged,omitempty"`
+	ActiveSlot       string          `json:"activeSlot,omitempty"`
+	Applied          *appliedSummary `json:"applied,omitempty"`
+	Requests         []string        `json:"requests"`
+	// Claimed are requests a worker took and has not finished, as
+	// "<file> (<request ID>)".
+	Claimed []string `json:"claimed"`
+	// Rejected are request files moved aside because no worker could use
+	// them (each also has a Failed status when it named a request ID).
+	Rejected []string `json:"rejected"`
+	Problems []string `json:"problems"`
 }
 
 type ownershipView struct {
@@ -79,17 +93,22 @@ func (c statusCmd) Run(e *env) error {
 // collect reads everything status shows. A damaged file is a problem to
 // show, not a reason to show nothing.
 func collect(root *hostroot.Root) *status {
-	st := &status{HostRoot: root.Base(), Requests: []string{}, Problems: []string{}}
+	st := &status{HostRoot: root.Base(), Requests: []string{}, Claimed: []string{}, Rejected: []string{}, Problems: []string{}}
 	problem := func(err error) { st.Problems = append(st.Problems, err.Error()) }
 
 	if v, found, err := root.ReadLayoutVersion(); err != nil {
 		problem(err)
 	} else if found {
 		st.LayoutVersion = v
+		if v != hostroot.LayoutVersion {
+			p, _ := root.File(hostroot.LayoutFile)
+			problem(fmt.Errorf("%s: layout version %d, this release understands %d: what follows may be misread; run the matching release", p, v, hostroot.LayoutVersion))
+		}
 	}
 	rec, err := ownership.Load(root)
 	switch {
 	case err != nil:
+		st.OwnershipDamaged = errors.Is(err, ownership.ErrDamagedRecord)
 		problem(err)
 	case rec != nil:
 		st.Installed = true
@@ -121,16 +140,40 @@ func collect(root *hostroot.Root) *status {
 		}
 		sort.Strings(st.Requests)
 	}
+	if dir, err := root.Path(hostroot.StateDir); err != nil {
+		problem(err)
+	} else if ents, err := os.ReadDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		problem(err)
+	} else {
+		for _, ent := range ents {
+			n := ent.Name()
+			switch {
+			case !strings.HasSuffix(n, ".json"):
+			case strings.HasPrefix(n, "claimed-"):
+				kind := requests.Kind(strings.TrimSuffix(strings.TrimPrefix(n, "claimed-"), ".json"))
+				r, err := requests.ReadFile(filepath.Join(dir, n), kind)
+				if err != nil {
+					st.Claimed = append(st.Claimed, fmt.Sprintf("%s (unusable: %v)", n, err))
+				} else {
+					st.Claimed = append(st.Claimed, fmt.Sprintf("%s (%s)", n, r.ID))
+				}
+			case strings.HasPrefix(n, "rejected-"):
+				st.Rejected = append(st.Rejected, n)
+			}
+		}
+	}
 	return st
 }
 
 func printStatus(w io.Writer, st *status) {
-	if !st.Installed && st.ActiveSlot == "" && len(st.Problems) == 0 {
+	if !st.Installed && !st.OwnershipDamaged && st.ActiveSlot == "" && len(st.Problems) == 0 {
 		fmt.Fprintf(w, "No kubeslot installation on this host (%s has no ownership record).\n", st.HostRoot)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	// Every value may come from a file anyone with root could have edited:
+	// control characters are shown escaped, never sent to the terminal.
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(v)) }
 	row("Host root:", st.HostRoot)
 	if o := st.Ownership; o != nil {
 		row("Machine:", o.Machine)
@@ -139,6 +182,8 @@ func printStatus(w io.Writer, st *status) {
 		row("Agent version:", o.AgentVersion)
 		row("Host changes:", fmt.Sprintf("%d recorded (undone by reset)", o.HostChanges))
 		row("Updated:", o.UpdatedAt.Format(time.RFC3339))
+	} else if st.OwnershipDamaged {
+		row("Ownership:", "damaged record (see PROBLEM below; kubeslot-resetter --force removes the installation)")
 	} else {
 		row("Ownership:", "none")
 	}
@@ -154,8 +199,32 @@ func printStatus(w io.Writer, st *status) {
 	} else {
 		row("Pending requests:", strings.Join(st.Requests, ", "))
 	}
+	if len(st.Claimed) > 0 {
+		row("Claimed requests:", strings.Join(st.Claimed, ", "))
+	}
+	if len(st.Rejected) > 0 {
+		row("Refused requests:", strings.Join(st.Rejected, ", ")+" (moved aside into state/; see their Failed status)")
+	}
 	tw.Flush()
 	for _, p := range st.Problems {
-		fmt.Fprintf(w, "PROBLEM: %s\n", p)
+		fmt.Fprintf(w, "PROBLEM: %s\n", printable(p))
 	}
+}
+
+// printable escapes control characters (terminal escape sequences
+// included) and invalid UTF-8 the way Go quotes them, keeping the rest.
+func printable(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) || r == 0x7f:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

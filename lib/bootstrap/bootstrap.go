@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
@@ -135,6 +136,27 @@ func LoadConfig(path string) (*config.Config, error) {
 		return nil, fmt.Errorf("invalid configuration, nothing was changed on the host: %w", err)
 	}
 	return cfg, nil
+}
+
+// ProtectConfig keeps the join token of the configuration file at path from
+// other users: a file others can read or write has those bits removed, with
+// a warning; with fix false (--preflight, which changes nothing) it only
+// warns. A mode it cannot fix is refused before the host is touched.
+func ProtectConfig(path string, cfg *config.Config, fix bool, log *slog.Logger) error {
+	mode, exposed, err := config.ExposedMode(path, cfg)
+	if err != nil || !exposed {
+		return err
+	}
+	msg := config.ExposureWarning(path, mode)
+	if !fix {
+		log.Warn("configuration readable by others: the bootstrap will restrict it to 0600", "problem", msg)
+		return nil
+	}
+	if err := os.Chmod(path, mode&^0o077); err != nil {
+		return fmt.Errorf("refusing the configuration, nothing was changed on the host: %s, and its mode cannot be fixed: %w", msg, err)
+	}
+	log.Warn("configuration was readable by others: mode fixed", "path", path, "from", fmt.Sprintf("%04o", mode), "to", fmt.Sprintf("%04o", mode&^0o077))
+	return nil
 }
 
 // Run is the whole stage for a valid cfg: lock, admission, phases (or the
@@ -538,7 +560,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 		if _, err := os.Stat(p); err == nil {
 			fmt.Fprintf(w, "slot %s: %s exists\n", slot, path.Join(hostroot.MachinesDir, slot))
 		} else {
-			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), cfg.RootFS.Source)
+			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), artifact.Redact(cfg.RootFS.Source))
 		}
 	}
 	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -239,7 +240,7 @@ func bundleSources(binDir, unitsDir string) ([]source, error) {
 // openRegular opens a local file that must be a regular file (a link to one
 // is followed: bin/ may hold links into a build tree).
 func openRegular(p string) (*os.File, fs.FileInfo, error) {
-	f, err := os.Open(p)
+	f, err := hostroot.OpenInput(p)
 	if err != nil {
 		return nil, nil, err
 	}

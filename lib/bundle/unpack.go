@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
 // maxTrailer bounds what may follow the tar end-of-archive blocks inside the
@@ -63,7 +64,7 @@ func Unpack(ctx context.Context, path, wantSHA256, wantArch, dest string, lim Li
 		return nil, fmt.Errorf("unpack %s: %w", path, err)
 	}
 
-	f, err := os.Open(path)
+	f, err := hostroot.OpenInput(path) // a FIFO would hang the reader
 	if err != nil {
 		return nil, fmt.Errorf("unpack: %w", err)
 	}

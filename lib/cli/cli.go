@@ -26,6 +26,25 @@ type Globals struct {
 	LogLevel   string           `help:"Lowest level logged: debug, info, warn or error." enum:"debug,info,warn,error" default:"info"`
 	RootPrefix string           `help:"Directory that stands for the host's / (tests and sandboxes)." env:"KUBESLOT_ROOT_PREFIX" default:"/" placeholder:"DIR"`
 	HostRoot   string           `help:"kubeslot's own directory on the host." env:"KUBESLOT_HOST_ROOT" default:"/opt/kubeslot" placeholder:"DIR"`
+	// SystemdBus is the D-Bus address of the systemd that manages the root
+	// prefix. With a prefix other than /, stages act on no systemd without
+	// it (lib/systemdconn.For): never on this machine's own by default.
+	SystemdBus string `help:"D-Bus address of the systemd that manages --root-prefix (required for a prefix other than / whenever a stage needs systemd), e.g. unix:path=/proc/PID/root/run/dbus/system_bus_socket." env:"KUBESLOT_SYSTEMD_BUS" placeholder:"ADDRESS"`
+}
+
+func (g *Globals) globals() *Globals { return g }
+
+// check refuses what kong cannot: an empty --root-prefix or --host-root
+// (given as "" or through an empty environment variable) would otherwise mean
+// "/" or the default base silently, and a sandboxed run would act on the host.
+func (g *Globals) check() error {
+	if g.RootPrefix == "" {
+		return fmt.Errorf("--root-prefix (or %s) is empty: give a directory, or / for this host", hostroot.EnvPrefix)
+	}
+	if g.HostRoot == "" {
+		return errors.New("--host-root (or KUBESLOT_HOST_ROOT) is empty: give kubeslot's directory, e.g. /opt/kubeslot")
+	}
+	return nil
 }
 
 // Root builds the host-root resolver from the flags.
@@ -82,6 +101,11 @@ func Parse(name, description string, flags any, args []string, stdio IO) (*kong.
 	}()
 	if exited {
 		return nil, code, true
+	}
+	if err == nil {
+		if g, ok := flags.(interface{ globals() *Globals }); ok {
+			err = g.globals().check()
+		}
 	}
 	if err != nil {
 		var pe *kong.ParseError

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/pelletier/go-toml/v2"
 )
 
@@ -170,23 +170,24 @@ const (
 // DefaultSlots returns the default slot names (a fresh slice each call).
 func DefaultSlots() []string { return []string{"a", "b"} }
 
-// maxFileSize bounds Load: a config is a few KiB, and reading /dev/zero by
+// MaxFileSize bounds Load: a config is a few KiB, and reading /dev/zero by
 // mistake should fail, not exhaust memory.
-const maxFileSize = 1 << 20
+const MaxFileSize = 1 << 20
 
 // Load reads and parses the configuration file at path.
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	// A FIFO or a device in place of the file is refused, not waited on.
+	f, err := hostroot.OpenInput(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", path, err)
 	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("read config %s: larger than %d bytes; is this the right file?", path, maxFileSize)
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("read config %s: larger than %d bytes; is this the right file?", path, MaxFileSize)
 	}
 	return Parse(path, data)
 }

@@ -194,7 +194,7 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(with(minimal, "cluster", `server = "ftp://x"`)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(big, []byte(minimal+strings.Repeat("# padding\n", maxFileSize/10+1)), 0o600); err != nil {
+	if err := os.WriteFile(big, []byte(minimal+strings.Repeat("# padding\n", MaxFileSize/10+1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Load(good); err != nil {

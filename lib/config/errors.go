@@ -101,6 +101,11 @@ func missingError(path []string, detail string) *Error {
 func (es Errors) locate(file string, idx index) error {
 	for _, e := range es {
 		e.File = file
+		// By type: a value at or below a Secret field (a dotted key such as
+		// bootstrap_token.value makes a table of it) is never shown.
+		if underSecret(e.path) && e.Value != "" {
+			e.Value = redacted
+		}
 		if e.Line > 0 || e.path == nil {
 			continue
 		}
@@ -271,6 +276,17 @@ var (
 	durationType = reflect.TypeFor[Duration]()
 	secretType   = reflect.TypeFor[Secret]()
 )
+
+// underSecret reports whether path, or a key above it, decodes into a
+// Secret.
+func underSecret(path []string) bool {
+	for i := 1; i <= len(path); i++ {
+		if t, ok := fieldType(path[:i]); ok && t == secretType {
+			return true
+		}
+	}
+	return false
+}
 
 // fieldType finds the Go type a key path decodes into.
 func fieldType(path []string) (reflect.Type, bool) {

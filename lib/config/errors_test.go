@@ -319,3 +319,17 @@ func TestValidateWithoutFile(t *testing.T) {
 		t.Errorf("Validate() = %v, want %s", err, want)
 	}
 }
+
+// Validation refuses what the host would refuse later (issue 17, item 9): a
+// slot name ending in '-' (not a valid machine name) and unclean absolute
+// paths.
+func TestValidationMatchesTheHost(t *testing.T) {
+	runErrorCases(t, []errorCase{
+		{"slot ending in -", with(minimal, "isolation", `slots = ["a-", "b"]`),
+			[]want{{"isolation.slots[0]", `"a-"`, "slot name must be", `slots =`}}},
+		{"unclean CA path", with(minimal, "cluster", `ca_file = "/srv/../../etc/shadow"`),
+			[]want{{"cluster.ca_file", `"/srv/../../etc/shadow"`, "must be a clean absolute path", `ca_file =`}}},
+		{"trailing slash path", with(minimal, "cluster", `ca_file = "/etc/kubeslot/ca.crt/"`),
+			[]want{{"cluster.ca_file", `"/etc/kubeslot/ca.crt/"`, "must be a clean absolute path", `ca_file =`}}},
+	})
+}

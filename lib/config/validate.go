@@ -67,7 +67,8 @@ var (
 	sha256RE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	anySHA256RE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 	tokenRE     = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
-	slotRE      = regexp.MustCompile(`^[a-z][a-z0-9-]{0,15}$`)
+	// A slot names a machine (a hostname label): no '-' at its end.
+	slotRE = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,14}[a-z0-9])?$`)
 	// Kubernetes label names and values (without the prefix).
 	qualifiedRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 )
@@ -203,8 +204,14 @@ func safeURL(s string) string {
 }
 
 func (v *validator) absPath(p []string, s string) {
-	if !filepath.IsAbs(s) || strings.ContainsRune(s, 0) {
+	switch {
+	case !filepath.IsAbs(s) || strings.ContainsRune(s, 0):
 		v.fail(p, quote(s), "must be an absolute path")
+	case filepath.Clean(s) != s:
+		// "/srv/../../etc/shadow" is not what it seems to say.
+		v.fail(p, quote(s), "must be a clean absolute path (no '.', '..', '//' or trailing '/'): %s", filepath.Clean(s))
+	case strings.ContainsAny(s, "\n\r"):
+		v.fail(p, quote(s), "must be an absolute path without line breaks")
 	}
 }
 
@@ -406,7 +413,7 @@ func (v *validator) isolation(iso *Isolation) {
 	}
 	for i, s := range iso.Slots {
 		if !slotRE.MatchString(s) {
-			v.fail(elem(p, i), quote(s), "slot name must be 1 to 16 characters of lowercase letters, digits and '-', starting with a letter")
+			v.fail(elem(p, i), quote(s), "slot name must be 1 to 16 characters of lowercase letters, digits and '-', starting with a letter and not ending with '-'")
 		}
 	}
 	if iso.Slots[0] == iso.Slots[1] {

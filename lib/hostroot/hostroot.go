@@ -70,11 +70,12 @@ type Root struct {
 	base   string // host path of kubeslot's own tree
 }
 
-// New returns a Root for prefix (an existing directory; "" means "/") with
-// kubeslot's tree at base (a host path; "" means DefaultBase).
+// New returns a Root for prefix (an existing directory, never "": a sandbox
+// whose prefix went missing must not act on the host) with kubeslot's tree at
+// base (a host path; "" means DefaultBase).
 func New(prefix, base string) (*Root, error) {
 	if prefix == "" {
-		prefix = "/"
+		return nil, errors.New("root prefix is empty: give a directory, or / for this host")
 	}
 	if !filepath.IsAbs(prefix) {
 		return nil, fmt.Errorf("root prefix %q: must be an absolute path", prefix)
@@ -169,6 +170,25 @@ func (r *Root) Resolve(hostPath string) (string, error) {
 // Path resolves a path inside kubeslot's base.
 func (r *Root) Path(elem ...string) (string, error) { return r.Resolve(r.HostPath(elem...)) }
 
+// File resolves a file inside kubeslot's base with no-follow semantics for
+// its last component: the directories on the way are resolved like Path,
+// the file's own name is taken literally. Opened with OpenRegular (or
+// replaced by lib/atomicfile's rename), a link planted in its place is
+// refused or replaced, never followed to what it names, which under the
+// prefix "/" could be any file of the host.
+func (r *Root) File(elem ...string) (string, error) {
+	host := r.HostPath(elem...)
+	dir, name := path.Split(host)
+	if err := checkName(name); err != nil || host == r.base {
+		return "", fmt.Errorf("file %q: must name a file inside %s", host, r.base)
+	}
+	local, err := r.Resolve(dir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(local, name), nil
+}
+
 // Unit resolves a unit file (or drop-in directory) in the unit directory.
 func (r *Root) Unit(name string) (string, error) { return r.named(UnitDir, name) }
 
@@ -183,8 +203,15 @@ func (r *Root) Machine(slot string, elem ...string) (string, error) {
 	return r.Resolve(path.Join(append([]string{MachinesDir, slot}, elem...)...))
 }
 
-// Lock resolves the installation lock file.
-func (r *Root) Lock() (string, error) { return r.named(RunDir, LockName) }
+// Lock resolves the installation lock file, its own name taken literally
+// (no-follow, like File): a link in its place is refused when opened.
+func (r *Root) Lock() (string, error) {
+	local, err := r.Resolve(RunDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(local, LockName), nil
+}
 
 func (r *Root) named(dir, name string) (string, error) {
 	if err := checkName(name); err != nil {

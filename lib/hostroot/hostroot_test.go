@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func newRoot(t *testing.T) (*Root, string) {
@@ -225,5 +227,56 @@ func mustSymlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An empty prefix is refused, never taken for "/" (issue 17, item 3).
+func TestNewRejectsEmptyPrefix(t *testing.T) {
+	if _, err := New("", ""); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("empty prefix: %v", err)
+	}
+}
+
+// Files kubeslot reads are opened without following a final link and only
+// when regular; a FIFO is refused at once instead of hanging the reader, and
+// reads are bounded (issue 17, items 6 and 7).
+func TestReadRegular(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("outside"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte("0123456789"), 0o600)
+	link := filepath.Join(dir, "link")
+	os.Symlink(outside, link)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadRegular(good, 10); err != nil || string(b) != "0123456789" {
+		t.Errorf("good: %q %v", b, err)
+	}
+	if _, err := ReadRegular(good, 9); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("over the bound: %v", err)
+	}
+	if _, err := ReadRegular(link, 100); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("link: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadRegular(fifo, 100); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
+			t.Errorf("fifo: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO hangs")
+	}
+	if _, err := ReadRegular(dir, 100); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("directory: %v", err)
+	}
+	if _, err := ReadRegular(filepath.Join(dir, "missing"), 100); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing: %v", err)
 	}
 }

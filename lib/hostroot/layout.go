@@ -54,12 +54,12 @@ func (r *Root) EnsureLayout() error {
 	}
 	if found {
 		if v != LayoutVersion {
-			p, _ := r.Path(LayoutFile)
+			p, _ := r.File(LayoutFile)
 			return fmt.Errorf("%s: layout version %d, this release understands %d: run the matching release or reset the host", p, v, LayoutVersion)
 		}
 		return nil
 	}
-	p, err := r.Path(LayoutFile)
+	p, err := r.File(LayoutFile)
 	if err != nil {
 		return err
 	}
@@ -69,11 +69,11 @@ func (r *Root) EnsureLayout() error {
 // ReadLayoutVersion reads the layout marker; found is false when there is
 // none (no installation yet).
 func (r *Root) ReadLayoutVersion() (version int, found bool, err error) {
-	p, err := r.Path(LayoutFile)
+	p, err := r.File(LayoutFile)
 	if err != nil {
 		return 0, false, err
 	}
-	b, err := os.ReadFile(p)
+	b, err := ReadRegular(p, 64)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, false, nil
 	}

@@ -61,7 +61,7 @@ func RESTConfig(root *hostroot.Root, dir string, cfg *config.Config) (*rest.Conf
 		}
 		local = filepath.Join(filepath.Dir(local), name)
 	}
-	pair, err := os.ReadFile(local)
+	pair, err := hostroot.ReadRegular(local, 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", p, ErrNoIdentity)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -108,6 +109,11 @@ func (c Change) target() string {
 	return c.Path
 }
 
+var (
+	packageNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	linkNameRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$`)
+)
+
 // validate checks a stored entry, which must carry its time.
 func (c Change) validate() error {
 	if err := c.validateTarget(); err != nil {
@@ -127,6 +133,14 @@ func (c Change) validateTarget() error {
 	if c.Kind.UsesName() {
 		if c.Name == "" || c.Path != "" {
 			return fmt.Errorf("%s: want name set and path empty (name %q, path %q)", c.Kind, c.Name, c.Path)
+		}
+		// Reset hands these names to apt-get and ip: one the host would
+		// refuse, or take for an option, is refused here already.
+		if c.Kind == KindPackage && !packageNameRE.MatchString(c.Name) {
+			return fmt.Errorf("%s %q: not a Debian package name", c.Kind, c.Name)
+		}
+		if c.Kind == KindPodNetwork && !linkNameRE.MatchString(c.Name) {
+			return fmt.Errorf("%s %q: not a network link name (1 to 15 characters of letters, digits, '_', '.', '-', not starting with '-')", c.Kind, c.Name)
 		}
 	} else {
 		if c.Name != "" || !path.IsAbs(c.Path) || path.Clean(c.Path) != c.Path || c.Path == "/" {

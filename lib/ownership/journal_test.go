@@ -242,3 +242,24 @@ func TestCapturePrior(t *testing.T) {
 		t.Errorf("Record of a captured prior: %v", err)
 	}
 }
+
+// Names the host would refuse, or take as options, are refused when
+// journalled and when a record is loaded (issue 17, item 9): reset runs
+// apt-get remove with a package's name.
+func TestJournalRejectsBadNames(t *testing.T) {
+	root := newRoot(t)
+	r := newRecord(t, "node-1", testFP)
+	for _, name := range []string{"systemd-container\nrm", "--purge", "-y", "Foo", "a b"} {
+		if err := r.Record(root, Change{Kind: KindPackage, Name: name, Prior: Prior{State: PriorAbsent}}); err == nil {
+			t.Errorf("package %q journalled", name)
+		}
+	}
+	for _, name := range []string{"cni0\n", "-x", "a/b", strings.Repeat("n", 16)} {
+		if err := r.Record(root, Change{Kind: KindPodNetwork, Name: name, Prior: Prior{State: PriorAbsent}}); err == nil {
+			t.Errorf("pod network %q journalled", name)
+		}
+	}
+	if err := r.Record(root, Change{Kind: KindPackage, Name: "libc6.1+x-2", Prior: Prior{State: PriorAbsent}}); err != nil {
+		t.Errorf("a valid package name refused: %v", err)
+	}
+}

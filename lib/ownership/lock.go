@@ -127,7 +127,9 @@ func Acquire(ctx context.Context, root *hostroot.Root, h Holder, log *slog.Logge
 	if err := ensureDir(filepath.Dir(p)); err != nil {
 		return nil, fmt.Errorf("acquire installation lock: %w", err)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	// No-follow: a link planted in place of the lock file would otherwise
+	// have kubeslot truncate and chmod whatever it points at.
+	f, err := hostroot.OpenRegularFlags(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("acquire installation lock: open %s: %w", p, err)
 	}
@@ -253,7 +255,7 @@ func flock(f *os.File, how int) error {
 // readHolder reads who holds the lock. It runs only while someone else holds
 // it; a stale text left by a crashed holder is overwritten by the next one.
 func readHolder(p string) (*Holder, string) {
-	f, err := os.Open(p)
+	f, err := hostroot.OpenRegular(p)
 	if err != nil {
 		return nil, ""
 	}

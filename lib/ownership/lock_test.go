@@ -327,3 +327,47 @@ func TestLockCancelled(t *testing.T) {
 		t.Errorf("cancelled Acquire: %v", err)
 	}
 }
+
+// A link planted in place of the lock file is not followed: the file it
+// points at is neither truncated nor chmod'd (issue 17, item 6).
+func TestLockFileLinkNotFollowed(t *testing.T) {
+	root, err := hostroot.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Under the prefix "/" a link to /etc/shadow names the host's own.
+	victim := filepath.Join(root.Prefix(), "etc", "shadow")
+	os.MkdirAll(filepath.Dir(victim), 0o755)
+	if err := os.WriteFile(victim, []byte("root:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := root.Lock()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/shadow", p); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	l, err := Acquire(ctx, root, Holder{Stage: "test"}, nil)
+	if err == nil {
+		l.Release()
+		t.Fatal("lock taken through a symbolic link")
+	}
+	if !errors.Is(err, hostroot.ErrNotRegular) {
+		t.Errorf("error %v, want one saying the lock file is not a regular file", err)
+	}
+	fi, _ := os.Stat(victim)
+	if b, _ := os.ReadFile(victim); string(b) != "root:secret\n" || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the link's target was changed: %q mode %v", b, fi.Mode())
+	}
+	// A FIFO in its place is refused too, at once.
+	os.Remove(p)
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Acquire(ctx, root, Holder{Stage: "test"}, nil); !errors.Is(err, hostroot.ErrNotRegular) {
+		t.Errorf("FIFO lock file: %v", err)
+	}
+}

@@ -51,7 +51,7 @@ type DamagedError struct {
 }
 
 func (e *DamagedError) Error() string {
-	return fmt.Sprintf("ownership record %s: %s: inspect it; kubeslot-resetter removes the installation", e.Path, e.Problem)
+	return fmt.Sprintf("ownership record %s: %s: inspect it; kubeslot-resetter --force removes the installation (what the damaged journal no longer says is not undone)", e.Path, e.Problem)
 }
 
 // Is makes errors.Is(err, ErrDamagedRecord) true.
@@ -188,7 +188,7 @@ func ShortFingerprint(fp string) string {
 
 // RecordPath resolves the local path of the ownership record.
 func RecordPath(root *hostroot.Root) (string, error) {
-	return root.Path(hostroot.OwnershipFile)
+	return root.File(hostroot.OwnershipFile)
 }
 
 // Load reads the ownership record. A missing record returns (nil, nil):
@@ -199,9 +199,12 @@ func Load(root *hostroot.Root) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
+	f, err := hostroot.OpenRegular(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
+	}
+	if errors.Is(err, hostroot.ErrNotRegular) {
+		return nil, &DamagedError{Path: p, Problem: err.Error()}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read ownership record %s: %w", p, err)

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -110,7 +109,7 @@ type State struct {
 }
 
 func statePath(root *hostroot.Root) (string, error) {
-	return root.Path(hostroot.StateDir, StateFile)
+	return root.File(hostroot.StateDir, StateFile)
 }
 
 // LoadState reads the transition; (nil, nil) when there is none.
@@ -119,7 +118,7 @@ func LoadState(root *hostroot.Root) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(p)
+	b, err := hostroot.ReadRegular(p, state.MaxChecksummed)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -652,3 +652,28 @@ func TestStopIsNotFailure(t *testing.T) {
 		})
 	}
 }
+
+// A repave.json that holds a restart (no desired configuration) panicked the
+// repaver on every run (issue 17, item 4): it is moved aside with a Failed
+// status, the host untouched, and a second run finds nothing.
+func TestOtherKindsRequestRefused(t *testing.T) {
+	r := newRig(t)
+	p, err := r.d.Requests.RequestPath(requests.Repave)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(`{"kind":"restart","id":"restart-4-op-x","operation":"op-x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if s, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true}); err != nil || s != nil {
+			t.Fatalf("run %d: %+v, %v; want nothing to do", i, s, err)
+		}
+	}
+	if s, err := r.d.Requests.ReadStatus("restart-4-op-x"); err != nil || s.Phase != requests.Failed {
+		t.Fatalf("status: %+v, %v", s, err)
+	}
+	if r.h.callList() != "" {
+		t.Errorf("the host was touched: %s", r.h.callList())
+	}
+}

@@ -49,7 +49,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -234,21 +233,23 @@ func (d *Dir) statusPath(id string) (string, error) {
 	return filepath.Join(dir, id+".json"), nil
 }
 
+// errContent marks a file that was read but whose content is unusable (as
+// opposed to one that could not be read).
+var errContent = errors.New("unusable content")
+
 func readJSON(p string, v any) error {
-	f, err := os.Open(p)
+	// No-follow and regular only: a link in requests/ or state/ must not
+	// lead a worker (root) to read a file outside the host root, and a FIFO
+	// must not hang it.
+	b, err := hostroot.ReadRegular(p, maxFile)
+	if errors.Is(err, hostroot.ErrTooLarge) || errors.Is(err, hostroot.ErrNotRegular) {
+		return fmt.Errorf("%w: %w", err, errContent)
+	}
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", p, err)
-	}
-	if len(b) > maxFile {
-		return fmt.Errorf("read %s: larger than %d bytes", p, maxFile)
-	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("read %s: not valid JSON: %w", p, err)
+		return fmt.Errorf("read %s: not valid JSON: %v: %w", p, err, errContent)
 	}
 	return nil
 }
@@ -261,15 +262,48 @@ func writeJSON(p string, v any) error {
 	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
 }
 
-func readRequest(p string) (*Request, error) {
+// ErrInvalid marks a request file no worker can use: not JSON, too large,
+// not a request of its file's kind, or missing what its kind needs. Such a
+// file is moved aside (Claim, Sweep), never retried.
+var ErrInvalid = errors.New("not a usable request")
+
+type invalidError struct {
+	path string
+	err  error
+}
+
+func (e *invalidError) Error() string        { return e.path + ": " + e.err.Error() }
+func (e *invalidError) Unwrap() error        { return e.err }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// readRequest reads the request file p of kind. A file that exists but
+// cannot be used is an error wrapping ErrInvalid; the request is returned
+// alongside when its JSON parsed, so that a rejection can name its ID.
+func readRequest(p string, kind Kind) (*Request, error) {
 	var r Request
 	if err := readJSON(p, &r); err != nil {
+		if errors.Is(err, errContent) {
+			return nil, &invalidError{p, err}
+		}
 		return nil, err
 	}
 	if err := r.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
+		return &r, &invalidError{p, err}
+	}
+	if r.Kind != kind {
+		return &r, &invalidError{p, fmt.Errorf("holds a %s request (%s), not a %s request", r.Kind, r.ID, kind)}
 	}
 	return &r, nil
+}
+
+// ReadFile reads one request file of kind without changing anything (for
+// kubeslot status); an unusable one is an error wrapping ErrInvalid.
+func ReadFile(p string, kind Kind) (*Request, error) {
+	r, err := readRequest(p, kind)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Pending returns the unclaimed request of kind, or nil.
@@ -278,11 +312,14 @@ func (d *Dir) Pending(kind Kind) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := readRequest(p)
+	r, err := readRequest(p, kind)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Claimed returns the claimed request of kind, or nil.
@@ -291,11 +328,14 @@ func (d *Dir) Claimed(kind Kind) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := readRequest(p)
+	r, err := readRequest(p, kind)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Write drops r as the pending request of its kind. It does nothing and
@@ -335,6 +375,9 @@ func (d *Dir) Claim(lock *ownership.Lock, kind Kind) (*Request, error) {
 	if !kind.Valid() {
 		return nil, fmt.Errorf("claim request: kind %q: not one of repave, restart, upgrade, reset", kind)
 	}
+	if err := d.Sweep(lock, kind); err != nil {
+		return nil, fmt.Errorf("claim %s request: %w", kind, err)
+	}
 	if c, err := d.Claimed(kind); err != nil || c != nil {
 		return c, err
 	}
@@ -346,7 +389,7 @@ func (d *Dir) Claim(lock *ownership.Lock, kind Kind) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := readRequest(src); err != nil {
+	if _, err := os.Lstat(src); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("claim %s request: %w", kind, ErrNoRequest)
 		}
@@ -358,7 +401,99 @@ func (d *Dir) Claim(lock *ownership.Lock, kind Kind) (*Request, error) {
 		}
 		return nil, fmt.Errorf("claim %s request: %w", kind, err)
 	}
-	return readRequest(dst)
+	r, err := readRequest(dst, kind)
+	if errors.Is(err, ErrInvalid) {
+		// Replaced between the sweep and the rename: refuse it the same way.
+		if rerr := d.reject(kind, dst, r, err); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		return nil, fmt.Errorf("claim %s request: %v (moved aside): %w", kind, err, ErrNoRequest)
+	}
+	return r, err
+}
+
+// Sweep moves aside the pending and the claimed request of kind when no
+// worker can use them (ErrInvalid), each with a Failed status when its
+// content names a request ID of its own kind, so that one bad file never
+// blocks a worker or the requests after it. It needs the installation lock.
+func (d *Dir) Sweep(lock *ownership.Lock, kind Kind) error {
+	if lock == nil {
+		return fmt.Errorf("sweep %s requests: the installation lock must be held", kind)
+	}
+	for _, path := range []func(Kind) (string, error){d.ClaimedPath, d.RequestPath} {
+		p, err := path(kind)
+		if err != nil {
+			return err
+		}
+		r, err := readRequest(p, kind)
+		if !errors.Is(err, ErrInvalid) {
+			continue // good, absent, or unreadable for now: the caller sees it
+		}
+		if err := d.reject(kind, p, r, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rejectedPrefix names the moved-aside request files in state/.
+const rejectedPrefix = "rejected-"
+
+// reject moves the request file p of kind aside into
+// state/rejected-<kind>-<request|claimed>-<nanoseconds>.json (kept, for a
+// person to read) and, when r names a request ID of its own kind that has
+// no final status yet, writes a Failed status for it saying why.
+func (d *Dir) reject(kind Kind, p string, r *Request, why error) error {
+	dir, err := d.dir(hostroot.StateDir)
+	if err != nil {
+		return err
+	}
+	from, rel := "request", hostroot.RequestsDir+"/"+filepath.Base(p)
+	if strings.HasPrefix(filepath.Base(p), "claimed-") {
+		from, rel = "claimed", hostroot.StateDir+"/"+filepath.Base(p)
+	}
+	name := fmt.Sprintf("%s%s-%s-%d.json", rejectedPrefix, kind, from, time.Now().UnixNano())
+	if err := atomicfile.Rename(p, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("move the unusable request %s aside: %w", p, err)
+	}
+	if r == nil || !r.Kind.Valid() || !idRE.MatchString(r.ID) || !strings.HasPrefix(r.ID, string(r.Kind)+"-") {
+		return nil
+	}
+	if prev, err := d.ReadStatus(r.ID); err == nil && prev.Phase.Finished() {
+		return nil
+	}
+	reason := why.Error()
+	var ie *invalidError
+	if errors.As(why, &ie) {
+		reason = ie.err.Error()
+	}
+	return d.WriteStatus(&Status{RequestID: r.ID, Kind: r.Kind, Operation: r.Operation, MachineGeneration: r.MachineGeneration,
+		Phase: Failed, Message: fmt.Sprintf("request refused: %s %s; moved aside to %s/%s", rel, reason, hostroot.StateDir, name)})
+}
+
+// RejectedFile is a request file moved aside because no worker could use it.
+type RejectedFile struct {
+	Name string // in state/
+	Path string // local path
+}
+
+// Rejected lists the request files moved aside, oldest first.
+func (d *Dir) Rejected() ([]RejectedFile, error) {
+	dir, err := d.dir(hostroot.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var out []RejectedFile
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), rejectedPrefix) && strings.HasSuffix(e.Name(), ".json") {
+			out = append(out, RejectedFile{Name: e.Name(), Path: filepath.Join(dir, e.Name())})
+		}
+	}
+	return out, nil
 }
 
 // Finish removes the claimed request of kind; call it after the final
@@ -441,6 +576,9 @@ func (d *Dir) Known() (map[string]bool, error) {
 	for _, k := range Kinds() {
 		for _, get := range []func(Kind) (*Request, error){d.Pending, d.Claimed} {
 			r, err := get(k)
+			if errors.Is(err, ErrInvalid) {
+				continue // a worker moves it aside; its ID, if any, is not trusted
+			}
 			if err != nil {
 				return nil, err
 			}

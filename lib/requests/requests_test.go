@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,5 +196,116 @@ func TestPrune(t *testing.T) {
 	st, _, _ := d.ListStatus()
 	if len(st) != 4 {
 		t.Errorf("%d statuses left, want 4", len(st))
+	}
+}
+
+// A request file whose kind is not its file's, or that a worker cannot use,
+// is moved aside with a Failed status (issue 17, item 4): it never reaches a
+// worker, is never claimed again, and never blocks the others.
+func TestBadRequestMovedAside(t *testing.T) {
+	d, root := newDir(t)
+	l := lock(t, root)
+	plant := func(p string, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// requests/repave.json holding a restart (no desired configuration): a
+	// repaver given it as a repave dereferences nothing it needs.
+	rp, _ := d.RequestPath(Repave)
+	plant(rp, `{"kind":"restart","id":"restart-4-op-x","operation":"op-x","machineGeneration":4}`)
+	// A claimed upgrade that is not JSON at all.
+	cp, _ := d.ClaimedPath(Upgrade)
+	plant(cp, "\x00garbage")
+	// A claimed reset of the right kind next to a good pending one: the
+	// claimed one is bad (its ID names another kind).
+	cr, _ := d.ClaimedPath(Reset)
+	plant(cr, `{"kind":"reset","id":"repave-9-spec"}`)
+	d.Write(&Request{Kind: Reset, ID: NewID(Reset, 5, "op-r"), Operation: "op-r", MachineGeneration: 5})
+
+	// The watcher's view never fails on them.
+	if _, err := d.Known(); err != nil {
+		t.Fatalf("Known with bad request files: %v", err)
+	}
+	if r, err := d.Claim(l, Repave); !errors.Is(err, ErrNoRequest) || r != nil {
+		t.Fatalf("claim of a repave.json holding a restart: %+v %v, want ErrNoRequest", r, err)
+	}
+	if _, err := os.Stat(rp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("bad request still at %s: %v", rp, err)
+	}
+	s, err := d.ReadStatus("restart-4-op-x")
+	if err != nil || s.Phase != Failed || s.Operation != "op-x" || s.MachineGeneration != 4 || !strings.Contains(s.Message, "repave.json") {
+		t.Fatalf("status of the rejected request: %+v %v", s, err)
+	}
+	if r, err := d.Claim(l, Upgrade); !errors.Is(err, ErrNoRequest) || r != nil {
+		t.Fatalf("claim of a garbage claimed upgrade: %+v %v", r, err)
+	}
+	if r, err := d.Claim(l, Reset); err != nil || r == nil || r.ID != "reset-5-op-r" {
+		t.Fatalf("a bad claimed reset blocked the pending one: %+v %v", r, err)
+	}
+	if _, err := d.ReadStatus("repave-9-spec"); err == nil {
+		t.Fatal("a reset file's content wrote a repave's status")
+	}
+	aside, err := d.Rejected()
+	if err != nil || len(aside) != 3 {
+		t.Fatalf("rejected files: %v %v, want 3", aside, err)
+	}
+	for _, a := range aside {
+		if _, err := os.Stat(a.Path); err != nil {
+			t.Errorf("moved-aside file %s: %v", a.Path, err)
+		}
+	}
+	// Nothing left to claim a second time.
+	for _, k := range []Kind{Repave, Upgrade} {
+		if r, err := d.Claim(l, k); !errors.Is(err, ErrNoRequest) {
+			t.Errorf("second claim of %s: %+v %v", k, r, err)
+		}
+	}
+}
+
+// Request files are read with no-follow semantics: a link in requests/ to a
+// file outside the root prefix is not read through, a FIFO does not hang;
+// both count as unusable and are moved aside (issue 17, items 6 and 7).
+func TestRequestLinkAndFIFONotRead(t *testing.T) {
+	d, root := newDir(t)
+	outside := filepath.Join(t.TempDir(), "restart.json")
+	os.WriteFile(outside, []byte(`{"kind":"restart","id":"restart-1-op"}`), 0o600)
+	p, _ := d.RequestPath(Restart)
+	if err := os.Symlink(outside, p); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.Pending(Restart); !errors.Is(err, ErrInvalid) || r != nil {
+		t.Fatalf("request through a link: %+v %v", r, err)
+	}
+	cp, _ := d.ClaimedPath(Reset)
+	if err := syscall.Mkfifo(cp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := d.Known(); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Known: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO request hangs")
+	}
+	l := lock(t, root)
+	if _, err := d.Claim(l, Restart); !errors.Is(err, ErrNoRequest) {
+		t.Fatalf("claim: %v", err)
+	}
+	if _, err := d.Claim(l, Reset); !errors.Is(err, ErrNoRequest) {
+		t.Fatalf("claim: %v", err)
+	}
+	if b, _ := os.ReadFile(outside); !strings.Contains(string(b), "restart-1-op") {
+		t.Errorf("the link's target changed: %q", b)
+	}
+	if rej, _ := d.Rejected(); len(rej) != 2 {
+		t.Errorf("rejected %v, want the link and the FIFO moved aside", rej)
 	}
 }

@@ -1,6 +1,7 @@
 package reset
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,9 +16,32 @@ import (
 // DryRun writes what a reset would do, step by step, to w, changing
 // nothing: no lock, no systemd, no writes. It reports false when no
 // installation owns the host (nothing to reset).
-func DryRun(root *hostroot.Root, w io.Writer) (bool, error) {
+func DryRun(root *hostroot.Root, w io.Writer) (bool, error) { return Plan(root, w, false) }
+
+// Plan is DryRun, and with force the plan of a forced reset of a damaged
+// ownership record (Deps.Force): what is salvaged is undone as usual, and
+// what was lost is listed, with what to check by hand.
+func Plan(root *hostroot.Root, w io.Writer, force bool) (bool, error) {
 	rec, err := ownership.Load(root)
+	var lost []string
+	if errors.Is(err, ownership.ErrDamagedRecord) && force {
+		writeLine(w, "the ownership record is damaged: %v", err)
+		if rec, lost, err = ownership.Salvage(root); err != nil {
+			return false, fmt.Errorf("--force: %w", err)
+		}
+		writeLine(w, "a forced reset replaces it by what can be salvaged: installation %s of machine %q, %d journal entries", rec.InstallID, rec.Machine, len(rec.Journal))
+		for _, l := range lost {
+			writeLine(w, "  lost, not undone: %s", l)
+		}
+		if len(lost) > 0 {
+			writeLine(w, "  check by hand what the lost entries changed: node machines (machinectl list), %s/<slot>, %s/<slot>.nspawn, packages kubeslot installed, %s/90-kubeslot.conf, %s/kubeslot.conf, swap",
+				hostroot.MachinesDir, hostroot.NspawnDir, hostroot.SysctlDir, hostroot.ModulesDir)
+		}
+	}
 	if err != nil {
+		if errors.Is(err, ownership.ErrDamagedRecord) {
+			return false, fmt.Errorf("cannot plan a reset from the ownership record: %w; add --force to see what a forced reset would do", err)
+		}
 		return false, fmt.Errorf("cannot plan a reset from the ownership record: %w", err)
 	}
 	if rec == nil {

@@ -87,6 +87,10 @@ type Deps struct {
 	// failures; the binary implements KUBESLOT_TEST_PAUSE_AT with it). An
 	// error stops the run there.
 	Before func(ctx context.Context, step string) error
+	// Force resets an installation whose ownership record is damaged,
+	// from what ownership.Salvage keeps of it (kubeslot-resetter --force):
+	// journal entries it lost are not undone.
+	Force bool
 }
 
 func (d *Deps) wait(v, def time.Duration) time.Duration {
@@ -247,7 +251,26 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 		}
 	}()
 	rec, err := ownership.Load(d.Root)
+	if errors.Is(err, ownership.ErrDamagedRecord) && d.Force {
+		var lost []string
+		if rec, lost, err = ownership.Salvage(d.Root); err != nil {
+			return nil, fmt.Errorf("--force: %w", err)
+		}
+		for _, l := range lost {
+			d.Log.Warn("forced reset of a damaged ownership record: not undone", "lost", l)
+		}
+		// The salvaged record replaces the damaged one (marked resetting),
+		// so a re-run resumes like any interrupted reset.
+		if err := ownership.Save(d.Root, rec); err != nil {
+			return nil, fmt.Errorf("--force: replace the damaged ownership record: %w", err)
+		}
+		d.Log.Warn("forced reset: the damaged ownership record was replaced by what could be salvaged", "install_id", rec.InstallID,
+			"journal_entries_kept", len(rec.Journal), "lost", len(lost))
+	}
 	if err != nil {
+		if errors.Is(err, ownership.ErrDamagedRecord) {
+			return nil, fmt.Errorf("cannot reset from the ownership record: %w; kubeslot-resetter --dry-run --force shows what a forced reset would do", err)
+		}
 		return nil, fmt.Errorf("cannot reset from the ownership record: %w", err)
 	}
 	res := &Result{}

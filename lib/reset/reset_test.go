@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -534,4 +535,56 @@ func TestRequestPathReportsAfterTheWork(t *testing.T) {
 	if c, _ := dir.Claimed(requests.Reset); c != nil {
 		t.Error("the failed request is still claimed: it would be retried unattended")
 	}
+}
+
+// A damaged ownership record is refused, naming --force; with Force the
+// reset works from what the record still says and removes the installation
+// (issue 17, item 10).
+func TestForcedResetOfDamagedRecord(t *testing.T) {
+	t.Run("salvaged journal", func(t *testing.T) {
+		h := newHost(t)
+		p, _ := ownership.RecordPath(h.root)
+		b, _ := os.ReadFile(p)
+		// An unknown checkpoint: strict decoding refuses the record.
+		damaged := strings.Replace(string(b), `"checkpoint": "complete"`, `"checkpoint": "bogus"`, 1)
+		if damaged == string(b) {
+			t.Fatalf("record has no complete checkpoint:\n%s", b)
+		}
+		os.WriteFile(p, []byte(damaged), 0o600)
+		if _, err := Run(t.Context(), h.deps()); err == nil || !strings.Contains(err.Error(), "--force") {
+			t.Fatalf("damaged record without force: %v", err)
+		}
+		var plan bytes.Buffer
+		if found, err := Plan(h.root, &plan, true); err != nil || !found || !strings.Contains(plan.String(), "damaged") {
+			t.Fatalf("forced plan: %v %v\n%s", found, err, plan.String())
+		}
+		d := h.deps()
+		d.Force = true
+		if _, err := Run(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+		checkReset(t, h)
+	})
+	t.Run("record not JSON", func(t *testing.T) {
+		h := newHost(t)
+		p, _ := ownership.RecordPath(h.root)
+		os.WriteFile(p, []byte(`{"schemaVersion": 1, "jour`), 0o600)
+		var plan bytes.Buffer
+		if _, err := Plan(h.root, &plan, true); err != nil || !strings.Contains(plan.String(), "lost, not undone: the whole journal") {
+			t.Fatalf("forced plan: %v\n%s", err, plan.String())
+		}
+		d := h.deps()
+		d.Force = true
+		if _, err := Run(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+		if h.exists("/opt/kubeslot") {
+			t.Error("the host root is still there")
+		}
+		for p := range foreignFiles {
+			if !h.exists(p) {
+				t.Errorf("%s (not kubeslot's) was removed", p)
+			}
+		}
+	})
 }

@@ -42,7 +42,7 @@ func (s *Store) appliedPath(slot string) (string, error) {
 	if slot == "" || slot == activeName || strings.ContainsAny(slot, "/.") {
 		return "", fmt.Errorf("slot name %q is not valid", slot)
 	}
-	return s.root.Path(hostroot.AppliedDir, slot+".json")
+	return s.root.File(hostroot.AppliedDir, slot+".json")
 }
 
 // SaveApplied persists a's configuration for its slot.
@@ -100,7 +100,7 @@ func (s *Store) SetActive(slot string) error {
 	if _, err := s.LoadApplied(slot); err != nil {
 		return fmt.Errorf("refusing to activate slot %q: %w", slot, err)
 	}
-	p, err := s.root.Path(hostroot.AppliedDir, activeName)
+	p, err := s.root.File(hostroot.AppliedDir, activeName)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (s *Store) SetActive(slot string) error {
 // Active returns the active slot; found is false when no slot was ever
 // committed.
 func (s *Store) Active() (slot string, found bool, err error) {
-	p, err := s.root.Path(hostroot.AppliedDir, activeName)
+	p, err := s.root.File(hostroot.AppliedDir, activeName)
 	if err != nil {
 		return "", false, err
 	}
@@ -121,7 +121,11 @@ func (s *Store) Active() (slot string, found bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	return strings.TrimSpace(string(b)), true, nil
+	slot = strings.TrimSpace(string(b))
+	if _, err := s.appliedPath(slot); err != nil {
+		return "", false, &CorruptError{Path: p, Reason: fmt.Sprintf("names %q, not a slot", slot)}
+	}
+	return slot, true, nil
 }
 
 // ActiveApplied returns the active slot's verified applied configuration,

@@ -3,7 +3,9 @@ package state
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,4 +150,52 @@ func TestActiveAppliedDuringACommit(t *testing.T) {
 	if _, err := s.ActiveApplied(); !errors.As(err, &ce) {
 		t.Errorf("active naming a slot without configuration: %v, want CorruptError", err)
 	}
+}
+
+// State files are read with no-follow semantics, regular files only and
+// bounded (issue 17, items 6 and 7): a link out of the root, a FIFO and a
+// 3 GB file are each refused at once as not trusted.
+func TestStateFilesHostile(t *testing.T) {
+	s, root, cfg := newStore(t)
+	if err := s.SaveApplied(&Applied{Slot: "a", Mode: "nspawn", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := root.Path(hostroot.AppliedDir, "a.json")
+	good, _ := os.ReadFile(p)
+	outside := filepath.Join(t.TempDir(), "a.json")
+	if err := os.WriteFile(outside, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { _, err := s.LoadApplied("a"); done <- err }()
+		select {
+		case err := <-done:
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Path != p {
+				t.Errorf("%s: %v, want a CorruptError naming %s", what, err, p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: reading hangs", what)
+		}
+	}
+	os.Remove(p)
+	if err := os.Symlink(outside, p); err != nil {
+		t.Fatal(err)
+	}
+	check("link out of the root")
+	os.Remove(p)
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check("FIFO")
+	os.Remove(p)
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(3 << 30) // sparse
+	f.Close()
+	check("3 GB file")
 }

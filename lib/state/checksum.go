@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
 // SidecarSuffix is appended to a file's name to name its checksum file.
@@ -38,6 +39,10 @@ type CorruptError struct {
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("%s: %s: not trusted; if a stage was interrupted, re-run it; otherwise reset the host (kubeslot-resetter)", e.Path, e.Reason)
 }
+
+// MaxChecksummed bounds a checksummed state file (an applied configuration
+// is a few KiB): a larger one is damaged, and is not read whole.
+const MaxChecksummed = 16 << 20
 
 // pendingSuffix names the sidecar of a write in progress (WriteChecksummed).
 const pendingSuffix = SidecarSuffix + ".new"
@@ -63,11 +68,14 @@ func WriteChecksummed(path string, data []byte, perm fs.FileMode) error {
 
 // ReadChecksummed reads path and verifies it against its sidecar.
 func ReadChecksummed(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := hostroot.ReadRegular(path, MaxChecksummed)
 	if errors.Is(err, fs.ErrNotExist) {
 		// A sidecar left alone is a removal that was interrupted after the
 		// data went (RemoveChecksummed): the file is gone.
 		return nil, fmt.Errorf("%s: %w", path, ErrNotFound)
+	}
+	if errors.Is(err, hostroot.ErrNotRegular) || errors.Is(err, hostroot.ErrTooLarge) {
+		return nil, &CorruptError{Path: path, Reason: err.Error()}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -87,7 +95,7 @@ func ReadChecksummed(path string) ([]byte, error) {
 // else why not.
 func verify(path, side string, data []byte) string {
 	name := filepath.Base(side)
-	b, err := os.ReadFile(side)
+	b, err := hostroot.ReadRegular(side, 4<<10)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "checksum file " + name + " is missing"
 	}

@@ -44,7 +44,7 @@ type Sandbox struct {
 // IsZero reports whether s holds no setting (production).
 func (s Sandbox) IsZero() bool { return s == Sandbox{} }
 
-func (s *Store) sandboxPath() (string, error) { return s.root.Path(hostroot.StateDir, SandboxFile) }
+func (s *Store) sandboxPath() (string, error) { return s.root.File(hostroot.StateDir, SandboxFile) }
 
 // SaveSandbox records sb (atomically, with its checksum); a zero sb removes
 // the record.

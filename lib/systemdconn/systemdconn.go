@@ -12,7 +12,9 @@ package systemdconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -81,8 +83,37 @@ func (o *Once[C]) Made() (C, bool) {
 // another installation) never needs the bus. Ctx is the connection's
 // lifetime (the process's context).
 type Lazy struct {
-	Ctx  context.Context
-	once Once[*hostapi.DBus]
+	Ctx context.Context
+	// Address, when set, is the D-Bus address of the systemd to use (a
+	// sandbox's system bus) instead of this machine's own.
+	Address string
+	// Refused, when set, is returned by every call instead of connecting:
+	// the run's root prefix is not this machine's "/" and no Address was
+	// given (For).
+	Refused error
+	once    Once[*hostapi.DBus]
+}
+
+// EnvBus names the environment variable that sets the bus when no
+// --systemd-bus flag does.
+const EnvBus = "KUBESLOT_SYSTEMD_BUS"
+
+// ErrNotConfined is returned (wrapped) when a stage whose root prefix is
+// not "/" would act through this machine's own systemd.
+var ErrNotConfined = errors.New("refusing to act on this machine's own systemd for a root prefix other than /")
+
+// For returns the connection a stage with root prefix prefix may use: with
+// the prefix "/" this machine's systemd (or address when given); with any
+// other prefix only the systemd at address, which the caller gives
+// explicitly (--systemd-bus): a sandboxed run must never stop this
+// machine's units or machines. Without an address, every call fails with
+// an error wrapping ErrNotConfined, and nothing is dialled.
+func For(ctx context.Context, prefix, address string) *Lazy {
+	l := &Lazy{Ctx: ctx, Address: address}
+	if address == "" && filepath.Clean(prefix) != "/" {
+		l.Refused = fmt.Errorf("%w (--root-prefix %s): give the D-Bus address of the systemd that manages that root with --systemd-bus ADDRESS (or %s), e.g. unix:path=/proc/PID/root/run/dbus/system_bus_socket", ErrNotConfined, prefix, EnvBus)
+	}
+	return l
 }
 
 // DialTimeout bounds connecting to systemd.
@@ -91,6 +122,14 @@ const DialTimeout = 30 * time.Second
 var _ hostapi.Systemd = (*Lazy)(nil) // isolation.SystemdConn
 
 func (l *Lazy) get(ctx context.Context) (*hostapi.DBus, error) {
+	if l.Refused != nil {
+		return nil, l.Refused
+	}
+	if l.Address != "" {
+		return l.once.Get(ctx, l.Ctx, func(life context.Context) (*hostapi.DBus, error) {
+			return hostapi.DialSystemdAt(life, l.Address)
+		})
+	}
 	return l.once.Get(ctx, l.Ctx, hostapi.DialSystemd)
 }
 

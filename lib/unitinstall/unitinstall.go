@@ -33,6 +33,9 @@ import (
 // the host paths it changed; the caller reloads systemd when that is not
 // empty. Units no longer in rendered are left alone here: see Dropped and
 // Remove.
+// maxUnitFile bounds what is read of a unit file already on the host.
+const maxUnitFile = 1 << 20
+
 func Install(root *hostroot.Root, rec *ownership.Record, rendered map[string][]byte) ([]string, error) {
 	var changed []string
 	for _, name := range slices.Sorted(maps.Keys(rendered)) {
@@ -102,7 +105,7 @@ func Remove(root *hostroot.Root, name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(local)
+	data, err := hostroot.ReadRegular(local, maxUnitFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -166,7 +169,7 @@ func sameFile(local string, data []byte) bool {
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
 		return false
 	}
-	old, err := os.ReadFile(local)
+	old, err := hostroot.ReadRegular(local, maxUnitFile)
 	return err == nil && bytes.Equal(old, data)
 }
 

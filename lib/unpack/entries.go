@@ -27,6 +27,10 @@ type extractor struct {
 	dirTimes []dirTime // applied last: extracting children changes them
 	buf      []byte
 
+	// linkNames are the symbolic links made, checked again once the whole
+	// tree is there (a later entry can change what an earlier link meets).
+	linkNames []string
+
 	entries, files, dirCount, symlinks, hardlinks, skipped, xattrs int
 	bytes                                                          int64
 }
@@ -291,6 +295,14 @@ func (x *extractor) symlink(name string, hdr *tar.Header) error {
 	if err := x.root.Symlink(target, name); err != nil {
 		return err
 	}
+	// Each link passed the lexical check, but a chain of them (d/l -> ..,
+	// then x -> d/l/..) can still lead out: resolve it as a tool following
+	// it would.
+	if err := x.checkResolves(name, target); err != nil {
+		_ = x.root.Remove(name)
+		return err
+	}
+	x.linkNames = append(x.linkNames, name)
 	if !x.opts.IgnoreOwner {
 		if err := x.root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
 			return err
@@ -331,6 +343,89 @@ func (x *extractor) hardlink(name string, hdr *tar.Header) error {
 		return err
 	}
 	x.hardlinks++
+	return nil
+}
+
+// maxLinkHops bounds link expansion, like the kernel's ELOOP limit.
+const maxLinkHops = 40
+
+// checkResolves refuses the link at name when following it, and every link
+// met on the way (absolute ones starting again at the destination, as in
+// the node), climbs above the destination.
+func (x *extractor) checkResolves(name, target string) error {
+	leaves, err := x.leaves(name)
+	if err != nil {
+		return err
+	}
+	if leaves {
+		return fmt.Errorf("%w: symbolic link target %q leaves the destination through the links it resolves through", ErrUnsafe, target)
+	}
+	return nil
+}
+
+// leaves resolves name (a path in the destination) component by component,
+// following links, and reports whether a ".." climbs above the
+// destination. Missing components, files in the middle and link loops end
+// nowhere outside, so they are fine here.
+func (x *extractor) leaves(name string) (bool, error) {
+	todo := strings.Split(name, "/")
+	var done []string
+	hops := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) == 0 {
+				return true, nil
+			}
+			done = done[:len(done)-1]
+			continue
+		}
+		cur := path.Join(path.Join(done...), c)
+		fi, err := x.root.Lstat(cur)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			done = append(done, c)
+			continue
+		case err != nil:
+			return false, err
+		case fi.Mode()&fs.ModeSymlink == 0:
+			done = append(done, c)
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return false, nil
+		}
+		t, err := x.root.Readlink(cur)
+		if err != nil {
+			return false, err
+		}
+		if path.IsAbs(t) {
+			done = nil
+		}
+		todo = append(strings.Split(t, "/"), todo...)
+	}
+	return false, nil
+}
+
+// checkLinks checks every link again once the tree is complete.
+func (x *extractor) checkLinks() error {
+	for _, name := range x.linkNames {
+		fi, err := x.root.Lstat(name)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue // replaced by a later entry
+		}
+		target, err := x.root.Readlink(name)
+		if err != nil {
+			return &EntryError{Name: name, Err: err}
+		}
+		if err := x.checkResolves(name, target); err != nil {
+			return &EntryError{Name: name, Err: err}
+		}
+	}
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // rootfsTree is a small rootfs with every kind of entry Tar keeps.
@@ -131,6 +133,25 @@ func TestNormalTree(t *testing.T) {
 func TestGzip(t *testing.T) {
 	s := newSandbox(t)
 	if err := Tar(context.Background(), bytes.NewReader(gz(t, rootfsTree(t))), s.dest, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	checkRootfsTree(t, s.dest)
+}
+
+// zstd tarballs unpack like gzip ones (issue 17, item 9: config example
+// names a .tar.zst rootfs).
+func TestZstd(t *testing.T) {
+	s := newSandbox(t)
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(rootfsTree(t))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Tar(context.Background(), bytes.NewReader(buf.Bytes()), s.dest, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	checkRootfsTree(t, s.dest)
@@ -342,7 +363,7 @@ func TestBadArchives(t *testing.T) {
 		"empty input":   {nil, "archive is empty"},
 		"no entries":    {tarball(t), "no entries"},
 		"garbage":       {bytes.Repeat([]byte("not a tar "), 100), "read archive"},
-		"zstd":          {[]byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, "zstd-compressed archives are not supported"},
+		"bad zstd":      {[]byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, "zstd"},
 		"xz":            {[]byte{0xfd, '7', 'z', 'X', 'Z', 0, 1}, "xz-compressed"},
 		"truncated":     {tarball(t, fileE("a", strings.Repeat("x", 5000)))[:1500], "read content"},
 		"bad gzip":      {append(gz(t, tarball(t, fileE("a", "1")))[:30], 0, 0, 0), "unexpected EOF"},
@@ -441,5 +462,39 @@ func TestReplacingAndXattrs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "xattrs_not_restored=1") {
 		t.Errorf("xattrs not counted:\n%s", logs.String())
+	}
+}
+
+// A chain of relative links, each harmless on its own, that resolves
+// outside the tree for any tool that follows it is refused (issue 17, item
+// 8); chains and absolute links that stay inside are kept.
+func TestLinkChainsResolved(t *testing.T) {
+	for name, c := range map[string]struct {
+		ents []ent
+		bad  string // "" when the archive is fine
+	}{
+		"dotdot through a link":    {[]ent{dirE("d/", 0o755), symE("d/l1", ".."), symE("l2", "d/l1/..")}, "l2"},
+		"through an absolute link": {[]ent{symE("root", "/"), symE("up", "root/..")}, "up"},
+		"dotdot after two links":   {[]ent{dirE("d/", 0o755), symE("d/e2", ".."), symE("d2", "d/e2/..")}, "d2"},
+		"chain inside": {[]ent{dirE("usr/lib/", 0o755), fileE("usr/lib/libc.so.6", "x"), symE("lib", "usr/lib"),
+			symE("usr/lib/libc.so", "../../lib/libc.so.6"), symE("abs", "/lib/libc.so")}, ""},
+		"dangling": {[]ent{symE("proc-self", "/proc/self/fd"), symE("missing", "a/b/c")}, ""},
+		"loop":     {[]ent{symE("a", "b"), symE("b", "a")}, ""},
+		"a directory on the way replaced by a link later": {[]ent{dirE("d/", 0o755), dirE("d/e/", 0o755), symE("x", "d/e/.."), symE("d/e", "..")}, "x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newSandbox(t)
+			err := Tar(context.Background(), bytes.NewReader(tarball(t, c.ents...)), s.dest, Options{})
+			if c.bad == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ee *EntryError
+			if !errors.As(err, &ee) || ee.Name != c.bad || !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "leaves the destination") {
+				t.Fatalf("got %v, want ErrUnsafe on entry %q", err, c.bad)
+			}
+		})
 	}
 }

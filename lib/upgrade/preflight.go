@@ -3,12 +3,16 @@ package upgrade
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/unitinstall"
@@ -51,7 +55,9 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.FromVersion, err = releaseVersion(ctx, d, fromDir); err != nil {
+	// Nothing is executed here, not even the running release: its version
+	// comes from its manifest, or from its watcher's build information.
+	if p.FromVersion, err = releaseVersionNoExec(d, fromDir, p); err != nil {
 		return nil, err
 	}
 	if sig, err := d.Requests.ReadUpgradeSignal(); err != nil {
@@ -63,7 +69,7 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 	local, sha := "", strings.ToLower(j.SHA256)
 	switch {
 	case j.Bundle != "":
-		p.Source, local = j.Bundle, j.Bundle
+		p.Source, local = artifact.Redact(j.Bundle), j.Bundle
 	default:
 		var req *requests.Request
 		for _, get := range []func(requests.Kind) (*requests.Request, error){d.Requests.Claimed, d.Requests.Pending} {
@@ -78,7 +84,7 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 			p.Notes = append(p.Notes, "no upgrade request is pending and no --bundle was given: nothing to do")
 			return p, nil
 		}
-		p.RequestID, p.Source, sha = req.ID, req.Upgrade.URL, req.Upgrade.SHA256
+		p.RequestID, p.Source, sha = req.ID, artifact.Redact(req.Upgrade.URL), req.Upgrade.SHA256
 		if local = d.Fetcher.Cached(sha); local == "" {
 			p.Notes = append(p.Notes, "the bundle is not downloaded yet: its version and unit files are known only after the download")
 			return p, nil
@@ -94,10 +100,11 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
+	// The version is the manifest's: the bundle's binaries are not run
+	// (without --sha256 nothing vouches for them). The upgrade itself runs
+	// each one's --version before it switches.
 	p.ToVersion = m.Version
-	if err := smoke(ctx, d, dir, m.Version); err != nil {
-		p.Notes = append(p.Notes, "the upgrade would be refused: "+err.Error())
-	}
+	p.Notes = append(p.Notes, "no binary of the bundle was run; the upgrade runs each one's --version before it switches")
 	rendered, err := releaseUnits(d, dir)
 	if err != nil {
 		return nil, fmt.Errorf("preflight: %w", err)
@@ -106,6 +113,25 @@ func PreflightPlan(ctx context.Context, d *Deps, j Job) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// releaseVersionNoExec is the version of the release in dir without running
+// anything: its manifest's, else (a release Ignition laid down has none) the
+// agent version the ownership record names, with a note.
+func releaseVersionNoExec(d *Deps, dir string, p *Plan) (string, error) {
+	m, err := d.Bundles.ReadManifest(dir)
+	if err == nil {
+		return m.Version, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if rec, err := ownership.Load(d.Root); err == nil && rec != nil && rec.AgentVersion != "" {
+		p.Notes = append(p.Notes, fmt.Sprintf("release %s has no manifest: its version is the ownership record's", dir))
+		return rec.AgentVersion, nil
+	}
+	p.Notes = append(p.Notes, fmt.Sprintf("release %s has no manifest, and preflight runs nothing to ask it", dir))
+	return "unknown", nil
 }
 
 // WriteText prints the plan for a person.

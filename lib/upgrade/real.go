@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
@@ -25,13 +26,26 @@ import (
 // context); the dial itself is bounded (systemdconn.Once).
 type DBus struct {
 	Life context.Context
-	once systemdconn.Once[*sddbus.Conn]
+	// Address and Refused: as systemdconn.Lazy (systemdconn.For decides).
+	Address string
+	Refused error
+	once    systemdconn.Once[*sddbus.Conn]
 }
 
 var _ Systemd = (*DBus)(nil)
 
 func (s *DBus) get(ctx context.Context) (*sddbus.Conn, error) {
+	if s.Refused != nil {
+		return nil, s.Refused
+	}
 	return s.once.Get(ctx, s.Life, func(life context.Context) (*sddbus.Conn, error) {
+		if s.Address != "" {
+			c, err := sddbus.NewConnection(func() (*godbus.Conn, error) { return hostapi.DialBus(life, s.Address) })
+			if err != nil {
+				return nil, fmt.Errorf("connect to systemd at %s: %w", s.Address, err)
+			}
+			return c, nil
+		}
 		c, err := sddbus.NewWithContext(life)
 		if err != nil {
 			return nil, fmt.Errorf("connect to systemd over D-Bus: %w", err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -85,6 +86,11 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	d := t.d
 	sig, err := d.Requests.ReadUpgradeSignal()
 	if err != nil {
+		return nil, err
+	}
+	// An unusable request file is moved aside (Failed) before anything
+	// reads it, so it never blocks this or a later upgrade.
+	if err := d.Requests.Sweep(t.lock, requests.Upgrade); err != nil {
 		return nil, err
 	}
 	claimed, err := d.Requests.Claimed(requests.Upgrade)
@@ -162,7 +168,7 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	}
 	t.req = req
 	t.log = t.log.With("request", req.ID)
-	t.log.Info("claimed the upgrade request", "operation", req.Operation, "source", req.Upgrade.URL)
+	t.log.Info("claimed the upgrade request", "operation", req.Operation, "source", artifact.Redact(req.Upgrade.URL))
 	return t.fresh(ctx)
 }
 

@@ -614,3 +614,86 @@ func TestDroppedUnits(t *testing.T) {
 	}
 	e.currentRuns()
 }
+
+// An unusable claimed upgrade (another kind's request) is moved aside with a
+// Failed status instead of failing every run; the next good request runs
+// (issue 17, item 4).
+func TestUnusableClaimedRequestMovedAside(t *testing.T) {
+	e := newEnv(t)
+	cp, err := e.d.Requests.ClaimedPath(requests.Upgrade)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp, []byte(`{"kind":"reset","id":"reset-3-op-z","operation":"op-z","machineGeneration":3}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Run(t.Context(), e.d, e.job()); err != nil || res.Outcome != Nothing {
+		t.Fatalf("run with an unusable claimed request: %+v, %v", res, err)
+	}
+	if st, err := e.d.Requests.ReadStatus("reset-3-op-z"); err != nil || st.Phase != requests.Failed {
+		t.Fatalf("status of the refused request: %+v, %v", st, err)
+	}
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	e.request(e.serve(p), sha)
+	if res, err := Run(t.Context(), e.d, e.job()); err != nil || res.Outcome != Upgraded {
+		t.Fatalf("the next request: %+v, %v", res, err)
+	}
+}
+
+// countingRunner records every program run.
+type countingRunner struct {
+	inner Runner
+	ran   []string
+}
+
+func (c *countingRunner) Output(ctx context.Context, p string, args ...string) ([]byte, error) {
+	c.ran = append(c.ran, p)
+	return c.inner.Output(ctx, p, args...)
+}
+
+// --preflight executes nothing, neither the bundle's binaries (untrusted
+// without --sha256) nor the running release's: versions come from the
+// manifests, or from the binaries' build information read as files (issue
+// 17, item 1).
+func TestPreflightExecutesNothing(t *testing.T) {
+	e := newEnv(t)
+	rec := &countingRunner{inner: e.d.Exec}
+	e.d.Exec = rec
+	p, _ := e.makeBundle("2.0", bundleOpts{})
+	plan, err := PreflightPlan(t.Context(), e.d, Job{Bundle: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.ran) != 0 {
+		t.Errorf("preflight ran %v", rec.ran)
+	}
+	if plan.ToVersion != "2.0" || plan.FromVersion == "" {
+		t.Errorf("plan %+v", plan)
+	}
+}
+
+// A pre-signed bundle URL with credentials reaches neither the log nor the
+// preflight's plan (issue 17, item 5).
+func TestBundleURLRedacted(t *testing.T) {
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	u := e.serve(p) + "?X-Amz-Signature=sekr1tsig"
+	e.request(strings.Replace(u, "http://", "http://user:hunter2pw@", 1), sha)
+	plan, err := PreflightPlan(t.Context(), e.d, Job{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	plan.WriteText(&buf)
+	plan.WriteJSON(&buf)
+	os.Remove(func() string { p, _ := e.d.Requests.RequestPath(requests.Upgrade); return p }())
+	e.request(u, sha)
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"hunter2pw", "sekr1tsig"} {
+		if strings.Contains(e.log.String()+buf.String(), s) {
+			t.Errorf("%q reached the log or the plan:\n%s\n%s", s, e.log, buf.String())
+		}
+	}
+}

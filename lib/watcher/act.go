@@ -49,10 +49,20 @@ func (l *loop) inputs() (Inputs, error) {
 	in.Applied, in.AppliedErr = l.store.ActiveApplied()
 	for _, k := range requests.Kinds() {
 		p, err := l.dir.Pending(k)
+		if errors.Is(err, requests.ErrInvalid) {
+			// Its worker moves it aside with a Failed status; it must not
+			// stop the watcher from deciding anything else.
+			l.Log.Warn("ignoring an unusable request file", "err", err.Error())
+			p, err = nil, nil
+		}
 		if err != nil {
 			return in, err
 		}
 		c, err := l.dir.Claimed(k)
+		if errors.Is(err, requests.ErrInvalid) {
+			l.Log.Warn("ignoring an unusable claimed request", "err", err.Error())
+			c, err = nil, nil
+		}
 		if err != nil {
 			return in, err
 		}

@@ -4,6 +4,7 @@ package clitest
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -79,4 +80,44 @@ func UsageErrors(t *testing.T, run Run, cases []UsageCase) {
 	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
 		t.Errorf("a usage error touched the host root: %v", ents)
 	}
+}
+
+// EmptyRoot checks that an empty --root-prefix or --host-root, given as a
+// flag or through an empty environment variable, is a usage error naming the
+// flag: it must never silently mean "/" (args are what the binary needs to
+// get past its own parsing, e.g. a subcommand).
+func EmptyRoot(t *testing.T, name string, run Run, args ...string) {
+	t.Helper()
+	for _, c := range []struct {
+		env        map[string]string
+		flags      []string
+		want, what string
+	}{
+		{nil, []string{"--root-prefix", ""}, "--root-prefix", "flag"},
+		{nil, []string{"--root-prefix="}, "--root-prefix", "flag="},
+		{map[string]string{"KUBESLOT_ROOT_PREFIX": ""}, nil, "--root-prefix", "env"},
+		{nil, []string{"--root-prefix", t.TempDir(), "--host-root", ""}, "--host-root", "host-root flag"},
+		{map[string]string{"KUBESLOT_HOST_ROOT": ""}, []string{"--root-prefix", t.TempDir()}, "--host-root", "host-root env"},
+	} {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		code, _, errs := Call(run, "", append(append([]string{}, args...), c.flags...)...)
+		if code != exitcode.Usage || !strings.Contains(errs, c.want) || !strings.Contains(errs, "empty") {
+			t.Errorf("%s %s (%s): exit %d, stderr %q; want exit %d naming %s as empty", name, strings.Join(args, " "), c.what, code, errs, exitcode.Usage, c.want)
+		}
+		for k := range c.env {
+			os.Unsetenv(k)
+		}
+	}
+}
+
+// CallIO is Call with any standard input (nil: empty).
+func CallIO(run Run, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	var out, errb bytes.Buffer
+	code = run(args, cli.IO{Stdin: stdin, Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
 }

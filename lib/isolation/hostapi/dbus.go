@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
@@ -33,6 +35,54 @@ func DialSystemd(ctx context.Context) (*DBus, error) {
 		return nil, fmt.Errorf("connect to the D-Bus system bus (machined): %w", err)
 	}
 	return &DBus{sd: sd, bus: bus}, nil
+}
+
+// DialSystemdAt connects to the systemd and machined that answer on the
+// D-Bus address given (a sandbox's system bus, e.g.
+// unix:path=/proc/PID/root/run/dbus/system_bus_socket): two connections,
+// each authenticated as this user and past Hello, bounded by ctx. The
+// caller closes it.
+func DialSystemdAt(ctx context.Context, address string) (*DBus, error) {
+	dial := func() (*godbus.Conn, error) { return DialBus(ctx, address) }
+	sd, err := sddbus.NewConnection(dial)
+	if err != nil {
+		return nil, fmt.Errorf("connect to systemd at %s: %w", address, err)
+	}
+	bus, err := dial()
+	if err != nil {
+		sd.Close()
+		return nil, fmt.Errorf("connect to machined at %s: %w", address, err)
+	}
+	return &DBus{sd: sd, bus: bus}, nil
+}
+
+// DialBus connects to the D-Bus address, authenticates as this user and
+// says Hello, bounded by ctx; the connection does not depend on ctx after.
+func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
+	conn, err := godbus.Dial(address, godbus.WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	res := make(chan error, 1)
+	go func() {
+		err := conn.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))})
+		if err == nil {
+			err = conn.Hello()
+		}
+		res <- err
+	}()
+	select {
+	case err = <-res:
+	case <-ctx.Done():
+		conn.Close()
+		<-res
+		err = ctx.Err()
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // NewSystemd wraps connections made elsewhere (a test host's bus, say): sd
