@@ -117,10 +117,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	settings, err := sandbox.LoadSettings(root, getenv)
+	sb, err := sandbox.Load(root, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
+	settings := sandbox.BackendSettings(sb)
 	hook, err := cli.PauseHook(getenv, stdio, "repave", repave.Phase.Valid)
 	if err != nil {
 		return exitcode.UsageError(err)
@@ -156,8 +157,19 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
 				Log: log, Record: rec, Settings: settings})
 		},
-		Cluster:      &repave.NodeCluster{Root: root, Log: log},
-		Releases:     kuberelease.Pinner{Root: root},
+		Cluster:  &repave.NodeCluster{Root: root, Log: log},
+		Releases: kuberelease.Pinner{Root: root},
+		SandboxImage: func(ctx context.Context, cfg *config.Config) error {
+			skip := ""
+			if sb.SkipSandboxImageCheck {
+				skip = "sandbox setting " + sandbox.EnvSkipSandboxImageCheck
+			}
+			line, err := bootstrap.CheckSandboxImage(ctx, cfg, bootstrap.ResolveImage, skip)
+			if err == nil {
+				log.Info("sandbox image", "check", line)
+			}
+			return err
+		},
 		Boot:         &repave.BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
 		AgentVersion: buildinfo.Version,
 		Hook:         hook,

@@ -41,6 +41,12 @@ func ResolveImage(ctx context.Context, ref string, mirrors []string) (*oci.Resol
 // skip (the test machine, which must not reach public registries) checks
 // nothing.
 func checkSandboxImage(ctx context.Context, cfg *config.Config, resolve ImageResolver, skip string) (string, error) {
+	return CheckSandboxImage(ctx, cfg, resolve, skip)
+}
+
+// CheckSandboxImage is checkSandboxImage for the repaver, which checks a
+// sandbox image a Machine's spec changed before it builds a slot.
+func CheckSandboxImage(ctx context.Context, cfg *config.Config, resolve ImageResolver, skip string) (string, error) {
 	img := cfg.Node.Sandbox()
 	setting := fmt.Sprintf("node.sandbox_image %q", img)
 	if cfg.Node.SandboxImage == "" {

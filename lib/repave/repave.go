@@ -222,9 +222,13 @@ type Deps struct {
 	Store    *state.Store
 	Requests *requests.Dir
 	// Isolation builds the backend and operator of mode for cfg.
-	Isolation    func(mode isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error)
-	Cluster      Cluster
-	Releases     Releases
+	Isolation func(mode isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error)
+	Cluster   Cluster
+	Releases  Releases
+	// SandboxImage checks that the node can get cfg's sandbox image (a
+	// registry through the mirrors serves it, or it is preloaded); nil
+	// checks nothing.
+	SandboxImage func(ctx context.Context, cfg *config.Config) error
 	Boot         Boot
 	AgentVersion string
 	// Hook runs after the state of a phase is written and before the phase

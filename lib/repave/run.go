@@ -130,6 +130,9 @@ func (d *Deps) runPhase(ctx context.Context, st *State) error {
 		if err := d.checkSkew(ctx, st.Desired); err != nil {
 			return err
 		}
+		if err := d.checkSandboxImage(ctx, st); err != nil {
+			return err
+		}
 		if err := d.Releases.Pin(ctx, st.Desired); err != nil {
 			return err
 		}

@@ -62,3 +62,20 @@ func (d *Deps) checkVersion(ctx context.Context, b isolation.Backend, cfg *confi
 	d.Log.Info("kubelet version verified", "slot", slot, "version", want, "node", node)
 	return nil
 }
+
+// checkSandboxImage refuses a sandbox image the node could not get, before
+// anything is built, when it differs from the old slot's: an unchanged one
+// is already in containerd's image store, which both slots share, so a
+// registry outage does not block a repave that keeps it.
+func (d *Deps) checkSandboxImage(ctx context.Context, st *State) error {
+	if d.SandboxImage == nil {
+		return nil
+	}
+	if old, err := d.Store.LoadApplied(st.From); err == nil && old.Config.Node.Sandbox() == st.Desired.Node.Sandbox() {
+		return nil
+	}
+	if err := d.SandboxImage(ctx, st.Desired); err != nil {
+		return fmt.Errorf("refused: %w (spec.node.sandboxImage on the Machine, or the host's node.sandbox_image)", err)
+	}
+	return nil
+}

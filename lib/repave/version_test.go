@@ -1,11 +1,13 @@
 package repave
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/requests"
 )
 
@@ -69,5 +71,35 @@ func TestVersionUpgradeVerified(t *testing.T) {
 	}
 	if a := r.active(t); a.Slot != "b" || a.Config.Kubernetes.Version != "1.36.3" {
 		t.Errorf("active %s %s", a.Slot, a.Config.Kubernetes.Version)
+	}
+}
+
+// A sandbox image the Machine changed to and no registry serves is refused
+// in prepare, before anything is built; an unchanged one is not asked for
+// again (both slots share containerd's image store).
+func TestChangedSandboxImageChecked(t *testing.T) {
+	r := newRig(t)
+	var asked []string
+	r.d.SandboxImage = func(ctx context.Context, cfg *config.Config) error {
+		asked = append(asked, cfg.Node.Sandbox())
+		return errors.New(`node.sandbox_image "mirror.example/pause:9": no registry serves it`)
+	}
+	r.request(t, 2) // a label change: same sandbox image
+	if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded || len(asked) != 0 {
+		t.Fatalf("unchanged image: %v %+v, asked %v", err, s, asked)
+	}
+	cfg := testConfig(t, "new2")
+	cfg.Node.SandboxImage = "mirror.example/pause:9"
+	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 3, ""),
+		MachineGeneration: 3, Desired: cfg, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	before := r.h.count("provision:a")
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	if err == nil || s.Phase != requests.Failed || !strings.Contains(s.Message, "spec.node.sandboxImage") || !strings.Contains(s.Message, "no registry serves it") {
+		t.Errorf("changed image: %v, status %q", err, s.Message)
+	}
+	if r.h.count("provision:a") != before || len(asked) != 1 {
+		t.Errorf("provisioned %d times, asked %v", r.h.count("provision:a")-before, asked)
 	}
 }
