@@ -165,6 +165,11 @@ const (
 	// MaxTimeout bounds every timeout: a typo like "500h" should not make a
 	// stage wait for weeks.
 	MaxTimeout = 24 * time.Hour
+	// StageBudget is what one run of a worker stage may wait in all: its
+	// unit's TimeoutStartSec (30 min, units/) less a margin. A repave's worst
+	// case, lock + download + 2 × (stop + node_ready) (a failed verify rolls
+	// back), must fit, or systemd would stop it half-way every time.
+	StageBudget = 28 * time.Minute
 )
 
 // DefaultSlots returns the default slot names (a fresh slice each call).

@@ -125,9 +125,9 @@ func TestParseValid(t *testing.T) {
 			func(c *Config) bool {
 				return len(c.Kubernetes.Taints) == 3 && len(c.Kubernetes.ClusterDNS) == 2 && c.Kubernetes.Labels["example.com/zone"] == "zone-a"
 			}},
-		{"slots and timeouts", with(with(minimal, "isolation", `slots = ["blue", "green-2"]`), "timeouts", `download = "1h30m"`+"\n"+`stop = "24h"`),
+		{"slots and timeouts", with(with(minimal, "isolation", `slots = ["blue", "green-2"]`), "timeouts", `download = "12m"`+"\n"+`stop = "2m"`),
 			func(c *Config) bool {
-				return c.Isolation.Slots[1] == "green-2" && c.Timeouts.Download.Duration == 90*time.Minute && c.Timeouts.Stop.Duration == 24*time.Hour
+				return c.Isolation.Slots[1] == "green-2" && c.Timeouts.Download.Duration == 12*time.Minute && c.Timeouts.Stop.Duration == 2*time.Minute
 			}},
 		{"empty mode means the default", with(minimal, "isolation", `mode = ""`),
 			func(c *Config) bool { return c.Isolation.Mode == "nspawn" }},

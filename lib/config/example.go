@@ -96,8 +96,9 @@ mode = "nspawn"
 slots = ["a", "b"]
 
 [timeouts]
-# Bounds on the stages' waits: a number with a unit, at most 24h.
-download = "10m"   # fetching the rootfs and artifacts
+# Bounds on the stages' waits: a number with a unit, at most 24h. A repave's worst case, lock +
+# download + 2 x (stop + node_ready), must fit in 28m (its unit's TimeoutStartSec is 30min).
+download = "10m"   # fetching the rootfs and artifacts, all together
 node_ready = "5m"  # the node turning Ready after it starts
 lock = "30s"       # waiting for the installation lock
 stop = "90s"       # stopping the node machine

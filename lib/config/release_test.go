@@ -62,3 +62,19 @@ func TestReleaseMirrorErrors(t *testing.T) {
 		})
 	}
 }
+
+// Timeouts whose worst case does not fit in a worker unit's own start
+// timeout are refused, naming the sum and the bound.
+func TestTimeoutsFitTheStageBudget(t *testing.T) {
+	errs := parseErrors(t, with(minimal, "timeouts", `download = "20m"`))
+	found := false
+	for _, e := range errs {
+		found = found || (e.Key == "timeouts.download" && strings.Contains(e.Error(), "= 33m30s, exceeds the 28m0s"))
+	}
+	if !found {
+		t.Errorf("errors %v: want timeouts.download naming the worst case 33m30s and the 28m budget", errs)
+	}
+	if c := mustParse(t, minimal); c.Timeouts.Lock.Duration+c.Timeouts.Download.Duration+2*(c.Timeouts.Stop.Duration+c.Timeouts.NodeReady.Duration) > StageBudget {
+		t.Error("the defaults do not fit the stage budget")
+	}
+}

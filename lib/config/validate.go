@@ -40,6 +40,7 @@ func (c *Config) Validate() error {
 	for _, t := range c.timeouts() {
 		v.timeout(t.path, t.d.Duration)
 	}
+	v.stageBudget(&c.Timeouts)
 	if len(v.errs) == 0 {
 		return nil
 	}
@@ -427,6 +428,17 @@ func quoteList(ss []string) string {
 		q[i] = quote(s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// stageBudget refuses timeouts whose worst case does not fit in a worker
+// unit's own start timeout (issue 16, item 7).
+func (v *validator) stageBudget(t *Timeouts) {
+	worst := t.Lock.Duration + t.Download.Duration + 2*(t.Stop.Duration+t.NodeReady.Duration)
+	if worst > StageBudget && t.Download.Duration <= MaxTimeout && t.NodeReady.Duration <= MaxTimeout {
+		v.fail([]string{"timeouts", "download"}, quote(t.Download.String()),
+			"with the other timeouts the worst case of a repave, lock + download + 2 × (stop + node_ready) = %s, exceeds the %s a stage's unit allows (TimeoutStartSec=30min): lower timeouts.download or timeouts.node_ready",
+			worst, StageBudget)
+	}
 }
 
 func (v *validator) timeout(p []string, d time.Duration) {

@@ -188,6 +188,13 @@ type fetched map[string]string
 // verified tarball and is named by the same digest, and hashing a large
 // tarball again would cost as much as the copy.
 func (b *Backend) fetchAll(ctx context.Context, haveTree bool) (fetched, error) {
+	// timeouts.download bounds all of them together, as the stage's budget
+	// counts it (config.StageBudget), not each one.
+	if d := b.cfg.Timeouts.Download.Duration; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, fmt.Errorf("downloads not done within %s (timeouts.download)", d))
+		defer cancel()
+	}
 	f := &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: b.cfg.Timeouts.Download.Duration}
 	kubelet, err := b.cfg.KubeletArtifact()
 	if err != nil {
