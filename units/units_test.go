@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/unit"
 
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 )
 
@@ -348,5 +349,31 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	typo := bytes.Replace(rendered[Bootstrap], []byte("RestartSec="), []byte("RestartSecs="), 1)
 	if out, _ := verify(write("kubeslot-typo.service", typo)); !strings.Contains(out, "RestartSecs") {
 		t.Errorf("systemd-analyze verify said nothing about an unknown key: %q", out)
+	}
+}
+
+// Every worker unit gives a run at least the stage budget the configuration
+// is validated against (config.StageBudget): systemd must never stop a run
+// whose own bounds are all within their limits.
+func TestWorkerTimeoutFitsStageBudget(t *testing.T) {
+	for _, name := range Names() {
+		b, err := Render(name, Vars{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(name, ".service") || !strings.Contains(string(b), "Type=oneshot") || name == Recovery {
+			continue
+		}
+		var d time.Duration
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "TimeoutStartSec="); ok {
+				if d, err = time.ParseDuration(strings.Replace(v, "min", "m", 1)); err != nil {
+					t.Fatalf("%s: TimeoutStartSec=%s: %v", name, v, err)
+				}
+			}
+		}
+		if d < config.StageBudget+time.Minute {
+			t.Errorf("%s: TimeoutStartSec %s leaves less than a minute over config.StageBudget %s", name, d, config.StageBudget)
+		}
 	}
 }
