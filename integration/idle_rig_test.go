@@ -32,7 +32,8 @@ func TestWatcherIdleOnRig(t *testing.T) {
 	if out, err := r.h.Run(ctx, "test", "!", "-e", "/opt/kubeslot/identity/kubeconfig"); err != nil {
 		t.Fatalf("the host has an identity kubeconfig, not the production identity path: %v %s", err, out)
 	}
-	if out, err := r.h.Run(ctx, "test", "-e", "/opt/kubeslot/identity/kubelet-client-current.pem"); err != nil {
+	// The kubelet links its current pair by the path inside the node, where the identity directory is bound.
+	if out, err := r.h.Run(ctx, "test", "-L", "/opt/kubeslot/identity/kubelet-client-current.pem"); err != nil {
 		t.Fatalf("no kubelet client pair in the identity directory: %v %s", err, out)
 	}
 	eventually(t, 2*time.Minute, "the watcher registered its Machine", func() (bool, string) {
