@@ -2,7 +2,7 @@ package integration
 
 // TestCachePruneOnRig (issue 16, item 11): on a bootstrapped host, a repave whose kubelet download is killed (-9)
 // mid-transfer leaves the download's temporary file in the artifact cache; the repave resumed by the path unit
-// removes it at its start, under the installation lock, downloads again and commits. After the repave the cache
+// removes it at its start, under the installation lock, before it resumes, downloads again and commits. After the repave the cache
 // holds only what the applied slot uses: leftovers of an earlier release planted beside the bootstrap's entries (a
 // file, a flattened image with its sidecar, a clean tree, a tree's staging directory) are gone.
 
@@ -79,9 +79,13 @@ func TestCachePruneOnRig(t *testing.T) {
 	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
 		t.Fatalf("repave status %+v", s)
 	}
+	// Removed at the start of the resumed run, before it resumed anything (not only by a prune after a commit).
 	j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
-	if !strings.Contains(j, strings.TrimPrefix(tmp, "/opt/kubeslot/cache/sha256/")) {
-		t.Errorf("the repaver's journal does not name the removed temporary file %s:\n%s", tmp, tailLines(j, 40))
+	removed := strings.Index(j, strings.TrimPrefix(tmp, "/opt/kubeslot/cache/sha256/"))
+	resumed := strings.Index(j, "resuming an interrupted repave")
+	if removed < 0 || resumed < 0 || removed > resumed {
+		t.Errorf("the resumed repaver did not remove %s at its start (journal offsets: removed %d, resumed %d):\n%s",
+			tmp, removed, resumed, tailLines(j, 40))
 	}
 
 	// Only what the applied slot uses stays.
