@@ -8,6 +8,11 @@ package integration
 //   - BenchmarkWatcherIdle: one real kubeslot-watcher process on a temp host root: its RSS, CPU and the idle
 //     requests per minute the apiserver saw from it.
 //
+// Both use the node identity as production hosts do (fleet.Install: the applied configuration's server and CA, the
+// kubelet's client pair in <base>/identity, no kubeconfig), and count each agent's requests at the apiserver from its
+// audit log, by user (system:node:<name>) and user agent. Neither runs the watcher under systemd:
+// TestWatcherIdleOnRig measures the watcher in its unit on a bootstrapped host.
+//
 // The apiserver figures subtract a baseline window measured before the agents start (kube-controller-manager and
 // the apiserver's own loops make requests too). Run with `make bench`, or by hand:
 //
@@ -166,7 +171,8 @@ func benchFleet(b *testing.B, cp *kube.ControlPlane, n int) {
 	}()
 
 	t0 := time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{CP: cp, N: n, Dir: b.TempDir(), Prefix: fmt.Sprintf("fleet%d-n%d", os.Getpid(), n),
+	prefix := fmt.Sprintf("fleet%d-n%d", os.Getpid(), n)
+	f, err := fleet.Start(ctx, fleet.Options{CP: cp, N: n, Dir: b.TempDir(), Prefix: prefix,
 		AgentVersion: "bench-fleet", Log: benchLog(b)})
 	stopped := false
 	stop := func() {
@@ -199,10 +205,17 @@ func benchFleet(b *testing.B, cp *kube.ControlPlane, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	wFrom := time.Now()
 	w, err := fleet.Observe(ctx, cp, window)
 	if err != nil {
 		b.Fatal(err)
 	}
+	idle, err := fleet.CountIdle(cp, wFrom, time.Now(), fleet.AgentUser(prefix+"-"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("the %d agents (node identity: applied server and CA, the kubelet's client pair; in-process, not under "+
+		"systemd) %s", n, idle)
 	self1, err := fleet.ReadProc(os.Getpid())
 	if err != nil {
 		b.Fatal(err)
@@ -233,6 +246,10 @@ func benchFleet(b *testing.B, cp *kube.ControlPlane, n int) {
 	benchFigure(b, label+"requests per agent (agent transports)", float64(sent)/w.Took.Minutes()/fn, unitPerMinute, "req/min/agent")
 	benchFigure(b, label+"requests per agent (apiserver, baseline subtracted)",
 		(w.PerMinute(w.Requests)-base.PerMinute(base.Requests))/fn, unitPerMinute, "apiserver-req/min/agent")
+	benchFigure(b, label+"requests per agent besides watches (apiserver audit, node identity)",
+		idle.PerMinute(idle.Others)/fn, unitPerMinute, "audit-req/min/agent")
+	benchFigure(b, label+"watches opened per agent (apiserver audit, node identity)",
+		idle.PerMinute(idle.WatchesOpened)/fn, unitPerMinute, "audit-watches/min/agent")
 	benchFigure(b, label+"Go heap per agent (in-process watcher)", (float64(heap1)-float64(heap0))/1024/fn, unitKiB, "heap-KiB/agent")
 	benchFigure(b, label+"CPU per agent (in-process watcher)", perMin(self1.CPU-self0.CPU, w.Took)/fn, unitCPUms, "agent-cpu-ms/min/agent")
 	benchFigure(b, label+"goroutines per agent", float64(gor1-gor0)/fn, "goroutines", "goroutines/agent")
@@ -322,10 +339,17 @@ func BenchmarkWatcherIdle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	wFrom := time.Now()
 	w, err := fleet.Observe(ctx, cp, window)
 	if err != nil {
 		b.Fatal(err)
 	}
+	idle, err := fleet.CountIdle(cp, wFrom, time.Now(), fleet.AgentUser("", name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("kubeslot-watcher (node identity: applied server and CA, the kubelet's client pair; started by the test, "+
+		"not by its unit: TestWatcherIdleOnRig measures the unit) %s", idle)
 	p1, err := fleet.ReadProc(cmd.Process.Pid)
 	if err != nil {
 		fail("kubeslot-watcher during the window: %v", err)
@@ -346,4 +370,8 @@ func BenchmarkWatcherIdle(b *testing.B) {
 	benchFigure(b, "watcher (binary): CPU when idle", float64((p1.CPU-p0.CPU).Milliseconds())/w.Took.Minutes(), unitCPUms, "cpu-ms/min")
 	benchFigure(b, "watcher (binary): idle requests at the apiserver (baseline subtracted)",
 		w.PerMinute(w.Requests)-base.PerMinute(base.Requests), unitPerMinute, "apiserver-req/min")
+	benchFigure(b, "watcher (binary, node identity): idle requests besides watches (apiserver audit)",
+		idle.PerMinute(idle.Others), unitPerMinute, "audit-req/min")
+	benchFigure(b, "watcher (binary, node identity): watches opened when idle (apiserver audit)",
+		idle.PerMinute(idle.WatchesOpened), unitPerMinute, "audit-watches/min")
 }

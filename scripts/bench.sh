@@ -10,9 +10,12 @@
 #   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime, slot prepare
 #               vs cp -a, whole repave), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
 #               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
-#               restart and a repave, from a probe outside the node; Node Ready -> pods Ready)
-#   benchmarks  BenchmarkFleet (N in-process watchers against one apiserver; N=1 gives the idle requests per minute
-#               counted at the client transport), BenchmarkWatcherIdle (the real kubeslot-watcher binary's RSS)
+#               restart and a repave, from a probe outside the node; Node Ready -> pods Ready), TestWatcherIdleOnRig
+#               (the idle figure: the watcher in kubeslot-watcher.service on a bootstrapped host, with the node identity
+#               the bootstrap left, its requests counted at the apiserver from its audit log by user and user agent)
+#   benchmarks  BenchmarkFleet (N in-process watchers on the same node identity path against one apiserver, counted at
+#               their transports and in the audit log), BenchmarkWatcherIdle (the real kubeslot-watcher binary's RSS
+#               and audit-counted requests, started by the test rather than by its unit)
 # Without -race, unlike make test-integration: the race detector inflates the in-process fleet's memory and CPU.
 #
 # Environment (defaults in brackets):
@@ -32,7 +35,7 @@ mkdir -p "$out"
 log=$out/go-test.log
 figures=$out/figures.jsonl
 : >"$figures"
-tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig)$'}
+tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestWatcherIdleOnRig)$'}
 benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures

@@ -25,6 +25,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
+	"github.com/kubeslot/kubeslot/lib/watcher"
 )
 
 // started is what the locked start-up phase found.
@@ -201,15 +202,7 @@ func loadREST(path string) (*rest.Config, error) {
 }
 
 // tuneREST sets the watcher's user agent and rate limits.
-func tuneREST(cfg *rest.Config) *rest.Config {
-	cfg.UserAgent = name
-	// client-go's default (5 QPS, burst 10) makes a burst of spec changes
-	// queue behind the status writes of the previous ones (each decision
-	// reads and writes the Machine's status), delaying the next request file
-	// by ~0.4 s. The watcher touches one Machine and is idle otherwise.
-	cfg.QPS, cfg.Burst = 20, 40
-	return cfg
-}
+func tuneREST(cfg *rest.Config) *rest.Config { return watcher.TuneREST(cfg) }
 
 // nodeName reads the node from the client certificate's subject: the agent
 // acts as system:node:<name>, so the identity is the authority on it.

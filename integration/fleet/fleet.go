@@ -19,6 +19,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,12 +28,15 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -166,13 +170,17 @@ func (f *Fleet) install(name string) (*hostroot.Root, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingRT{rt, f} }
+	// Around the node identity's own wrapper (it bounds each request but watches).
+	rc.WrapTransport = transport.Wrappers(rc.WrapTransport, func(rt http.RoundTripper) http.RoundTripper { return countingRT{rt, f} })
 	return root, rc, nil
 }
 
-// Install lays down, under the root prefix dir, the host root a bootstrapped host has for its watcher (complete
-// ownership record, slot a active and committed, node identity kubeconfig at <base>/identity/kubeconfig) for the
-// node name, and returns it with the node's client configuration as the watcher binary tunes it.
+// Install lays down, under the root prefix dir, the host root a bootstrapped host has for its watcher, for the node
+// name: a complete ownership record, slot a active and committed (its configuration names the control plane's
+// server and CA), and the node identity where the kubelet keeps it, <base>/identity/kubelet-client-current.pem
+// linked to the dated pair by its path inside the node, as the kubelet's certificate manager writes it. No
+// kubeconfig: the watcher builds its client from the applied configuration and that pair (lib/nodeidentity), the
+// path production hosts take. It returns the root with that client configuration, tuned as the binary tunes it.
 func Install(cp *kube.ControlPlane, prefix, name, agentVersion string) (*hostroot.Root, *rest.Config, error) {
 	if err := os.MkdirAll(prefix, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
@@ -189,6 +197,7 @@ func Install(cp *kube.ControlPlane, prefix, name, agentVersion string) (*hostroo
 		return nil, nil, fmt.Errorf("fleet: example configuration: %w", err)
 	}
 	cfg.Machine.Name, cfg.Machine.NodeName = name, name
+	cfg.Cluster.Server, cfg.Cluster.CAFile, cfg.Cluster.CAPEM = cp.URL(), "", string(cp.CAPEM())
 	st := state.NewStore(root)
 	if err := st.SaveApplied(&state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: cfg.Fingerprint(),
 		AgentVersion: agentVersion, AppliedAt: time.Now().UTC(), Config: cfg}); err != nil {
@@ -213,23 +222,25 @@ func Install(cp *kube.ControlPlane, prefix, name, agentVersion string) (*hostroo
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet: node certificate for %s: %w", name, err)
 	}
-	kc, err := root.Path(hostroot.IdentityDir, "kubeconfig")
+	id, err := root.Path(hostroot.IdentityDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(kc), 0o700); err != nil {
+	if err := os.MkdirAll(id, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
 	}
-	if err := os.WriteFile(kc, cp.KubeconfigCert("system:node:"+name, cert, key), 0o600); err != nil {
+	dated := "kubelet-client-" + time.Now().UTC().Format("2006-01-02-15-04-05") + ".pem"
+	if err := os.WriteFile(filepath.Join(id, dated), append(append([]byte(nil), cert...), key...), 0o600); err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
 	}
-	rc := cp.CertConfig(cert, key)
-	// What the binary has: no overall request timeout (its kubeconfig sets none; the rig's 30 s would cut every
-	// watch twice a minute), and the rate limits and user agent of cmd/kubeslot-watcher tuneREST.
-	rc.Timeout = 0
-	rc.UserAgent = "kubeslot-watcher"
-	rc.QPS, rc.Burst = 20, 40
-	return root, rc, nil
+	if err := os.Symlink(path.Join(nodeconfig.CertDir, dated), filepath.Join(id, nodeidentity.CurrentPair)); err != nil {
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	rc, err := nodeidentity.RESTConfig(root, "", cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fleet: node identity of %s: %w", name, err)
+	}
+	return root, watcher.TuneREST(rc), nil
 }
 
 // countingRT counts the requests an agent sends, in total and by kind (see Fleet.SentByKind).

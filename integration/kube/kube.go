@@ -193,6 +193,9 @@ func (c *ControlPlane) startEtcd(ctx context.Context, bin string) (string, error
 
 func (c *ControlPlane) startAPIServer(ctx context.Context, bin, etcdURL string, timeout time.Duration) error {
 	p := c.pki.path
+	if err := c.writeAuditPolicy(); err != nil {
+		return fmt.Errorf("kube: kube-apiserver: %w", err)
+	}
 	for attempt := 1; ; attempt++ {
 		ports, err := FreePorts(1)
 		if err != nil {
@@ -221,7 +224,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, bin, etcdURL string, 
 			"--kubelet-client-certificate=" + p(adminCertFile), "--kubelet-client-key=" + p(adminKeyFile),
 			// never write into the machine's /var/run/kubernetes
 			"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
-			"--profiling=false"}, c.egressArgs()...)
+			"--profiling=false"}, append(c.egressArgs(), c.auditArgs()...)...)
 		ap, err := start(c.launch, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"),
 			filepath.Join(bin, "kube-apiserver"), args...)
 		if err != nil {

@@ -15,8 +15,9 @@
 // appear in logs and errors as scheme://host/path only: a query string may
 // carry a signature.
 //
-// Imported by the bootstrap stage and the repaver (Ensure) and by the
-// repaver and resetter (Prune).
+// Imported by the bootstrap stage and the repaver (Ensure), and through
+// lib/cachekeep by every stage that holds the installation lock (Prune,
+// RemoveStale).
 package artifact
 
 import (
@@ -50,8 +51,18 @@ const (
 	MaxBackoff = 30 * time.Second
 )
 
-// CacheSubdir is the directory under the cache that holds entries by sha256.
-const CacheSubdir = "sha256"
+// The cache's directories under <base>/cache. lib/artifact owns the layout:
+// lib/oci and the nspawn backend name their directories by these, and Prune
+// and RemoveStale know all three.
+const (
+	// CacheSubdir holds verified files by sha256.
+	CacheSubdir = "sha256"
+	// OCISubdir holds flattened images and image archives (lib/oci),
+	// <digest>-<os>-<arch>.tar[.sha256] and <digest>-<os>-<arch>.image.tar[.sha256].
+	OCISubdir = "oci"
+	// TreesSubdir holds clean rootfs trees by digest (the nspawn backend).
+	TreesSubdir = "trees"
+)
 
 // Errors callers may test with errors.Is.
 var (
@@ -317,48 +328,6 @@ func Verify(path, sha256hex string) error {
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		return fmt.Errorf("%s: %w: expected sha256 %s, got %s (%d bytes)", path, ErrChecksum, want, got, n)
-	}
-	return nil
-}
-
-// Prune removes every cache entry whose digest is not in keep, and any
-// temporary file left by an interrupted transfer. Like every mutating stage
-// it must run under the installation lock, so no Ensure is writing a
-// temporary file at the same time. keep is validated before anything is
-// removed.
-func (f *Fetcher) Prune(keep []string) error {
-	want := make(map[string]bool, len(keep))
-	for _, k := range keep {
-		d, err := normalDigest(k)
-		if err != nil {
-			return fmt.Errorf("prune artifact cache: keep %q: %w", k, err)
-		}
-		want[d] = true
-	}
-	if f.Root == nil {
-		return errors.New("prune artifact cache: no host root")
-	}
-	dir, err := f.Root.Path(hostroot.CacheDir, CacheSubdir)
-	if err != nil {
-		return fmt.Errorf("prune artifact cache: %w", err)
-	}
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("prune artifact cache: %w", err)
-	}
-	log := f.logger()
-	for _, e := range entries {
-		if want[e.Name()] {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if err := atomicfile.Remove(p); err != nil {
-			return fmt.Errorf("prune artifact cache: remove %s: %w", p, err)
-		}
-		log.Info("removed artifact from the cache", "path", p)
 	}
 	return nil
 }

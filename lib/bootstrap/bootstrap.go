@@ -27,6 +27,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/cachekeep"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostprep"
@@ -238,6 +239,7 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	if err := recordSandbox(d); err != nil {
 		return res, err
 	}
+	tidyCache(d, decision)
 	if decision == ownership.Complete {
 		repaired, err := repair(ctx, d, rec)
 		res.Repaired, res.Checkpoint = repaired, rec.Checkpoint
@@ -247,6 +249,23 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	err = r.phases(ctx, res)
 	res.Checkpoint = rec.Checkpoint
 	return res, err
+}
+
+// tidyCache removes, under the lock, what killed downloads left in the
+// artifact cache; on a complete host also the entries nothing uses
+// (lib/cachekeep). An installation still in progress keeps every entry: the
+// slot it builds is not applied yet, and a resumed phase uses its
+// downloads. A failure costs only disk, and is logged.
+func tidyCache(d Deps, decision ownership.Decision) {
+	var err error
+	if decision == ownership.Complete {
+		err = cachekeep.Prune(d.Root, d.Log)
+	} else {
+		err = artifact.RemoveStale(d.Root, d.Log)
+	}
+	if err != nil {
+		d.Log.Warn("artifact cache not tidied", "err", err.Error())
+	}
 }
 
 // recordSandbox saves d.Sandbox when it differs from the record (a run

@@ -54,6 +54,9 @@ const (
 	ReleasesDir  = "releases"
 	CurrentLink  = "current"
 	LastGoodLink = "last-good"
+	// RepaveStateFile is the repave transition in StateDir (lib/repave);
+	// named here because lib/cachekeep reads what it still needs.
+	RepaveStateFile = "repave.json"
 )
 
 // maxLinks bounds symlink expansion, like the kernel's ELOOP limit.

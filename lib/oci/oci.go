@@ -62,8 +62,9 @@ import (
 	"github.com/kubeslot/kubeslot/lib/unpack"
 )
 
-// CacheSubdir is the directory under the cache holding flattened images.
-const CacheSubdir = "oci"
+// CacheSubdir is the directory under the cache holding flattened images
+// (lib/artifact owns the cache's layout and prunes it).
+const CacheSubdir = artifact.OCISubdir
 
 // Defaults for the zero values of Fetcher's fields.
 const (

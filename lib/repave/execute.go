@@ -41,6 +41,10 @@ const NextSlot = "next"
 // bad request does not loop. A request whose ID already has a final status
 // is finished without running again.
 func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*requests.Status, error) {
+	// First, under the lock: what killed downloads left, and artifacts that
+	// nothing uses any more (a rolled-back target's, a finished upgrade's
+	// bundle). A repave in progress keeps its own (lib/cachekeep).
+	d.pruneCache()
 	if st, err := LoadState(d.Root); err != nil {
 		return nil, err
 	} else if st != nil {

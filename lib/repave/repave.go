@@ -80,7 +80,7 @@ func (p Phase) next() Phase {
 }
 
 // StateFile is the transition's file name in <base>/state/.
-const StateFile = "repave.json"
+const StateFile = hostroot.RepaveStateFile
 
 // State is the durable repave transition.
 type State struct {

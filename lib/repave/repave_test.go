@@ -677,3 +677,49 @@ func TestOtherKindsRequestRefused(t *testing.T) {
 		t.Errorf("the host was touched: %s", r.h.callList())
 	}
 }
+
+// TestRunStartTidiesTheCache (issue 16, item 11): any repaver run (here a
+// restart, which downloads nothing) first removes, under the lock, what a
+// killed download left and what nothing uses, and keeps what the applied
+// configuration and a pending repave use.
+func TestRunStartTidiesTheCache(t *testing.T) {
+	r := newRig(t)
+	applied := r.active(t).Config
+	pending := r.request(t, 3) // a repave waiting its turn
+	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := strings.Repeat("e", 64)
+	names := append(append(slices.Clone(applied.Digests()), pending.Desired.Digests()...), stale, "."+stale+".tmp-7")
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 3, "op"),
+		MachineGeneration: 3, Operation: "op", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := execute(t, r, Job{Kind: requests.Restart}); err != nil || s.Phase != requests.Succeeded {
+		t.Fatalf("restart: %+v %v", s, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	for _, d := range append(applied.Digests(), pending.Desired.Digests()...) {
+		if !slices.Contains(left, d) {
+			t.Errorf("%s in use was pruned", d)
+		}
+	}
+	for _, gone := range []string{stale, "." + stale + ".tmp-7"} {
+		if slices.Contains(left, gone) {
+			t.Errorf("%s kept after the run", gone)
+		}
+	}
+}

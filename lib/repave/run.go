@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kubeslot/kubeslot/lib/artifact"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"os"
-	"strings"
+	"github.com/kubeslot/kubeslot/lib/cachekeep"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -336,54 +333,12 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 }
 
 // pruneCache removes from the artifact cache what no slot's applied
-// configuration and no pending or claimed repave or upgrade needs any more, and the
-// temporary files of downloads that were killed (issue 16, item 11). Under
-// the lock, after a committed repave; a failure is only logged: the cache
-// is kubeslot's own, and the next repave tries again.
+// configuration, no pending or claimed repave or upgrade and no repave in
+// progress needs, and what killed downloads left (lib/cachekeep; issue 16,
+// item 11). Under the lock; a failure is only logged: the cache is
+// kubeslot's own, and the next run tries again.
 func (d *Deps) pruneCache() {
-	var keep []string
-	for _, slot := range d.appliedSlots() {
-		if a, err := d.Store.LoadApplied(slot); err == nil {
-			keep = append(keep, a.Config.Digests()...)
-		} else if !errors.Is(err, state.ErrNotFound) {
-			d.Log.Warn("artifact cache not pruned: an applied configuration cannot be read", "slot", slot, "err", err)
-			return
-		}
+	if err := cachekeep.Prune(d.Root, d.Log); err != nil {
+		d.Log.Warn("artifact cache not pruned", "err", err.Error())
 	}
-	for _, kind := range []requests.Kind{requests.Repave, requests.Upgrade} {
-		for _, read := range []func(requests.Kind) (*requests.Request, error){d.Requests.Pending, d.Requests.Claimed} {
-			r, err := read(kind)
-			if err != nil {
-				d.Log.Warn("artifact cache not pruned: a request cannot be read", "kind", kind, "err", err)
-				return
-			}
-			switch {
-			case r == nil:
-			case r.Desired != nil:
-				keep = append(keep, r.Desired.Digests()...)
-			case r.Upgrade != nil:
-				keep = append(keep, r.Upgrade.SHA256) // the bundle an interrupted upgrade resumes from
-			}
-		}
-	}
-	f := &artifact.Fetcher{Root: d.Root, Log: d.Log}
-	if err := f.Prune(keep); err != nil {
-		d.Log.Warn("artifact cache not pruned", "err", err)
-	}
-}
-
-// appliedSlots lists the slots with an applied configuration file.
-func (d *Deps) appliedSlots() []string {
-	dir, err := d.Root.Path(hostroot.AppliedDir)
-	if err != nil {
-		return nil
-	}
-	ents, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range ents {
-		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && e.Type().IsRegular() {
-			out = append(out, name)
-		}
-	}
-	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/cachekeep"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
@@ -46,6 +47,13 @@ func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
 		return nil, err
 	}
 	defer t.release()
+	// Under the lock: what killed downloads left in the artifact cache, and
+	// the entries nothing uses any more, a finished upgrade's bundle among
+	// them (lib/cachekeep keeps a claimed or pending upgrade's). A failure
+	// costs only disk.
+	if err := cachekeep.Prune(d.Root, t.log); err != nil {
+		t.log.Warn("artifact cache not tidied", "err", err.Error())
+	}
 	rec := t.rec
 	if err := t.lock.SetInstallID(rec.InstallID); err != nil {
 		t.log.Warn("could not name the installation in the lock", "err", err)

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -122,6 +124,33 @@ func TestUpgradeRequest(t *testing.T) {
 	}
 	if lg, _ := release.LastGood(e.root); lg != "green" {
 		t.Errorf("last-good %s, want green (the release that ran)", lg)
+	}
+	// The first upgrade's bundle went at the second run's start (issue 16, item 11): no request names it any
+	// more, and installed releases use nothing in the cache. A third run removes a killed download's temporary
+	// file and the second bundle, whose request is finished too.
+	cache, err := e.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := func() []string {
+		ents, _ := os.ReadDir(cache)
+		var out []string
+		for _, en := range ents {
+			out = append(out, en.Name())
+		}
+		return out
+	}
+	if got := left(); !slices.Equal(got, []string{sha2}) {
+		t.Errorf("cache after the second upgrade: %v, want only its bundle %s (the first, %s, pruned)", got, sha2, sha)
+	}
+	if err := os.WriteFile(filepath.Join(cache, "."+sha2+".tmp-5"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil && exitcode.Of(err) != exitcode.Deferred {
+		t.Fatalf("third run: %v", err)
+	}
+	if got := left(); len(got) != 0 {
+		t.Errorf("cache after a third run: %v, want nothing", got)
 	}
 }
 

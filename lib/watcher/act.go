@@ -343,7 +343,11 @@ func appliedSummary(a *state.Applied, nodeKubelet string) *v1alpha1.AppliedConfi
 		Fingerprint:       v1alpha1.SHA256(a.Config.Fingerprint()),
 	}
 	if !a.AppliedAt.IsZero() {
-		at := metav1.NewTime(a.AppliedAt)
+		// As the API keeps it (whole seconds): compared with the
+		// informer's copy, a time with nanoseconds always differs, and
+		// every decision (each Node status update, every 5 minutes at
+		// least) would cost a GET and a no-op PATCH of the Machine.
+		at := metav1.NewTime(a.AppliedAt).Rfc3339Copy()
 		out.AppliedAt = &at
 	}
 	return out

@@ -1,10 +1,13 @@
 package watcher
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -449,5 +452,27 @@ func TestAppliedSummaryVersionFromNode(t *testing.T) {
 	}
 	if got := appliedSummary(a, "").KubernetesVersion; got != a.Config.Kubernetes.Version {
 		t.Errorf("no Node: version %q, want the applied %q", got, a.Config.Kubernetes.Version)
+	}
+}
+
+// TestAppliedSummaryRoundTrips: the summary the watcher reports equals the
+// Machine's status as the API returns it, so an idle watcher's decisions
+// (a Node status update, every 5 minutes at least) find nothing to write.
+// An applied time with nanoseconds made each of them a GET and a no-op
+// PATCH (issue 16, item 2: counted at the apiserver by TestWatcherIdleOnRig).
+func TestAppliedSummaryRoundTrips(t *testing.T) {
+	a := applied(t)
+	a.AppliedAt = time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
+	s := appliedSummary(a, "v1.37.2")
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back v1alpha1.AppliedConfig
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(s, &back) {
+		t.Errorf("the summary changes through the API:\n%+v\n%+v", s, &back)
 	}
 }

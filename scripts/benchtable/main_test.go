@@ -56,7 +56,7 @@ func TestTable(t *testing.T) {
 		"watcher reaction latency p50 (spec change -> request file) n/a (not measured: TestWatcherIdle passed without reporting it; TestWatcherOnRig failed before reporting it)",
 		"watcher reaction latency p99 (spec change -> request file) 200 ms",
 		"watcher RSS (real binary under systemd, TestWatcherOnRig) 36.0 MiB",
-		"watcher idle API requests (client transport, TestWatcherOnRig) 8.00 requests/min",
+		"watcher idle Machine/operation requests (kubeconfig identity; apiserver counters, TestWatcherOnRig) 8.00 requests/min",
 		"n/a (not measured: TestBootstrapOnRig skipped)",
 		"n/a (not measured: no test matching TestUpgrade.* ran",
 		"n/a (not measured: no test matching BenchmarkWatcherIdle ran",

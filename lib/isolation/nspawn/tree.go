@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/unpack"
@@ -34,7 +35,7 @@ import (
 // under /var/lib/machines (0700). Everything under the host root's cache
 // goes with a reset (lib/reset removes the whole host root).
 const (
-	treesDir   = "trees"
+	treesDir   = artifact.TreesSubdir // lib/artifact owns the cache's layout and prunes it
 	treeRootfs = "rootfs"
 	treeMarker = "complete.json"
 )

@@ -1,0 +1,117 @@
+package integration
+
+// TestWatcherIdleOnRig (issue 16, item 2): the watcher as it runs on a host in production, idle, counted at the
+// apiserver. The host is bootstrapped for real (the kubelet's TLS bootstrap gives the node its client certificate),
+// so the watcher runs in kubeslot-watcher.service, started by the bootstrap, with the node identity the bootstrap
+// left: the applied configuration's server and CA and the kubelet's current client pair in <base>/identity, no
+// kubeconfig. Its requests are told from everything else the apiserver serves (the node's own kubelet acts as the
+// same user) by the audit log's user and user agent. Target: no request but watches, and those stay open for their
+// server-side timeout (client-go asks 5-10 minutes); a watch cut after a client-side timeout (the 5 s of issue 16)
+// shows up as watches re-opened and ended early. Halfway through the window the test updates the Node and touches
+// the Machine (an annotation each), as the kubelet's periodic status and other tools do: the watcher decides again,
+// and must find nothing to write. The window is KUBESLOT_BENCH_WINDOW (default 60 s) after KUBESLOT_BENCH_SETTLE
+// (default 10 s).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubeslot/kubeslot/integration/fleet"
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+)
+
+func TestWatcherIdleOnRig(t *testing.T) {
+	window := testEnvDuration(t, "KUBESLOT_BENCH_WINDOW", time.Minute)
+	settle := testEnvDuration(t, "KUBESLOT_BENCH_SETTLE", 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute+window)
+	defer cancel()
+	r := newRepaveRig(t, ctx, "idl", false)
+
+	// The production path: no kubeconfig in the identity directory, the kubelet's pair there.
+	if out, err := r.h.Run(ctx, "test", "!", "-e", "/opt/kubeslot/identity/kubeconfig"); err != nil {
+		t.Fatalf("the host has an identity kubeconfig, not the production identity path: %v %s", err, out)
+	}
+	// The kubelet links its current pair by the path inside the node, where the identity directory is bound.
+	if out, err := r.h.Run(ctx, "test", "-L", "/opt/kubeslot/identity/kubelet-client-current.pem"); err != nil {
+		t.Fatalf("no kubelet client pair in the identity directory: %v %s", err, out)
+	}
+	eventually(t, 2*time.Minute, "the watcher registered its Machine", func() (bool, string) {
+		m, err := r.mc.GetMachine(ctx, r.node)
+		if err != nil {
+			return false, err.Error()
+		}
+		return m.Status.AgentVersion != "", fmt.Sprintf("status %+v", m.Status)
+	})
+	show := func() string {
+		out, _ := r.h.Run(ctx, "systemctl", "show", "-p", "ActiveState,SubState,MainPID,NRestarts", "kubeslot-watcher.service")
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	before := show()
+	if !strings.Contains(before, "ActiveState=active") || !strings.Contains(before, "SubState=running") {
+		t.Fatalf("kubeslot-watcher.service: %s", before)
+	}
+	time.Sleep(settle)
+	from := time.Now()
+	// Halfway, what reaches an idle watcher in production: its Node updated (the kubelet posts its status every 5
+	// minutes at least), and its Machine touched without a spec change (an annotation, as tools add them). Each
+	// makes the watcher decide again; with nothing to change, a decision must cost no request.
+	time.Sleep(window / 2)
+	probe := fmt.Sprintf(`{"metadata":{"annotations":{"kubeslot.dev/idle-probe":%q}}}`, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := r.admin.CoreV1().Nodes().Patch(ctx, r.node, types.MergePatchType, []byte(probe), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotate Node %s: %v", r.node, err)
+	}
+	if err := r.mc.REST().Patch(types.MergePatchType).Resource(v1alpha1.MachinesResource).Name(r.node).Body([]byte(probe)).
+		Do(ctx).Error(); err != nil {
+		t.Fatalf("annotate Machine %s: %v", r.node, err)
+	}
+	time.Sleep(window - window/2)
+	to := time.Now()
+	if after := show(); after != before {
+		t.Errorf("kubeslot-watcher.service changed during the window: %s, then %s", before, after)
+	}
+	idle, err := fleet.CountIdle(r.cp, from, to, fleet.AgentUser("", r.node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubeslot-watcher.service on a bootstrapped host (node identity system:node:%s, %s) %s", r.node, before, idle)
+	others, opened := idle.PerMinute(idle.Others), idle.PerMinute(idle.WatchesOpened)
+	figures.AddValue("watcher (rig host, its unit, node identity): idle requests besides watches (apiserver audit)", others, unitPerMinute)
+	figures.AddValue("watcher (rig host, its unit, node identity): watches opened when idle (apiserver audit)", opened, unitPerMinute)
+	fmt.Printf("rig: watcher in its unit, node identity, idle %s at the apiserver: %.2f requests/min besides watches, "+
+		"%.2f watches opened/min\n", idle.Window.Round(time.Second), others, opened)
+	if idle.Others > 0 {
+		t.Errorf("the idle watcher made %d requests besides watches in %s", idle.Others, idle.Window.Round(time.Second))
+	}
+	var short []time.Duration
+	for _, d := range idle.WatchesEnded {
+		if d < 4*time.Minute {
+			short = append(short, d)
+		}
+	}
+	if len(short) > 0 {
+		t.Errorf("%d watches ended before any server-side timeout client-go asks for (5-10 min), after %v", len(short), short)
+	}
+	if len(idle.OpenAtEnd) == 0 {
+		t.Error("no watch of the watcher open at the end of the window")
+	}
+}
+
+// testEnvDuration is benchEnvDuration for a test.
+func testEnvDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive duration like 60s", name, v)
+	}
+	return d
+}
