@@ -67,9 +67,9 @@ const (
 
 var soakOps = []soakOp{soakRepave, soakRestart, soakUpgrade, soakReset}
 
-// soakWindow is how long after the start of each operation its kill (and power cut) may come: about the time the
-// operation takes on the rig, so that most disruptions land while it runs. In reset rounds the power cut comes
-// within soakBootstrapWindow of the start of the bootstrap that follows.
+// soakWindow is how long after the start of each operation the watcher's kill and the power cut may come: about
+// the time the operation takes on the rig, so that most disruptions land while it runs. In reset rounds the power
+// cut comes within soakBootstrapWindow of the start of the bootstrap that follows.
 var soakWindow = map[soakOp]time.Duration{
 	soakRepave:  20 * time.Second,
 	soakRestart: 10 * time.Second,
@@ -77,19 +77,40 @@ var soakWindow = map[soakOp]time.Duration{
 	soakReset:   8 * time.Second,
 }
 
+// soakWorker is the unit of each operation's worker, and soakWorkerWindow how long after it started running its
+// kill may come: a little less than its run on the rig, so that most kills hit it at work.
+var (
+	soakWorker = map[soakOp]string{
+		soakRepave:  "kubeslot-repave@next.service",
+		soakRestart: "kubeslot-restart.service",
+		soakUpgrade: "kubeslot-upgrade.service",
+		soakReset:   "kubeslot-reset.service",
+	}
+	soakWorkerWindow = map[soakOp]time.Duration{
+		soakRepave:  8 * time.Second,
+		soakRestart: 5 * time.Second,
+		soakUpgrade: 7 * time.Second,
+		soakReset:   3 * time.Second,
+	}
+)
+
 const soakBootstrapWindow = 20 * time.Second
 
 // soakPlan is one round, drawn from the seed before the first round runs.
 type soakPlan struct {
-	op     soakOp
-	killAt time.Duration // after the start of the operation
-	cut    bool
-	cutAt  time.Duration // after the start of the operation (reset rounds: of the bootstrap)
+	op soakOp
+	// killWorker: the kill is for the operation's worker, killAt after it is first seen running; else for the
+	// watcher, killAt after the start of the operation.
+	killWorker bool
+	killAt     time.Duration
+	cut        bool
+	cutAt      time.Duration // after the start of the operation (reset rounds: of the bootstrap)
 }
 
 // soakPlans draws n rounds from seed: the four operations in a random order in every block of four rounds (so any
-// four rounds in a row from the start cover them all), one power cut in a random round of each block, and the
-// moments uniformly within each operation's window, in tenths of a second.
+// four rounds in a row from the start cover them all), one power cut in a random round of each block, the kill for
+// the worker in three rounds out of four (else for the watcher), and the moments uniformly within their windows, in
+// tenths of a second.
 func soakPlans(seed uint64, n int) []soakPlan {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	moment := func(w time.Duration) time.Duration {
@@ -101,7 +122,12 @@ func soakPlans(seed uint64, n int) []soakPlan {
 		rng.Shuffle(len(block), func(i, j int) { block[i], block[j] = block[j], block[i] })
 		cut := rng.IntN(len(block))
 		for i, op := range block {
-			p := soakPlan{op: op, killAt: moment(soakWindow[op]), cut: i == cut}
+			p := soakPlan{op: op, killWorker: rng.IntN(4) != 0, cut: i == cut}
+			if p.killWorker {
+				p.killAt = moment(soakWorkerWindow[op])
+			} else {
+				p.killAt = moment(soakWindow[op])
+			}
 			if op == soakReset {
 				p.cutAt = moment(soakBootstrapWindow)
 			} else {
@@ -121,7 +147,11 @@ func (p soakPlan) String() string {
 			cut += " of the bootstrap"
 		}
 	}
-	return fmt.Sprintf("%s, kill -9 at +%.1fs, %s", p.op, p.killAt.Seconds(), cut)
+	kill := fmt.Sprintf("kill -9 of the watcher at +%.1fs", p.killAt.Seconds())
+	if p.killWorker {
+		kill = fmt.Sprintf("kill -9 of %s %.1fs after it started", strings.TrimSuffix(soakWorker[p.op], ".service"), p.killAt.Seconds())
+	}
+	return fmt.Sprintf("%s, %s, %s", p.op, kill, cut)
 }
 
 // soakRow is one line of the table.
@@ -140,7 +170,6 @@ type soak struct {
 	t   *testing.T
 	ctx context.Context
 	r   *rpRig
-	rng *rand.Rand
 	// version is the agent version the host must run; label the value of soakLabel its Node must carry ("" after a
 	// fresh bootstrap).
 	version string
@@ -174,7 +203,7 @@ func TestSoak(t *testing.T) {
 
 	// Two releases to upgrade to, back and forth: built before the host boots (a minute or two, cached after).
 	bins1, bins2 := buildRelease(t, "soak-1"), buildRelease(t, "soak-2")
-	s := &soak{t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, seed+1)), version: "devel", bundles: map[string][2]string{}}
+	s := &soak{t: t, ctx: ctx, version: "devel", bundles: map[string][2]string{}}
 	s.r = newRepaveRigWith(t, ctx, "soak", bsOptions{Persistent: true})
 	for v, bins := range map[string]string{"soak-1": bins1, "soak-2": bins2} {
 		p, _ := makeUpgradeBundle(t, bins, v)
@@ -273,26 +302,7 @@ func (s *soak) round(n int, p soakPlan) soakRow {
 		}
 	}
 
-	// The disruptions, in the order of their moments.
-	type event struct {
-		at  time.Duration
-		cut bool
-	}
-	events := []event{{p.killAt, false}}
-	if p.cut && p.op != soakReset {
-		events = append(events, event{p.cutAt, true})
-		slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
-	}
-	last := t0
-	for _, e := range events {
-		sleepUntil(s.ctx, t0.Add(e.at))
-		last = time.Now()
-		if e.cut {
-			row.cut = s.powerCut(e.at)
-		} else {
-			row.kill, row.killed = s.killOne(e.at)
-		}
-	}
+	last := s.disrupt(t0, p, &row)
 
 	if fail := s.waitDone(done, 8*time.Minute); fail != "" {
 		row.result = "FAIL: " + fail
@@ -375,58 +385,73 @@ func (s *soak) waitDone(done func() (bool, string, string), bound time.Duration)
 	return fmt.Sprintf("the operation did not finish within %s (last: %s)", bound, last)
 }
 
-// killOne sends SIGKILL to one kubeslot process that runs now, at random (a worker is three times as likely as
-// the watcher); it says which, and returns the unit it was killed in ("" when none was); at is the moment in the
-// round.
-func (s *soak) killOne(at time.Duration) (string, string) {
-	candidates := []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-repave@a.service", "kubeslot-repave@b.service",
-		"kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service", units.Recovery, units.Bootstrap}
-	out, err := s.r.h.Run(s.ctx, append([]string{"systemctl", "show", "-p", "Id", "-p", "MainPID"}, candidates...)...)
-	if err != nil {
-		return fmt.Sprintf("none (systemctl show: %v) +%.1fs", err, at.Seconds()), ""
+// disrupt carries out the round's kill and power cut (not in reset rounds: see rebootstrap), each at its moment,
+// and returns the time of the last one. A worker's kill waits (bounded) until the worker runs, and then until its
+// moment; a worker that has exited by then is missed, and the table says so.
+func (s *soak) disrupt(t0 time.Time, p soakPlan, row *soakRow) time.Time {
+	last := t0
+	cutPending, killPending := p.cut && p.op != soakReset, true
+	var killTime, workerSeen time.Time
+	target := units.Watcher
+	if p.killWorker {
+		target = soakWorker[p.op]
+	} else {
+		killTime = t0.Add(p.killAt)
 	}
-	type proc struct{ unit, pid string }
-	var procs []proc
-	var weights []int
-	total := 0
-	for _, block := range strings.Split(strings.TrimSpace(string(out)), "\n\n") {
-		kv := map[string]string{}
-		for _, l := range strings.Split(block, "\n") {
-			k, v, _ := strings.Cut(l, "=")
-			kv[k] = v
-		}
-		if kv["MainPID"] == "" || kv["MainPID"] == "0" {
+	seenBy := t0.Add(90 * time.Second)
+	for (cutPending || killPending) && s.ctx.Err() == nil {
+		now := time.Now()
+		switch {
+		case cutPending && !now.Before(t0.Add(p.cutAt)):
+			row.cut, cutPending, last = s.powerCut(p.cutAt), false, now
+			continue
+		case killPending && killTime.IsZero():
+			if s.mainPID(target) != "" {
+				workerSeen = now
+				killTime = now.Add(p.killAt)
+			} else if now.After(seenBy) {
+				row.kill, killPending = "missed: "+strings.TrimSuffix(target, ".service")+" never seen running", false
+				continue
+			}
+		case killPending && !now.Before(killTime):
+			moment := fmt.Sprintf("+%.1fs", now.Sub(t0).Seconds())
+			if p.killWorker {
+				moment = fmt.Sprintf("%.1fs after start, %s", now.Sub(workerSeen).Seconds(), moment)
+			}
+			row.kill, row.killed = s.killUnit(target, moment)
+			killPending, last = false, now
 			continue
 		}
-		w := 3
-		if kv["Id"] == units.Watcher {
-			w = 1
-		}
-		procs = append(procs, proc{kv["Id"], kv["MainPID"]})
-		weights = append(weights, w)
-		total += w
+		sleepUntil(s.ctx, now.Add(100*time.Millisecond))
 	}
-	if total == 0 {
-		return fmt.Sprintf("none running +%.1fs", at.Seconds()), ""
+	return last
+}
+
+// mainPID is the main PID of a unit in the host ("" when it has none: not running, or in ExecStopPost).
+func (s *soak) mainPID(unit string) string {
+	out, err := s.r.h.Run(s.ctx, "systemctl", "show", "-p", "MainPID", "--value", unit)
+	if pid := strings.TrimSpace(string(out)); err == nil && pid != "0" && pid != "" {
+		return pid
 	}
-	pick := s.rng.IntN(total)
-	var p proc
-	for i, w := range weights {
-		if pick < w {
-			p = procs[i]
-			break
-		}
-		pick -= w
+	return ""
+}
+
+// killUnit sends SIGKILL to the main process of unit, if it runs a kubeslot binary; it says what it killed, and
+// returns the unit ("" when it missed); moment describes when, for the table.
+func (s *soak) killUnit(unit, moment string) (string, string) {
+	short := strings.TrimSuffix(strings.TrimPrefix(unit, "kubeslot-"), ".service")
+	pid := s.mainPID(unit)
+	if pid == "" {
+		return fmt.Sprintf("missed: %s not running %s", short, moment), ""
 	}
 	// Only a kubeslot binary is killed: the PID's executable is checked in the same shell that kills it.
-	out, err = s.r.h.Run(s.ctx, "sh", "-c", `e=$(readlink /proc/$1/exe) && e=$(basename "${e% (deleted)}") && `+
-		`case "$e" in kubeslot*) kill -9 "$1" && echo "$e";; *) echo "not kubeslot: $e"; exit 1;; esac`, "sh", p.pid)
+	out, err := s.r.h.Run(s.ctx, "sh", "-c", `e=$(readlink /proc/$1/exe) && e=$(basename "${e% (deleted)}") && `+
+		`case "$e" in kubeslot*) kill -9 "$1" && echo "$e";; *) echo "not kubeslot: $e"; exit 1;; esac`, "sh", pid)
 	what := strings.TrimSpace(string(out))
-	unit := strings.TrimSuffix(strings.TrimPrefix(p.unit, "kubeslot-"), ".service")
 	if err != nil {
-		return fmt.Sprintf("missed %s pid %s (%s) +%.1fs", unit, p.pid, what, at.Seconds()), ""
+		return fmt.Sprintf("missed: %s pid %s (%s) %s", short, pid, what, moment), ""
 	}
-	return fmt.Sprintf("%s in %s +%.1fs", what, unit, at.Seconds()), p.unit
+	return fmt.Sprintf("%s (%s) %s", what, short, moment), unit
 }
 
 // powerCut kills the host (its disk kept) and boots it again; at is the moment in the round.
@@ -700,9 +725,9 @@ func (s *soak) journals() string {
 func (s *soak) table(seed uint64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "soak: %d rounds, seed %d (%s=%d replays the plan)\n", len(s.rows), seed, envSoakSeed, seed)
-	fmt.Fprintf(&b, "%-5s %-15s %-44s %-34s %-52s %9s  %s\n", "round", "operation", "kill -9 (process in unit, moment)", "power cut", "operation result", "recovery", "result")
+	fmt.Fprintf(&b, "%-5s %-15s %-58s %-34s %-48s %9s  %s\n", "round", "operation", "kill -9 (process (unit), moment)", "power cut", "operation result", "recovery", "result")
 	for _, r := range s.rows {
-		fmt.Fprintf(&b, "%-5d %-15s %-44s %-34s %-52s %9s  %s\n", r.n, r.op, r.kill, r.cut, r.opResult, secs(r.recovery), r.result)
+		fmt.Fprintf(&b, "%-5d %-15s %-58s %-34s %-48s %9s  %s\n", r.n, r.op, r.kill, r.cut, r.opResult, secs(r.recovery), r.result)
 	}
 	fmt.Print(b.String())
 	s.t.Log("\n" + b.String())
@@ -744,9 +769,13 @@ func TestSoakPlans(t *testing.T) {
 				cuts++
 			}
 			w := soakWindow[p.op]
+			if p.killWorker {
+				w = soakWorkerWindow[p.op]
+			}
 			if p.killAt < 0 || p.killAt > w {
 				t.Errorf("round %d: kill at %s, outside %s", i+1, p.killAt, w)
 			}
+			w = soakWindow[p.op]
 			if p.op == soakReset {
 				w = soakBootstrapWindow
 			}
