@@ -87,10 +87,10 @@ var (
 		soakReset:   "kubeslot-reset.service",
 	}
 	soakWorkerWindow = map[soakOp]time.Duration{
-		soakRepave:  8 * time.Second,
-		soakRestart: 5 * time.Second,
-		soakUpgrade: 7 * time.Second,
-		soakReset:   3 * time.Second,
+		soakRepave:  5 * time.Second,
+		soakRestart: 2500 * time.Millisecond,
+		soakUpgrade: 6 * time.Second,
+		soakReset:   2 * time.Second,
 	}
 )
 
@@ -239,6 +239,10 @@ func TestSoak(t *testing.T) {
 func (s *soak) round(n int, p soakPlan) soakRow {
 	row := soakRow{n: n, op: p.op, cut: "no", kill: "-"}
 	opName := fmt.Sprintf("%s-r%d-%s", s.r.node, n, strings.TrimSuffix(string(p.op), "+bootstrap"))
+	// What the operation must change, seen from outside kubeslot: a repave the slot, a restart the node machine's
+	// unit invocation.
+	slotBefore := s.activeSlot()
+	invBefore := s.invocation("systemd-nspawn@" + slotBefore + ".service")
 	t0 := time.Now()
 	var done func() (bool, string, string) // finished, detail while waiting, failure ("" when as expected)
 	switch p.op {
@@ -261,12 +265,24 @@ func (s *soak) round(n int, p soakPlan) soakRow {
 			if st.Phase != requests.Succeeded {
 				return true, "", "spec repave " + string(st.Phase) + ": " + st.Message
 			}
+			if now := s.activeSlot(); now == slotBefore {
+				return true, "", "spec repave Succeeded, but applied/active still names slot " + now
+			}
 			s.label = label
 			return true, "", ""
 		}
 	case soakRestart:
 		s.createOp(opName, v1alpha1.OperationNodeRestart, nil)
-		done = s.opDone(opName, t0, &row, nil)
+		opDone := s.opDone(opName, t0, &row, nil)
+		done = func() (bool, string, string) {
+			ok, detail, fail := opDone()
+			if ok && fail == "" {
+				if inv := s.invocation("systemd-nspawn@" + slotBefore + ".service"); inv == invBefore {
+					fail = "NodeRestart Succeeded, but systemd-nspawn@" + slotBefore + " was not started again (invocation " + inv + ")"
+				}
+			}
+			return ok, detail, fail
+		}
 	case soakUpgrade:
 		to := "soak-1"
 		if s.version == to {
@@ -507,6 +523,21 @@ func (s *soak) rebootstrap(p soakPlan) (cut string, cutAt time.Time, fail string
 	r.workerDropIns(s.ctx)
 	s.version, s.label = "devel", ""
 	return cut, cutAt, ""
+}
+
+// activeSlot is what applied/active names ("" when unreadable).
+func (s *soak) activeSlot() string {
+	b, err := s.r.h.ReadFile(soakBase + "/applied/active")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// invocation is the InvocationID of a unit in the host: a new one for every start.
+func (s *soak) invocation(unit string) string {
+	out, _ := s.r.h.Run(s.ctx, "systemctl", "show", "-p", "InvocationID", "--value", unit)
+	return strings.TrimSpace(string(out))
 }
 
 // unitState is "ActiveState/SubState" of a unit in the host.
