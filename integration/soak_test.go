@@ -372,9 +372,11 @@ func (s *soak) opDone(name string, t0 time.Time, row *soakRow, accept func(*v1al
 		if e == nil || !e.Phase.Finished() {
 			return false, fmt.Sprintf("operation %s: %+v", name, e), ""
 		}
-		row.opResult = fmt.Sprintf("%s in %s", e.Phase, secs(time.Since(t0)))
-		if e.Phase == v1alpha1.OperationFailed {
-			row.opResult += " (" + firstLineOf(e.Message) + ")"
+		if row.opResult == "" { // the first time it is seen finished
+			row.opResult = fmt.Sprintf("%s in %s", e.Phase, secs(time.Since(t0)))
+			if e.Phase == v1alpha1.OperationFailed {
+				row.opResult += " (" + firstLineOf(e.Message) + ")"
+			}
 		}
 		if accept != nil {
 			return true, "", accept(e)
@@ -480,7 +482,15 @@ func (s *soak) powerCut(at time.Duration) string {
 	if err := s.r.h.Boot(s.ctx); err != nil {
 		s.t.Fatalf("boot after the power cut: %v", err)
 	}
-	return fmt.Sprintf("+%.1fs (boot %s)", at.Seconds(), secs(time.Since(t0)))
+	took := time.Since(t0)
+	if took > 5*time.Second {
+		// What held the boot up (sdhost waits until systemd reports the boot finished: every queued job done).
+		out, _ := s.r.h.Run(s.ctx, "sh", "-c", "systemd-analyze blame --no-pager | head -4; "+
+			"journalctl -b --no-pager -q -o short-precise _SYSTEMD_UNIT=kubeslot-bootstrap.service + _SYSTEMD_UNIT=kubeslot-restart.service + "+
+			"_SYSTEMD_UNIT=kubeslot-repave@next.service + _SYSTEMD_UNIT=kubeslot-upgrade.service | cut -c1-240 | tail -25")
+		fmt.Printf("soak: boot after the power cut took %s; systemd-analyze blame and the workers' journal of this boot:\n%s", secs(took), out)
+	}
+	return fmt.Sprintf("+%.1fs (boot %s)", at.Seconds(), secs(took))
 }
 
 // rebootstrap makes the reset host a node again, with the power cut of the plan during the bootstrap; it returns
