@@ -10,7 +10,8 @@
 #   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime, slot prepare
 #               vs cp -a, whole repave), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
 #               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
-#               restart and a repave, from a probe outside the node; Node Ready -> pods Ready), TestWatcherIdleOnRig
+#               restart and a repave, from a probe outside the node; Node Ready -> pods Ready),
+#               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 upgrade), TestWatcherIdleOnRig
 #               (the idle figure: the watcher in kubeslot-watcher.service on a bootstrapped host, with the node identity
 #               the bootstrap left, its requests counted at the apiserver from its audit log by user and user agent)
 #   benchmarks  BenchmarkFleet (N in-process watchers on the same node identity path against one apiserver, counted at
@@ -35,7 +36,7 @@ mkdir -p "$out"
 log=$out/go-test.log
 figures=$out/figures.jsonl
 : >"$figures"
-tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestWatcherIdleOnRig)$'}
+tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestKubernetesUpgradeOnRig|TestWatcherIdleOnRig)$'}
 benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures
@@ -44,7 +45,8 @@ if [ "$(id -u)" = 0 ]; then
 	export KUBESLOT_REQUIRE_RIG=${KUBESLOT_REQUIRE_RIG:-1}
 fi
 KUBESLOT_KUBE_BIN=${KUBESLOT_KUBE_BIN:-$(scripts/kube-bins.sh)}
-export KUBESLOT_KUBE_BIN
+KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev kubelet)}
+export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
 echo "bench: full log in $log, figures in $figures (about 15-20 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.

@@ -275,6 +275,8 @@ var rows = []row{
 		names: []string{"pods: workload downtime across a restart (hostPort probe from the host)"}},
 	{label: "Node Ready after a repave -> its pods Ready", target: "", tests: "TestPodsOnRig",
 		names: []string{"pods: Node Ready after the repave -> pods Ready"}},
+	{label: "workload downtime across a Kubernetes upgrade (1.37.1 -> 1.37.2 through the Machine)", target: "< 10 s", tests: "TestKubernetesUpgradeOnRig",
+		names: []string{"kubernetes upgrade: workload downtime (hostPort probe from the host)"}},
 	{label: "watcher reaction latency p50 (spec change -> request file)", target: "", tests: "TestWatcher.*",
 		names: []string{"watcher: reaction latency p50", "watcher: spec update -> request file, p50 of *"}},
 	{label: "watcher reaction latency p99 (spec change -> request file)", target: "< 0.5 s", tests: "TestWatcher.*",
