@@ -82,34 +82,10 @@ func (c *NodeCluster) SetLabels(ctx context.Context, cfg *config.Config, set map
 	return nil
 }
 
-// ServerVersion implements Cluster: /version with the node's identity
-// (readable by every client: system:public-info-viewer).
+// ServerVersion implements Cluster with the bootstrap's lookup (the node's
+// identity; /version is readable by every client).
 func (c *NodeCluster) ServerVersion(ctx context.Context, cfg *config.Config) (string, error) {
-	cs, err := c.clientset(cfg)
-	if err != nil {
-		return "", err
-	}
-	type result struct {
-		v   string
-		err error
-	}
-	// The discovery client takes no context; the request is bounded by
-	// the identity's per-request timeout, and ctx by this select.
-	ch := make(chan result, 1)
-	go func() {
-		v, err := cs.Discovery().ServerVersion()
-		if err != nil {
-			ch <- result{"", err}
-			return
-		}
-		ch <- result{v.GitVersion, nil}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return "", context.Cause(ctx)
-	}
+	return (&bootstrap.NodeCluster{Root: c.Root, Log: c.Log}).ServerVersion(ctx, cfg)
 }
 
 // KubeletVersion implements Cluster: the Node's
