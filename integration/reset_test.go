@@ -46,6 +46,8 @@ var rsGone = []string{
 	"/etc/systemd/system/multi-user.target.wants/" + units.Bootstrap,
 	"/etc/systemd/system/multi-user.target.wants/" + units.Watcher,
 	"/etc/systemd/system/multi-user.target.wants/kubeslot-reset.path",
+	"/etc/systemd/system/" + units.Resetting,
+	"/etc/systemd/system/multi-user.target.wants/" + units.Resetting,
 }
 
 // bootstrapForReset boots a rig host, adds the foreign files and bootstraps it through the first-boot unit.
@@ -202,44 +204,69 @@ func TestResetKillAtSteps(t *testing.T) {
 	r.checkReset(ctx)
 }
 
-// TestResetRequestKilledFinishesItself: a reset served from an AgentReset request is killed (-9) after it stopped
-// the path units (paused before stop-machines by a runtime drop-in of kubeslot-reset.service, which the test removes
-// before the kill); nobody finishes it by hand: systemd starts the service again (Restart=on-abnormal), the re-run
-// finds the request still claimed (it is reported only once the work is done, issue 16 item 8) and a resetting
-// record, and finishes the reset. The operation ends Succeeded.
-func TestResetRequestKilledFinishesItself(t *testing.T) {
+// TestResetRequestSurvivesPowerCutAndKill (issue 16): a reset served from an AgentReset request runs in
+// kubeslot-resetting.service, which kubeslot-reset.service installs and starts; that unit and the resetter's copy it
+// runs outlive every other unit file and binary of the installation. The run is cut twice and nobody finishes it by
+// hand: a power cut while it waits before stop-machines (the path units are already stopped and disabled, so only the
+// resetting unit, enabled for boot, resumes it), then, in the next boot, a kill -9 while it waits before
+// remove-host-root, after every other kubeslot unit file is gone (before, a run killed there was never restarted and
+// the host kept its host root, marked resetting, for good). systemd starts it again; the host ends clean and the
+// operation Succeeded. The pauses are two drop-ins: the one in /run (before stop-machines) is read after the one in
+// /etc (before remove-host-root), so its setting wins until the power cut clears /run.
+func TestResetRequestSurvivesPowerCutAndKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
-	r := bootstrapForReset(t, ctx, "rsq", false)
+	r := bootstrapForReset(t, ctx, "rsq", true)
 	waitWatcherActive(t, ctx, r)
-	dropIn := "/run/systemd/system/kubeslot-reset.service.d"
-	if out, err := r.h.Run(ctx, "sh", "-c", "mkdir -p "+dropIn+" && printf '[Service]\\nEnvironment="+reset.EnvPauseAt+"="+
-		reset.StepStopMachines+"\\n' >"+dropIn+"/pause.conf && systemctl daemon-reload"); err != nil {
-		t.Fatalf("pause drop-in: %v\n%s", err, out)
+	dropIn := func(dir, name, step string) string {
+		return "mkdir -p " + dir + " && printf '[Service]\\nEnvironment=" + reset.EnvPauseAt + "=" + step + "\\n' >" + dir + "/" + name
+	}
+	const runDropIn, etcDropIn = "/run/systemd/system/" + units.Resetting + ".d", "/etc/systemd/system/" + units.Resetting + ".d"
+	if out, err := r.h.Run(ctx, "sh", "-c", dropIn(runDropIn, "20-pause.conf", reset.StepStopMachines)+" && "+dropIn(etcDropIn, "10-pause.conf", reset.StepRemoveHostRoot)+
+		" && systemctl daemon-reload"); err != nil {
+		t.Fatalf("pause drop-ins: %v\n%s", err, out)
 	}
 	op := createResetOperation(t, ctx, r)
-	waitJournal(t, ctx, r, "kubeslot-reset.service", "paused before "+reset.StepStopMachines)
+	waitJournal(t, ctx, r, units.Resetting, "paused before "+reset.StepStopMachines)
 	for _, u := range []string{"kubeslot-reset.path", "kubeslot-repave.path"} {
-		if out, _ := r.h.Run(ctx, "systemctl", "is-active", u); strings.TrimSpace(string(out)) == "active" {
-			t.Errorf("%s still active while the reset is paused after stop-units", u)
+		if out, _ := r.h.Run(ctx, "systemctl", "is-enabled", u); strings.TrimSpace(string(out)) == "enabled" {
+			t.Errorf("%s still enabled while the reset is paused after stop-units", u)
 		}
 	}
-	if out, err := r.h.Run(ctx, "sh", "-c", "rm -r "+dropIn+" && systemctl daemon-reload"); err != nil {
+
+	// Power cut: at boot only the resetting unit can resume the reset.
+	t0 := time.Now()
+	if err := r.h.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.Boot(ctx); err != nil {
+		t.Fatalf("boot after the power cut: %v", err)
+	}
+	waitJournal(t, ctx, r, units.Resetting, "paused before "+reset.StepRemoveHostRoot)
+	rigTiming(t, "reset: power cut of a request-mode run to resumed at boot (up to remove-host-root)", time.Since(t0))
+	if out, err := r.h.Run(ctx, "sh", "-c", "ls /etc/systemd/system | grep -x 'kubeslot-.*\\.\\(service\\|path\\)'"); err == nil &&
+		strings.TrimSpace(string(out)) != units.Resetting {
+		t.Errorf("unit files while paused before %s: %q, want only %s", reset.StepRemoveHostRoot, out, units.Resetting)
+	}
+
+	// kill -9 after remove-units.
+	if out, err := r.h.Run(ctx, "sh", "-c", "rm -r "+etcDropIn+" && systemctl daemon-reload"); err != nil {
 		t.Fatalf("remove the pause drop-in: %v\n%s", err, out)
 	}
-	t0 := time.Now()
-	if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", "kubeslot-reset.service"); err != nil {
+	t1 := time.Now()
+	if out, err := r.h.Run(ctx, "systemctl", "kill", "-s", "KILL", units.Resetting); err != nil {
 		t.Fatalf("kill -9: %v\n%s", err, out)
 	}
-	rsEventually(t, ctx, 3*time.Minute, "host root gone without a hand", func() (bool, string) {
+	rsEventually(t, ctx, 3*time.Minute, "host root and resetting unit gone without a hand", func() (bool, string) {
 		_, err := r.h.Run(ctx, "test", "-e", "/opt/kubeslot")
-		out, _ := r.h.Run(ctx, "systemctl", "show", "-p", "ActiveState", "-p", "NRestarts", "kubeslot-reset.service")
-		return err != nil && !strings.Contains(string(out), "ActiveState=activ"), string(out)
+		_, uerr := r.h.Run(ctx, "test", "-e", "/etc/systemd/system/"+units.Resetting)
+		out, _ := r.h.Run(ctx, "systemctl", "show", "-p", "ActiveState", "-p", "NRestarts", units.Resetting)
+		return err != nil && uerr != nil && !strings.Contains(string(out), "ActiveState=activ"), string(out)
 	})
-	rigTiming(t, "reset: kill -9 of a request-mode run to host clean (systemd restart)", time.Since(t0))
-	j, _ := r.h.Journal(ctx, "kubeslot-reset.service")
-	if !strings.Contains(j, "resuming an unfinished reset") {
-		t.Errorf("the restarted resetter did not finish the reset under way:\n%s", tailLines(j, 40))
+	rigTiming(t, "reset: kill -9 of the resetting unit after remove-units to host clean (systemd restart)", time.Since(t1))
+	j, _ := r.h.Journal(ctx, units.Resetting)
+	if strings.Count(j, "resuming an unfinished reset") < 2 {
+		t.Errorf("the resetting unit did not resume the reset after the power cut and after the kill:\n%s", tailLines(j, 60))
 	}
 	waitOperationSucceeded(t, ctx, r, op)
 	r.checkReset(ctx)
@@ -286,7 +313,8 @@ func waitOperationSucceeded(t *testing.T, ctx context.Context, r *bsRig, name st
 }
 
 // TestResetThroughOperation: an AgentReset MachineOperation; the watcher drops the request, kubeslot-reset.path
-// starts the resetter, the operation ends Succeeded for this Machine, and the host is clean.
+// starts the resetter, which hands it over to kubeslot-resetting.service; the operation ends Succeeded for this
+// Machine, and the host is clean, the resetting unit gone too.
 func TestResetThroughOperation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -320,13 +348,17 @@ func TestResetThroughOperation(t *testing.T) {
 		}
 		return false, "no entry"
 	})
-	rsEventually(t, ctx, 2*time.Minute, "host root gone", func() (bool, string) {
+	rsEventually(t, ctx, 2*time.Minute, "host root and resetting unit gone", func() (bool, string) {
 		_, err := r.h.Run(ctx, "test", "-e", "/opt/kubeslot")
-		out, _ := r.h.Run(ctx, "systemctl", "is-active", "kubeslot-reset.service")
-		return err != nil && strings.TrimSpace(string(out)) != "active", string(out)
+		_, uerr := r.h.Run(ctx, "test", "-e", "/etc/systemd/system/"+units.Resetting)
+		out, _ := r.h.Run(ctx, "systemctl", "is-active", units.Resetting)
+		return err != nil && uerr != nil && strings.TrimSpace(string(out)) != "active", string(out)
 	})
 	rigTiming(t, "reset: AgentReset operation created to host clean", time.Since(t0))
-	j, _ := r.h.Journal(ctx, "kubeslot-reset.service")
+	if j, _ := r.h.Journal(ctx, "kubeslot-reset.service"); !strings.Contains(j, "reset handed over") {
+		t.Errorf("kubeslot-reset.service did not hand the request over:\n%s", tailLines(j, 30))
+	}
+	j, _ := r.h.Journal(ctx, units.Resetting)
 	if !strings.Contains(j, "published the reset's result") {
 		t.Errorf("the resetter did not see its result published:\n%s", tailLines(j, 30))
 	}

@@ -25,8 +25,8 @@ package integration
 //	KUBESLOT_SOAK_ROUNDS=N  run N rounds; without it the test is skipped (so `make test` does not run it)
 //	KUBESLOT_SOAK_SEED=S    the seed of the random plan (printed at the start; default: the clock)
 //
-// Known limitation excluded from the plan: a power cut during a request-mode reset is not resumed (DESIGN.md, the
-// resetter's "Open"), so in reset rounds the power cut falls in the bootstrap that follows the reset.
+// In reset rounds the power cut falls in the reset (finished at boot by kubeslot-resetting.service) or in the
+// bootstrap that follows it.
 
 import (
 	"context"
@@ -69,7 +69,8 @@ var soakOps = []soakOp{soakRepave, soakRestart, soakUpgrade, soakReset}
 
 // soakWindow is how long after the start of each operation the watcher's kill and the power cut may come: about
 // the time the operation takes on the rig, so that most disruptions land while it runs. In reset rounds the power
-// cut comes within soakBootstrapWindow of the start of the bootstrap that follows.
+// cut comes within the reset's window or, past it, within soakBootstrapWindow of the start of the bootstrap that
+// follows (soakPlan.cutInReset).
 var soakWindow = map[soakOp]time.Duration{
 	soakRepave:  20 * time.Second,
 	soakRestart: 10 * time.Second,
@@ -84,13 +85,13 @@ var (
 		soakRepave:  "kubeslot-repave@next.service",
 		soakRestart: "kubeslot-restart.service",
 		soakUpgrade: "kubeslot-upgrade.service",
-		soakReset:   "kubeslot-reset.service",
+		soakReset:   units.Resetting, // kubeslot-reset.service only hands the request over to it
 	}
 	soakWorkerWindow = map[soakOp]time.Duration{
 		soakRepave:  5 * time.Second,
 		soakRestart: 2500 * time.Millisecond,
 		soakUpgrade: 6 * time.Second,
-		soakReset:   2 * time.Second,
+		soakReset:   5 * time.Second,
 	}
 )
 
@@ -104,8 +105,12 @@ type soakPlan struct {
 	killWorker bool
 	killAt     time.Duration
 	cut        bool
-	cutAt      time.Duration // after the start of the operation (reset rounds: of the bootstrap)
+	cutAt      time.Duration // after the start of the operation (reset rounds: see cutInReset)
 }
+
+// cutInReset: in a reset round, the power cut falls in the reset, at cutAt; else in the bootstrap that follows, at
+// cutAt minus the reset's window after its start.
+func (p soakPlan) cutInReset() bool { return p.op == soakReset && p.cutAt < soakWindow[soakReset] }
 
 // soakPlans draws n rounds from seed: the four operations in a random order in every block of four rounds (so any
 // four rounds in a row from the start cover them all), one power cut in a random round of each block, the kill for
@@ -129,7 +134,7 @@ func soakPlans(seed uint64, n int) []soakPlan {
 				p.killAt = moment(soakWindow[op])
 			}
 			if op == soakReset {
-				p.cutAt = moment(soakBootstrapWindow)
+				p.cutAt = moment(soakWindow[op] + soakBootstrapWindow)
 			} else {
 				p.cutAt = moment(soakWindow[op])
 			}
@@ -143,8 +148,11 @@ func (p soakPlan) String() string {
 	cut := "no power cut"
 	if p.cut {
 		cut = fmt.Sprintf("power cut at +%.1fs", p.cutAt.Seconds())
-		if p.op == soakReset {
-			cut += " of the bootstrap"
+		switch {
+		case p.cutInReset():
+			cut += " of the reset"
+		case p.op == soakReset:
+			cut = fmt.Sprintf("power cut at +%.1fs of the bootstrap", (p.cutAt - soakWindow[soakReset]).Seconds())
 		}
 	}
 	kill := fmt.Sprintf("kill -9 of the watcher at +%.1fs", p.killAt.Seconds())
@@ -312,9 +320,7 @@ func (s *soak) round(n int, p soakPlan) soakRow {
 			if !ok || fail != "" {
 				return ok, detail, fail
 			}
-			_, err := s.r.h.Run(s.ctx, "test", "-e", soakBase)
-			st := s.unitState("kubeslot-reset.service")
-			return err != nil && !soakBusy(st), fmt.Sprintf("%s exists %v, kubeslot-reset.service %s", soakBase, err == nil, st), ""
+			return s.resetDone()
 		}
 	}
 
@@ -328,7 +334,9 @@ func (s *soak) round(n int, p soakPlan) soakRow {
 		// A node that rejoins: the operator deletes the old Machine and Node, as after a decommission, and lays down
 		// what Ignition would (a fresh join token); the first-boot unit bootstraps the host.
 		cut, cutAt, fail := s.rebootstrap(p)
-		row.cut = cut
+		if !p.cutInReset() {
+			row.cut = cut
+		}
 		if fail != "" {
 			row.result = "FAIL: " + fail
 			return row
@@ -403,12 +411,22 @@ func (s *soak) waitDone(done func() (bool, string, string), bound time.Duration)
 	return fmt.Sprintf("the operation did not finish within %s (last: %s)", bound, last)
 }
 
-// disrupt carries out the round's kill and power cut (not in reset rounds: see rebootstrap), each at its moment,
+// resetDone: the host root and the resetting unit are gone, and no reset unit runs.
+func (s *soak) resetDone() (bool, string, string) {
+	_, err := s.r.h.Run(s.ctx, "test", "-e", soakBase)
+	_, uerr := s.r.h.Run(s.ctx, "test", "-e", "/etc/systemd/system/"+units.Resetting)
+	st, rst := s.unitState("kubeslot-reset.service"), s.unitState(units.Resetting)
+	return err != nil && uerr != nil && !soakBusy(st) && !soakBusy(rst),
+		fmt.Sprintf("%s exists %v, %s exists %v, kubeslot-reset.service %s, %s %s", soakBase, err == nil, units.Resetting, uerr == nil, st, units.Resetting, rst), ""
+}
+
+// disrupt carries out the round's kill and power cut (in reset rounds only one that falls in the reset, see
+// rebootstrap), each at its moment,
 // and returns the time of the last one. A worker's kill waits (bounded) until the worker runs, and then until its
 // moment; a worker that has exited by then is missed, and the table says so.
 func (s *soak) disrupt(t0 time.Time, p soakPlan, row *soakRow) time.Time {
 	last := t0
-	cutPending, killPending := p.cut && p.op != soakReset, true
+	cutPending, killPending := p.cut && (p.op != soakReset || p.cutInReset()), true
 	var killTime, workerSeen time.Time
 	target := units.Watcher
 	if p.killWorker {
@@ -514,10 +532,11 @@ func (s *soak) rebootstrap(p soakPlan) (cut string, cutAt time.Time, fail string
 	if out, err := r.h.Run(s.ctx, "systemctl", "start", "--no-block", units.Bootstrap); err != nil {
 		return cut, cutAt, fmt.Sprintf("start %s: %v %s", units.Bootstrap, err, out)
 	}
-	if p.cut {
-		sleepUntil(s.ctx, t0.Add(p.cutAt))
+	if p.cut && !p.cutInReset() {
+		at := p.cutAt - soakWindow[soakReset]
+		sleepUntil(s.ctx, t0.Add(at))
 		cutAt = time.Now()
-		cut = s.powerCut(p.cutAt) + " of the bootstrap"
+		cut = s.powerCut(at) + " of the bootstrap"
 	}
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
@@ -694,7 +713,7 @@ func (s *soak) invariants() []string {
 			add("status %s not finished: %+v", id, st)
 		}
 	}
-	for _, u := range []string{"kubeslot-repave@next.service", "kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service"} {
+	for _, u := range []string{"kubeslot-repave@next.service", "kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service", units.Resetting} {
 		// (A worker killed after its request finished stays "failed" with nothing left to do: not a stuck request.)
 		if st := s.unitState(u); soakBusy(st) {
 			add("%s is %s", u, st)
@@ -718,9 +737,7 @@ func (s *soak) finalReset() {
 		if !ok || fail != "" {
 			return ok, detail, fail
 		}
-		_, err := r.h.Run(s.ctx, "test", "-e", soakBase)
-		st := s.unitState("kubeslot-reset.service")
-		return err != nil && !soakBusy(st), fmt.Sprintf("%s exists %v, reset unit %s", soakBase, err == nil, st), ""
+		return s.resetDone()
 	}, 5*time.Minute); fail != "" {
 		t.Fatalf("final reset: %s\n%s", fail, s.journals())
 	}
@@ -752,7 +769,7 @@ func (s *soak) journals() string {
 	defer cancel()
 	var b strings.Builder
 	for _, u := range []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-restart.service", "kubeslot-upgrade.service",
-		"kubeslot-reset.service", units.Recovery, units.Bootstrap} {
+		"kubeslot-reset.service", units.Resetting, units.Recovery, units.Bootstrap} {
 		if j, err := s.r.h.Journal(ctx, u); err == nil && strings.TrimSpace(j) != "" {
 			fmt.Fprintf(&b, "--- %s:\n%s", u, tailLines(j, 50))
 		}
@@ -818,7 +835,7 @@ func TestSoakPlans(t *testing.T) {
 			}
 			w = soakWindow[p.op]
 			if p.op == soakReset {
-				w = soakBootstrapWindow
+				w += soakBootstrapWindow
 			}
 			if p.cutAt < 0 || p.cutAt > w {
 				t.Errorf("round %d: power cut at %s, outside %s", i+1, p.cutAt, w)

@@ -35,12 +35,41 @@ import (
 //go:embed *.service *.path
 var files embed.FS
 
+// resettingTemplate is the unit that finishes a reset (Resetting). It lives
+// apart from files: it is never installed with the others, only by the
+// resetter while a reset is under way.
+//
+//go:embed resetting/kubeslot-resetting.service
+var resettingTemplate []byte
+
 // Unit names, for callers that refer to one unit.
 const (
 	Bootstrap = "kubeslot-bootstrap.service"
 	Watcher   = "kubeslot-watcher.service"
 	Recovery  = "kubeslot-recovery.service"
+	// Resetting finishes a reset after a kill or a power cut; it exists
+	// only while one is under way (RenderResetting). Not in Names.
+	Resetting = "kubeslot-resetting.service"
 )
+
+// ResettingWantedBy is the target whose .wants/ holds Resetting's
+// enablement link.
+const ResettingWantedBy = "multi-user.target"
+
+// RenderResetting returns the Resetting unit rendered with v; request says
+// the reset serves an AgentReset request (KUBESLOT_REQUEST=reset), which
+// decides the order of its steps and where its result is reported.
+func RenderResetting(v Vars, request bool) ([]byte, error) {
+	r, err := v.replacer()
+	if err != nil {
+		return nil, err
+	}
+	mode := ""
+	if request {
+		mode = "reset"
+	}
+	return render(Resetting, []byte(strings.ReplaceAll(string(resettingTemplate), "@REQUEST@", mode)), r)
+}
 
 // PathUnit is the path unit that starts the worker for request kind (repave,
 // restart, upgrade, reset).

@@ -111,6 +111,11 @@ func checkStageUnit(data []byte) (isStage bool, problems []string) {
 		if c == "@BASE@/last-good/kubeslot-upgrader" {
 			continue
 		}
+		// The resetting unit runs the resetter's own copy: releases and
+		// current go during a reset.
+		if c == "@BASE@/resetting/kubeslot-resetter" {
+			continue
+		}
 		if !strings.HasPrefix(c, "@BASE@/current/") {
 			problems = append(problems, fmt.Sprintf("command %s: every stage runs through @BASE@/current/ (the link the upgrader flips)", c))
 		}
@@ -136,6 +141,9 @@ func TestStageUnitsListDeferred(t *testing.T) {
 	}
 	if stages == 0 {
 		t.Fatal("no stage unit found: the check would pass vacuously")
+	}
+	if _, problems := checkStageUnit(resettingTemplate); len(problems) > 0 {
+		t.Errorf("%s: %s", Resetting, strings.Join(problems, "; "))
 	}
 	t.Logf("%d stage unit(s) checked", stages)
 }
@@ -285,6 +293,9 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	base := filepath.Join(dir, "opt", "kubeslot")
 	rendered, err := All(Vars{Base: base})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if rendered[Resetting], err = RenderResetting(Vars{Base: base}, true); err != nil {
 		t.Fatal(err)
 	}
 	unitDir := filepath.Join(dir, "units")

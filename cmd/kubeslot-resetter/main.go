@@ -5,11 +5,13 @@
 // wires them to the real host.
 //
 // Entry points: by hand (asks for confirmation on stdin unless --yes;
-// --dry-run lists what would be removed and changes nothing), and from an
-// AgentReset request: kubeslot-reset.service sets KUBESLOT_REQUEST=reset, the
-// run claims <base>/requests/reset.json, reports it Succeeded, stops the
-// watcher last, and never prompts. Killed, it is started again by systemd and
-// finishes the reset under way without a request (lib/reset).
+// --dry-run lists what would be removed and changes nothing); from an
+// AgentReset request: kubeslot-reset.service sets KUBESLOT_REQUEST=reset and
+// the run hands the request over to kubeslot-resetting.service; and
+// --resume, what that unit runs from its own copy of this binary: it claims
+// the request, does the work, reports it Succeeded and stops the watcher
+// last, never prompting. Killed, or cut by a power loss, it is started again
+// by systemd and finishes the reset under way (lib/reset).
 //
 // Exit codes: 0 done, or nothing to reset (no ownership record); 1 failed
 // (the record stays "resetting"; a re-run resumes); 2 usage, or no
@@ -52,6 +54,7 @@ type flags struct {
 	Yes         bool          `help:"Do not ask for confirmation."`
 	DryRun      bool          `help:"List what would be removed; change nothing."`
 	Force       bool          `help:"Reset even when the ownership record is damaged: what it still says is undone, what it lost is listed and left (see --dry-run --force)."`
+	Resume      bool          `help:"Only finish a reset under way, never start one (what kubeslot-resetting.service runs); with none under way, remove what is left of that unit."`
 	LockWait    time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
 	PublishWait time.Duration `help:"Request path: how long to give the watcher to publish the result before it is stopped." default:"20s"`
 }
@@ -94,8 +97,8 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		_, err := reset.Plan(root, stdio.Stdout, f.Force)
 		return err
 	}
-	// 3. By hand: show the plan and ask.
-	if !request && !f.Yes {
+	// 3. By hand: show the plan and ask (not to finish one under way).
+	if !request && !f.Yes && !f.Resume {
 		// A forced reset shows its plan (what is salvaged and what is
 		// lost) before asking.
 		planOut := io.Discard
@@ -117,8 +120,13 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	// 4. systemd over D-Bus, connected on first use.
 	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
 	defer sd.Close()
+	// The resetting unit runs a copy of this binary.
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("path of this binary: %w", err)
+	}
 	d := reset.Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: request,
-		LockWait: f.LockWait, PublishWait: f.PublishWait, Force: f.Force}
+		LockWait: f.LockWait, PublishWait: f.PublishWait, Force: f.Force, Resume: f.Resume, Self: self}
 	if pauseAt != "" {
 		d.Before = reset.PauseHook(pauseAt, func(s string) {
 			fmt.Fprintf(stdio.Stdout, "paused before %s (pid %d)\n", s, os.Getpid())
@@ -130,6 +138,10 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 		return err
 	}
 	switch {
+	case res.HandedOver:
+		fmt.Fprintf(stdio.Stdout, "reset request %s handed over to kubeslot-resetting.service\n", res.RequestID)
+	case res.Nothing && f.Resume:
+		fmt.Fprintln(stdio.Stdout, "no reset under way")
 	case res.Nothing && request:
 		fmt.Fprintln(stdio.Stdout, "no reset request to serve: nothing was changed")
 	case res.Nothing:

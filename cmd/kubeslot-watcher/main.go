@@ -4,9 +4,11 @@
 //
 // Phases, top-down: parse flags → logger → host root → installation lock
 // (bounded) → defer (exit 69, no error line) unless the installation is
-// complete → load the active applied configuration (a damaged one is
-// reported as Degraded, never acted on) → ask the active slot's node
-// operator to ensure its lifecycle hooks (a failure is reported, not fatal)
+// complete or being reset (a boot in the middle of an AgentReset: the
+// watcher publishes its result) → load the active applied configuration (a
+// damaged one is reported as Degraded, never acted on) → ask the active
+// slot's node operator to ensure its lifecycle hooks (a failure is reported,
+// not fatal; not while resetting)
 // → cluster client from the node identity → release the lock → run (READY
 // after the first sync, watchdog pings) until SIGTERM, rebuilding the client
 // when the identity changes.

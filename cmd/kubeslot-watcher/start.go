@@ -97,7 +97,12 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 	if rec == nil {
 		return nil, exitcode.Defer(errors.New("no installation owns this host yet: the bootstrap starts the watcher when it completes"))
 	}
-	if rec.Checkpoint != ownership.CheckpointComplete {
+	// A host being reset keeps its watcher until the reset stops it: a boot
+	// in the middle of an AgentReset starts it again, and only it can
+	// publish the reset's result (lib/reset). Nothing it dispatches runs:
+	// every stage refuses a host marked resetting.
+	resetting := rec.Checkpoint == ownership.CheckpointResetting
+	if rec.Checkpoint != ownership.CheckpointComplete && !resetting {
 		return nil, exitcode.Defer(fmt.Errorf("installation %s is at checkpoint %q, not complete: the bootstrap starts the watcher when it completes", rec.InstallID, rec.Checkpoint))
 	}
 	_ = lock.SetInstallID(rec.InstallID)
@@ -109,7 +114,10 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 		log.Error("the applied configuration cannot be trusted; reporting only", "err", err.Error())
 	}
 	var hooksErr error
-	if active != nil {
+	if resetting {
+		log.Info("the installation is being reset: serving only until the reset stops the watcher", "install_id", rec.InstallID)
+	}
+	if active != nil && !resetting {
 		settings, err := sandbox.LoadSettings(root, os.Getenv)
 		if err != nil {
 			return nil, exitcode.UsageError(err)

@@ -251,3 +251,28 @@ func TestTestExitAfter(t *testing.T) {
 		}
 	}
 }
+
+// A host being reset (a boot in the middle of an AgentReset) starts its
+// watcher, which publishes the reset's result, and leaves the node alone.
+func TestStartOnAHostBeingReset(t *testing.T) {
+	root, f := completeHost(t)
+	rec, err := ownership.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.SetCheckpoint(ownership.CheckpointResetting); err != nil {
+		t.Fatal(err)
+	}
+	if err := ownership.Save(root, rec); err != nil {
+		t.Fatal(err)
+	}
+	op := &fakeOperator{}
+	built := withOperator(t, op, nil)
+	st, err := start(context.Background(), root, f, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("start on a host being reset: %v", err)
+	}
+	if st.nodeName != "node1" || *built != 0 || op.calls != 0 {
+		t.Errorf("node %q, operator built %d times, hooks ensured %d times; want node1 and the node left alone", st.nodeName, *built, op.calls)
+	}
+}

@@ -179,8 +179,8 @@ func run() int {
 		steps = append(steps, step{"keep the rig running (KEEP=1)", d.keepRunning, nil})
 	}
 	steps = append(steps, []step{
-		{"AgentReset", d.agentReset, []string{units.Watcher, "kubeslot-reset.service"}},
-		{"host clean: no /opt/kubeslot, no kubeslot units, no machines", d.hostClean, []string{"kubeslot-reset.service"}},
+		{"AgentReset", d.agentReset, []string{units.Watcher, "kubeslot-reset.service", units.Resetting}},
+		{"host clean: no /opt/kubeslot, no kubeslot units, no machines", d.hostClean, []string{units.Resetting}},
 	}...)
 	for _, s := range steps {
 		n++

@@ -161,11 +161,14 @@ func (d *demo) agentReset(ctx context.Context) (string, error) {
 	if err := d.waitOp(ctx, op.Name, 5*time.Minute); err != nil {
 		return "", err
 	}
-	err := d.waitFor(ctx, 3*time.Minute, base+" removed and kubeslot-reset.service finished", func(ctx context.Context) (bool, string, error) {
-		out, _ := d.inHost(ctx, "systemctl", "is-active", "kubeslot-reset.service")
+	// kubeslot-reset.service hands the request over to kubeslot-resetting.service, which removes itself last.
+	unitFile := "/etc/systemd/system/" + units.Resetting
+	err := d.waitFor(ctx, 3*time.Minute, base+" removed and "+units.Resetting+" finished and gone", func(ctx context.Context) (bool, string, error) {
+		out, _ := d.inHost(ctx, "systemctl", "is-active", units.Resetting)
 		s := strings.TrimSpace(out)
-		gone := !d.hostExists(ctx, base)
-		return gone && s != "active" && s != "activating" && s != "deactivating", fmt.Sprintf("%s present %v, reset unit %s", base, !gone, s), nil
+		gone, unitGone := !d.hostExists(ctx, base), !d.hostExists(ctx, unitFile)
+		return gone && unitGone && s != "active" && s != "activating" && s != "deactivating",
+			fmt.Sprintf("%s present %v, %s present %v, resetting unit %s", base, !gone, unitFile, !unitGone, s), nil
 	})
 	if err != nil {
 		return "", err

@@ -54,6 +54,9 @@ const (
 	ReleasesDir  = "releases"
 	CurrentLink  = "current"
 	LastGoodLink = "last-good"
+	// ResettingDir holds the resetter's own copy while a reset is under
+	// way (lib/reset): it outlives the releases, and goes last.
+	ResettingDir = "resetting"
 	// RepaveStateFile is the repave transition in StateDir (lib/repave);
 	// named here because lib/cachekeep reads what it still needs.
 	RepaveStateFile = "repave.json"

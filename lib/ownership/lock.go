@@ -210,6 +210,54 @@ func (l *Lock) writeHolder() error {
 	return nil
 }
 
+// Yield lets other stages have the lock while wait runs, then takes it back,
+// waiting until ctx ends (DefaultLockWait if it has no deadline). For a
+// holder that waits on another process which needs the lock first (the
+// reset, waiting for a watcher that starts up under it). On an error the
+// lock is not held, and a second Release does nothing.
+func (l *Lock) Yield(ctx context.Context, wait func()) error {
+	if l.f == nil {
+		return fmt.Errorf("installation lock %s: not held", l.path)
+	}
+	if err := l.f.Truncate(0); err != nil {
+		return fmt.Errorf("installation lock %s: %w", l.path, err)
+	}
+	if err := flock(l.f, syscall.LOCK_UN); err != nil {
+		return fmt.Errorf("installation lock %s: unlock: %w", l.path, err)
+	}
+	wait()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultLockWait)
+		defer cancel()
+	}
+	tick := time.NewTicker(lockPoll)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		err := flock(l.f, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			l.f.Close()
+			l.f = nil
+			return fmt.Errorf("installation lock %s: take it back: %w", l.path, err)
+		}
+		select {
+		case <-ctx.Done():
+			e := &LockTimeoutError{Path: l.path, Waited: time.Since(start), Cause: ctx.Err(), now: time.Now()}
+			e.Holder, e.Raw = readHolder(l.path)
+			l.f.Close()
+			l.f = nil
+			return e
+		case <-tick.C:
+		}
+	}
+	l.holder.Since = time.Now().UTC().Round(0)
+	return l.writeHolder()
+}
+
 // Release clears the holder information, unlocks and closes. The file stays:
 // deleting a flock file races with a waiter that has it open. Release on a
 // released lock does nothing.

@@ -371,3 +371,43 @@ func TestLockFileLinkNotFollowed(t *testing.T) {
 		t.Errorf("FIFO lock file: %v", err)
 	}
 }
+
+// Yield lets a waiter in while it waits, then takes the lock back once the
+// waiter released it, and holds it afterwards.
+func TestLockYield(t *testing.T) {
+	root := testRoot(t)
+	held, err := acquireWithin(t, root, "kubeslot-resetter", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner error
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = held.Yield(ctx, func() {
+		var l *Lock
+		if l, inner = acquireWithin(t, root, "kubeslot-watcher", 2*time.Second); inner == nil {
+			inner = l.Release()
+		}
+	})
+	if err != nil || inner != nil {
+		t.Fatalf("yield: %v; the waiter while yielded: %v", err, inner)
+	}
+	if _, err := acquireWithin(t, root, "kubeslot-watcher", 200*time.Millisecond); !errors.Is(err, ErrLockTimeout) {
+		t.Errorf("after Yield the lock is not held again: %v", err)
+	}
+	if b, _ := os.ReadFile(held.Path()); !strings.Contains(string(b), "kubeslot-resetter") {
+		t.Errorf("lock file after Yield: %q", b)
+	}
+	// Taking it back is bounded: a holder that keeps it makes Yield fail.
+	var other *Lock
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	err = held.Yield(short, func() { other, _ = acquireWithin(t, root, "kubeslot-watcher", 2*time.Second) })
+	if !errors.Is(err, ErrLockTimeout) || other == nil {
+		t.Errorf("yield while another keeps the lock: %v", err)
+	}
+	if err := held.Release(); err != nil {
+		t.Errorf("release after a failed Yield: %v", err)
+	}
+	other.Release()
+}

@@ -173,6 +173,7 @@ type host struct {
 	rec  *ownership.Record
 	sd   *fakeSystemd
 	sys  *fakeSys
+	self string
 }
 
 // Paths a bootstrapped host has that a reset must remove.
@@ -185,6 +186,8 @@ var kubeslotPaths = []string{
 	"/etc/systemd/system/multi-user.target.wants/machines.target",
 	"/var/lib/machines/a",
 	"/etc/systemd/system/kubeslot-watcher.service",
+	"/etc/systemd/system/kubeslot-resetting.service",
+	"/etc/systemd/system/multi-user.target.wants/kubeslot-resetting.service",
 	"/etc/systemd/system/multi-user.target.wants/kubeslot-watcher.service",
 	"/etc/systemd/system/kubeslot-reset.path",
 	"/etc/systemd/system/multi-user.target.wants/kubeslot-reset.path",
@@ -210,6 +213,11 @@ func newHost(t *testing.T) *host {
 		t.Fatal(err)
 	}
 	h := &host{t: t, root: root, sd: newFakeSystemd(), sys: &fakeSys{packages: map[string]bool{"systemd-container": true}}}
+	// The running resetter the resetting unit gets a copy of.
+	h.self = filepath.Join(t.TempDir(), "kubeslot-resetter")
+	if err := os.WriteFile(h.self, []byte("#!/bin/sh\n# the resetter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// Before kubeslot: the host's own files, and what Ignition laid down.
 	for p, c := range foreignFiles {
 		h.write(p, c)
@@ -352,8 +360,17 @@ func (h *host) read(p string) string {
 	return string(b)
 }
 
+// readLocal reads a file outside the host root (the test's own).
+func (h *host) readLocal(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(b)
+}
+
 func (h *host) deps() Deps {
-	return Deps{Root: h.root, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9}
+	return Deps{Root: h.root, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9, Self: h.self}
 }
 
 // tree snapshots every path under the prefix (except the volatile lock)

@@ -87,7 +87,7 @@ func (r *runner) planStep(step string) []string {
 			}
 		}
 	case StepStopMachines:
-		for _, s := range slotsOf(r.rec) {
+		for _, s := range r.machineSlots() {
 			out = append(out, "stop "+machineUnit(s))
 		}
 	case StepRemoveBootstrapUnit:
@@ -103,15 +103,18 @@ func (r *runner) planStep(step string) []string {
 		if base, err := r.base(); err == nil {
 			ents, _ := os.ReadDir(base)
 			for _, e := range ents {
-				if e.Name() != hostroot.OwnershipFile {
+				if e.Name() != hostroot.OwnershipFile && e.Name() != hostroot.ResettingDir {
 					out = append(out, "remove "+path.Join(r.d.Root.Base(), e.Name()))
 				}
 			}
 		} else {
 			out = append(out, "BLOCKED: "+err.Error())
 		}
+	case StepInstallResetting:
+		out = append(out, "write "+path.Join(hostroot.UnitDir, units.Resetting)+" and "+r.d.Root.HostPath(hostroot.ResettingDir, resettingBinary)+", enable the unit")
 	case StepRemoveRecord:
-		out = append(out, "remove "+r.d.Root.HostPath(hostroot.OwnershipFile), "remove "+r.d.Root.Base()+" (when empty)")
+		out = append(out, "remove "+r.d.Root.HostPath(hostroot.OwnershipFile), "remove "+r.d.Root.HostPath(hostroot.ResettingDir),
+			"remove "+r.d.Root.Base()+" (when empty)", "remove "+path.Join(hostroot.UnitDir, units.Resetting)+" and its link "+resettingLink())
 	}
 	return out
 }

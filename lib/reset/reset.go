@@ -3,32 +3,35 @@
 // steps, under the installation lock, from the ownership record's journal.
 // Imported by cmd/kubeslot-resetter only.
 //
-// Order (StepsFor): mark the record resetting → report the AgentReset
-// request Succeeded (request path only; the watcher gets a bounded moment to
-// publish it) → stop the watcher (by hand; on the request path it is stopped
-// last, see below) → stop and disable the path units, the recovery unit and
-// every waiting worker (template instances found by pattern) → stop the
-// slots' node machines → remove nspawn settings, drop-ins and the machines'
-// boot links → remove the slots' rootfs → undo the rest of the journal,
-// newest first → stop, disable and remove the first-boot unit → (request
-// path) stop the watcher → remove every kubeslot unit file and reload
-// systemd → remove the host root (all but the record) → remove the record,
-// then the empty base directory. Each step ends with a syncfs of the
-// filesystems it touched.
+// Order (StepsFor): mark the record resetting → install the resetting unit
+// (resetting.go) → report the AgentReset request Succeeded (request path
+// only; the watcher gets a bounded moment to publish it) → stop the watcher
+// (by hand; on the request path it is stopped last, see below) → stop and
+// disable the path units, the recovery unit and every waiting worker
+// (template instances found by pattern) → stop the slots' node machines →
+// remove nspawn settings, drop-ins and the machines' boot links → remove the
+// slots' rootfs → undo the rest of the journal, newest first → stop, disable
+// and remove the first-boot unit → (request path) stop the watcher → remove
+// every kubeslot unit file and reload systemd → remove the host root (all but
+// the record and the resetter's copy) → remove the record, then the
+// resetting unit and the empty base directory. Each step ends with a syncfs
+// of the filesystems it touched.
 //
 // Resumable: the record stays `resetting` until the last step, and every
 // step treats "already gone" as done, so a re-run after a crash or a kill at
-// any point finishes the job. A request-path run started again by systemd
-// after a kill (kubeslot-reset.service, Restart=on-abnormal) finds its
-// request already finished but the record resetting, and finishes too. Any other failure stops the run and names what
-// to fix; the record stays `resetting`, and bootstrap refuses the host until
-// a reset finishes.
+// any point finishes the job. The re-run needs nobody: kubeslot-reset.service
+// only hands a request over (Run: handOver) to kubeslot-resetting.service,
+// which runs a copy of this binary that outlives the installation's units
+// and releases, is restarted after a kill and started at boot after a power
+// cut. Any other failure stops the run and names what to fix; the record
+// stays `resetting`, and bootstrap refuses the host until a reset finishes.
 //
 // Only what kubeslot made: host paths outside the base are changed only
 // through the journal (each entry restored to its recorded prior state), with
 // one exception by exact name, never by pattern: kubeslot's own unit files
-// (units.Names) in /etc/systemd/system and their enablement links, which
-// Ignition may have laid down before any journal existed. The base directory
+// (units.Names, and units.Resetting, which the reset itself writes) in
+// /etc/systemd/system and their enablement links, which Ignition may have
+// laid down before any journal existed. The base directory
 // is kubeslot's own by definition (DESIGN.md, "Host layout"). The bootstrap
 // configuration /etc/kubeslot/config.toml is the operator's input and stays;
 // with the first-boot unit gone, nothing re-bootstraps the host from it.
@@ -49,6 +52,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/units"
 )
 
 // Stage is the holder name written into the installation lock.
@@ -91,6 +95,13 @@ type Deps struct {
 	// from what ownership.Salvage keeps of it (kubeslot-resetter --force):
 	// journal entries it lost are not undone.
 	Force bool
+	// Resume: the run finishes a reset under way and never starts one
+	// (kubeslot-resetter --resume, what units.Resetting runs). With no
+	// reset under way it only removes what is left of that unit.
+	Resume bool
+	// Self is the path of the running resetter, copied into the host root
+	// for units.Resetting (os.Executable in the binary).
+	Self string
 }
 
 func (d *Deps) wait(v, def time.Duration) time.Duration {
@@ -111,6 +122,7 @@ type Step struct {
 // Step names, in order.
 const (
 	StepMarkResetting       = "mark-resetting"
+	StepInstallResetting    = "install-resetting-unit"
 	StepReportRequest       = "report-request"
 	StepStopWatcher         = "stop-watcher"
 	StepStopUnits           = "stop-units"
@@ -142,6 +154,7 @@ func Steps() []Step { return StepsFor(false) }
 func StepsFor(request bool) []Step {
 	steps := []Step{
 		{StepMarkResetting, "mark the ownership record resetting", (*runner).markResetting},
+		{StepInstallResetting, "install " + units.Resetting + " and the resetter's copy it runs, which finish the reset after a kill or at the next boot", (*runner).installResetting},
 		{StepReportRequest, "report the AgentReset request Succeeded (request path only)", (*runner).reportRequest},
 		{StepStopWatcher, "stop the watcher", (*runner).stopWatcher},
 		{StepStopUnits, "stop and disable the path units, the recovery unit and every worker unit instance", (*runner).stopUnits},
@@ -151,8 +164,8 @@ func StepsFor(request bool) []Step {
 		{StepUndoJournal, "undo the remaining host changes of the journal, newest first", (*runner).undoJournal},
 		{StepRemoveBootstrapUnit, "stop, disable and remove the first-boot unit", (*runner).removeBootstrapUnit},
 		{StepRemoveUnits, "remove every kubeslot unit file and reload systemd", (*runner).removeUnits},
-		{StepRemoveHostRoot, "remove the host root (all but the ownership record)", (*runner).removeHostRoot},
-		{StepRemoveRecord, "remove the ownership record, then the empty host root", (*runner).removeRecord},
+		{StepRemoveHostRoot, "remove the host root (all but the ownership record and the resetter's copy)", (*runner).removeHostRoot},
+		{StepRemoveRecord, "remove the ownership record, the resetter's copy, the empty host root and " + units.Resetting, (*runner).removeRecord},
 	}
 	if !request {
 		return steps
@@ -205,7 +218,10 @@ type Result struct {
 	Resumed bool
 	// RequestID is the AgentReset request served (request path).
 	RequestID string
-	Steps     []StepTiming
+	// HandedOver: the run marked the host resetting and started
+	// units.Resetting, which does the work (request path).
+	HandedOver bool
+	Steps      []StepTiming
 }
 
 // StepTiming is how long one step took.
@@ -276,7 +292,8 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 	res := &Result{}
 	if rec == nil {
 		res.Nothing = true
-		if err := removeEmptyBase(d.Root, d.Log); err != nil {
+		// What an interrupted end of a reset may have left.
+		if err := removeResetting(ctx, d, d.Log); err != nil {
 			return res, err
 		}
 		return res, nil
@@ -284,15 +301,23 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 	_ = lock.SetInstallID(rec.InstallID)
 	res.InstallID, res.Resumed = rec.InstallID, rec.Checkpoint == ownership.CheckpointResetting
 	r := &runner{d: d, rec: rec, lock: lock, log: d.Log.With("install_id", rec.InstallID)}
+	switch {
+	case d.Resume && !res.Resumed:
+		// A resetting unit left by a reset that finished, on a host
+		// bootstrapped again since: it must not reset this one.
+		r.log.Info("no reset under way: removing what is left of the resetting unit", "checkpoint", rec.Checkpoint)
+		res.Nothing = true
+		return res, removeResetting(ctx, d, r.log)
+	case d.Request && !d.Resume:
+		return res, r.handOver(ctx, res)
+	}
 	if d.Request {
 		req, err := requests.New(d.Root).Claim(lock, requests.Reset)
 		switch {
 		case errors.Is(err, requests.ErrNoRequest) && res.Resumed:
-			// A request-mode run was killed after it reported (and so
-			// finished) the request: systemd restarted the reset service
-			// (Restart=on-failure), and the record says a reset is under
-			// way. Finishing it needs no request: the path units are
-			// already stopped, so nothing else would.
+			// The request was reported (and so finished) before a kill or
+			// a power cut: the record says a reset is under way, and with
+			// the path units stopped nothing else would finish it.
 			r.log.Info("no reset request left, but a reset is under way: finishing it")
 		case errors.Is(err, requests.ErrNoRequest):
 			r.log.Info("no reset request to serve: nothing done (run kubeslot-resetter by hand to reset anyway)")
@@ -310,24 +335,34 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 		r.log.Info("reset started", "machine", rec.Machine, "checkpoint", rec.Checkpoint)
 	}
 	for _, s := range StepsFor(d.Request) {
-		if d.Before != nil {
-			if err := d.Before(ctx, s.Name); err != nil {
-				return res, &StepError{Step: s.Name, Err: err}
-			}
-		}
 		t0 := time.Now()
-		if err := s.run(r, ctx); err != nil {
-			r.reportFailure(s, err)
-			return res, &StepError{Step: s.Name, Err: err}
+		if err := r.runStep(ctx, s); err != nil {
+			return res, err
 		}
-		if err := r.sync(); err != nil {
-			return res, &StepError{Step: s.Name, Err: err}
-		}
-		took := time.Since(t0)
-		res.Steps = append(res.Steps, StepTiming{s.Name, took})
-		r.log.Info("reset step done", "step", s.Name, "took", took.Round(time.Millisecond))
+		res.Steps = append(res.Steps, StepTiming{s.Name, time.Since(t0)})
 	}
 	return res, nil
+}
+
+// runStep runs one step: the test hook, the step, a sync of what it
+// touched. A failure is a *StepError, reported on the request if it came
+// before the report.
+func (r *runner) runStep(ctx context.Context, s Step) error {
+	if r.d.Before != nil {
+		if err := r.d.Before(ctx, s.Name); err != nil {
+			return &StepError{Step: s.Name, Err: err}
+		}
+	}
+	t0 := time.Now()
+	if err := s.run(r, ctx); err != nil {
+		r.reportFailure(s, err)
+		return &StepError{Step: s.Name, Err: err}
+	}
+	if err := r.sync(); err != nil {
+		return &StepError{Step: s.Name, Err: err}
+	}
+	r.log.Info("reset step done", "step", s.Name, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 // runner carries one reset through its steps.

@@ -18,14 +18,14 @@ import (
 )
 
 func TestStepOrder(t *testing.T) {
-	want := []string{"mark-resetting", "report-request", "stop-watcher", "stop-units", "stop-machines", "remove-nspawn",
+	want := []string{"mark-resetting", "install-resetting-unit", "report-request", "stop-watcher", "stop-units", "stop-machines", "remove-nspawn",
 		"remove-rootfs", "undo-journal", "remove-bootstrap-unit", "remove-units", "remove-host-root", "remove-record"}
 	if got := StepNames(); !slices.Equal(got, want) {
 		t.Errorf("steps:\n got %v\nwant %v", got, want)
 	}
 	// Request path: report after every step that can fail on the host's account (issue 16, item 8), then stop
 	// the watcher, last of all the units, before the files go.
-	want = []string{"mark-resetting", "stop-units", "stop-machines", "remove-nspawn", "remove-rootfs", "undo-journal",
+	want = []string{"mark-resetting", "install-resetting-unit", "stop-units", "stop-machines", "remove-nspawn", "remove-rootfs", "undo-journal",
 		"remove-bootstrap-unit", "report-request", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
 	var got []string
 	for _, s := range StepsFor(true) {
@@ -291,8 +291,9 @@ func TestLockBusyDefers(t *testing.T) {
 	}
 }
 
-// TestRequestPath: the request is claimed and reported Succeeded before the watcher stops; the watcher's
-// publication is waited for; the reset service itself is never stopped.
+// TestRequestPath: kubeslot-reset.service hands the request over to the resetting unit, whose run claims it and
+// reports it Succeeded before the watcher stops; the watcher's publication is waited for; the resetting unit
+// never stops itself.
 func TestRequestPath(t *testing.T) {
 	h := newHost(t)
 	h.sd.active["kubeslot-reset.service"] = "activating"
@@ -303,20 +304,62 @@ func TestRequestPath(t *testing.T) {
 	}
 	// The watcher: publishes the status once it appears.
 	published := make(chan time.Time, 1)
+	watcherLock := make(chan error, 1)
 	go func() {
 		for range 200 {
 			if st, err := dir.ReadStatus(req.ID); err == nil && st.Phase == requests.Succeeded {
+				// A watcher that starts up now needs the lock first: the resetter lets it go while it waits.
+				lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				l, lerr := ownership.Acquire(lctx, h.root, ownership.Holder{Stage: "kubeslot-watcher"}, nil)
+				cancel()
+				if lerr == nil {
+					lerr = l.Release()
+				}
+				watcherLock <- lerr
 				p, _ := dir.LoadPublished()
 				p[req.ID] = st.Phase
+				at := time.Now() // before the resetter can see it
 				_ = dir.SavePublished(p)
-				published <- time.Now()
+				published <- at
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	// kubeslot-reset.service hands over: the host is marked resetting, the
+	// resetting unit installed and started; nothing else changes yet.
 	d := h.deps()
 	d.Request = true
+	res, err := Run(t.Context(), d)
+	if err != nil || !res.HandedOver || res.RequestID != req.ID {
+		t.Fatalf("hand-over: %+v %v", res, err)
+	}
+	if !slices.Contains(h.sd.callList(), "start "+units.Resetting) {
+		t.Errorf("the resetting unit was not started: %v", h.sd.callList())
+	}
+	if rec, _ := ownership.Load(h.root); rec == nil || rec.Checkpoint != ownership.CheckpointResetting {
+		t.Errorf("record after the hand-over: %+v", rec)
+	}
+	if !strings.Contains(h.read("/etc/systemd/system/"+units.Resetting), "KUBESLOT_REQUEST=reset\n") ||
+		h.read("/opt/kubeslot/resetting/kubeslot-resetter") != h.readLocal(h.self) ||
+		!h.exists("/etc/systemd/system/multi-user.target.wants/"+units.Resetting) {
+		t.Errorf("the resetting unit is not installed for a request: %s", h.read("/etc/systemd/system/"+units.Resetting))
+	}
+	if c, _ := dir.Pending(requests.Reset); c == nil {
+		t.Errorf("the hand-over claimed the request: the resetting unit claims it")
+	}
+	if !h.exists("/var/lib/machines/a") || !h.exists("/etc/systemd/system/"+units.Watcher) {
+		t.Errorf("the hand-over did more than hand over")
+	}
+	// Started again by the path unit while the resetting unit runs: defers.
+	h.sd.active[units.Resetting] = "active"
+	if _, err := Run(t.Context(), d); exitcode.Of(err) != exitcode.Deferred {
+		t.Errorf("a second hand-over while the resetting unit runs: %v, want deferred", err)
+	}
+	h.sd.active[units.Resetting] = "activating"
+
+	// The resetting unit's run does the work.
+	d.Resume = true
 	var watcherStopped time.Time
 	d.Before = func(ctx context.Context, s string) error {
 		if s == StepStopWatcher {
@@ -349,12 +392,20 @@ func TestRequestPath(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := Run(t.Context(), d)
+	res, err = Run(t.Context(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.RequestID != req.ID {
 		t.Errorf("request served: %q", res.RequestID)
+	}
+	select {
+	case err := <-watcherLock:
+		if err != nil {
+			t.Errorf("the watcher could not take the lock while the resetter waited for it: %v", err)
+		}
+	default:
+		t.Errorf("the fake watcher never tried the lock")
 	}
 	select {
 	case at := <-published:
@@ -364,8 +415,11 @@ func TestRequestPath(t *testing.T) {
 	default:
 		t.Errorf("the result was never published")
 	}
-	if slices.Contains(h.sd.callList(), "stop kubeslot-reset.service") {
-		t.Errorf("the reset service stopped itself: %v", h.sd.callList())
+	if slices.Contains(h.sd.callList(), "stop "+units.Resetting) {
+		t.Errorf("the resetting unit stopped itself: %v", h.sd.callList())
+	}
+	if !slices.Contains(h.sd.callList(), "stop kubeslot-reset.service") {
+		t.Errorf("kubeslot-reset.service (started again by its path unit) was not stopped: %v", h.sd.callList())
 	}
 	if !slices.Contains(h.sd.callList(), "stop "+units.Watcher) {
 		t.Errorf("the watcher was never stopped: %v", h.sd.callList())
@@ -424,8 +478,9 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 			if _, err := dir.Write(req); err != nil {
 				t.Fatal(err)
 			}
+			handOver(t, h)
 			d := h.deps()
-			d.Request = true
+			d.Request, d.Resume = true, true // the resetting unit's runs
 			d.PublishWait = time.Millisecond // no watcher publishes in the first run
 			injected := errors.New("killed")
 			d.Before = func(ctx context.Context, s string) error {
@@ -448,7 +503,8 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 				published = true
 			}
 			d2 := h.deps()
-			d2.Request = true
+			d2.Request, d2.Resume = true, true
+			d2.PublishWait = 100 * time.Millisecond
 			res, err := Run(t.Context(), d2)
 			if err != nil {
 				t.Fatalf("re-run in request mode after a failure at %s: %v", step, err)
@@ -464,6 +520,16 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 				t.Errorf("after a failure at %s and a request-mode re-run the host differs from an uninterrupted reset:\n%s\n---\n%s", step, got, want)
 			}
 		})
+	}
+}
+
+// handOver is kubeslot-reset.service's run: it hands the pending request over to the resetting unit.
+func handOver(t *testing.T, h *host) {
+	t.Helper()
+	d := h.deps()
+	d.Request = true
+	if res, err := Run(t.Context(), d); err != nil || !res.HandedOver {
+		t.Fatalf("hand-over: %+v %v", res, err)
 	}
 }
 
@@ -519,8 +585,9 @@ func TestRequestPathReportsAfterTheWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The journal's undo fails: the pod network cannot be removed.
+	handOver(t, h)
 	d := h.deps()
-	d.Request = true
+	d.Request, d.Resume = true, true
 	d.PublishWait = time.Millisecond
 	d.Sys.(*fakeSys).failPodNetwork = errors.New("iptables: resource busy")
 	_, err := Run(t.Context(), d)
@@ -580,6 +647,10 @@ func TestForcedResetOfDamagedRecord(t *testing.T) {
 		}
 		if h.exists("/opt/kubeslot") {
 			t.Error("the host root is still there")
+		}
+		// The journal is lost, but applied/a.json names the slot: its node is stopped, its files stay.
+		if !slices.Contains(h.sd.callList(), "stop systemd-nspawn@a.service") || h.sd.machines["a"] {
+			t.Errorf("the node of slot a (named by applied/a.json) was not stopped: %v", h.sd.callList())
 		}
 		for p := range foreignFiles {
 			if !h.exists(p) {

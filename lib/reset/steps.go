@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -28,9 +29,6 @@ import (
 // slot) are found by pattern among the units systemd has loaded
 // (workerPatterns).
 var workerServices = []string{"kubeslot-restart.service", "kubeslot-upgrade.service", "kubeslot-reset.service"}
-
-// ownService is the unit a request-mode run is: never stopped by the run.
-const ownService = "kubeslot-reset.service"
 
 // UnitLister lists the units systemd has loaded whose names match glob
 // patterns. The Deps.Systemd of a real run implements it
@@ -68,11 +66,10 @@ func (r *runner) workers(ctx context.Context) ([]string, error) {
 		r.log.Warn("cannot list the loaded units: stopping only the known worker instances")
 	}
 	slices.Sort(names)
-	names = slices.Compact(names)
-	if r.d.Request {
-		names = slices.DeleteFunc(names, func(n string) bool { return n == ownService })
-	}
-	return names, nil
+	// kubeslot-reset.service only hands a request over (Run), so it is
+	// stopped like any worker; the resetting unit, which may be this run,
+	// never matches these names.
+	return slices.Compact(names), nil
 }
 
 func (r *runner) markResetting(ctx context.Context) error {
@@ -143,21 +140,40 @@ func (r *runner) reportRequest(ctx context.Context) error {
 		r.log.Warn("the watcher is not running: the reset's result is not published", "state", active, "err", err)
 		return nil
 	}
+	// The lock is let go while waiting: a watcher started after this run
+	// (a boot in the middle of the reset) needs it for its start-up before
+	// it publishes anything. Every other stage refuses a host marked
+	// resetting, and the path units and the first-boot unit are gone.
+	published := false
+	lctx, cancel := context.WithTimeout(ctx, r.d.wait(r.d.LockWait, DefaultLockWait))
+	defer cancel()
+	if err := r.lock.Yield(lctx, func() { published = r.waitPublished(ctx, dir, id) }); err != nil {
+		return fmt.Errorf("take the installation lock back after waiting for the watcher: %w", err)
+	}
+	if !published && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// waitPublished waits (bounded by PublishWait) until the watcher has
+// published the result of request id.
+func (r *runner) waitPublished(ctx context.Context, dir *requests.Dir, id string) bool {
 	bound := r.d.wait(r.d.PublishWait, DefaultPublishWait)
 	deadline := time.Now().Add(bound)
 	for {
 		p, err := dir.LoadPublished()
 		if err == nil && p[id] == requests.Succeeded {
 			r.log.Info("the watcher published the reset's result", "request", id)
-			return nil
+			return true
 		}
 		if time.Now().After(deadline) {
 			r.log.Warn("the watcher did not publish the reset's result in time; going on", "request", id, "waited", bound)
-			return nil
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return false
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -218,15 +234,42 @@ func (r *runner) stopUnits(ctx context.Context) error {
 }
 
 // stopMachines stops the node machine of every slot the journal shows
-// kubeslot made, gracefully and bounded, terminating it if that fails.
+// kubeslot made, or the host root's applied state names, gracefully and
+// bounded, terminating it if that fails.
 func (r *runner) stopMachines(ctx context.Context) error {
-	for _, slot := range slotsOf(r.rec) {
+	for _, slot := range r.machineSlots() {
 		if err := r.stopMachine(ctx, slot); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// machineSlots are the slots whose node machine a reset stops: those of the
+// journal, and those <base>/applied/ names (kubeslot's own directory), which
+// a forced reset of a salvaged record may be all that is left of them.
+// Stopping a machine changes no file: the journal stays the only authority
+// on what is removed outside the base.
+func (r *runner) machineSlots() []string {
+	slots := slotsOf(r.rec)
+	dir, err := r.d.Root.Path(hostroot.AppliedDir)
+	if err != nil {
+		return slots
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		slot, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !e.Type().IsRegular() || !slotNameRE.MatchString(slot) || slices.Contains(slots, slot) {
+			continue
+		}
+		slots = append(slots, slot)
+	}
+	slices.Sort(slots)
+	return slots
+}
+
+// slotNameRE keeps what is read from file names to plain slot names.
+var slotNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 func machineUnit(slot string) string { return "systemd-nspawn@" + slot + ".service" }
 
@@ -356,8 +399,8 @@ func (r *runner) removeUnits(ctx context.Context) error {
 	return nil
 }
 
-// removeHostRoot removes everything in the base but the ownership record,
-// which goes last.
+// removeHostRoot removes everything in the base but the ownership record
+// and the resetter's copy the resetting unit runs, which go last.
 func (r *runner) removeHostRoot(ctx context.Context) error {
 	base, err := r.base()
 	if err != nil {
@@ -376,7 +419,7 @@ func (r *runner) removeHostRoot(ctx context.Context) error {
 		return fmt.Errorf("%s: mount points inside (%s): unmount them, then run kubeslot-resetter again", base, strings.Join(m, ", "))
 	}
 	for _, e := range ents {
-		if e.Name() == hostroot.OwnershipFile {
+		if e.Name() == hostroot.OwnershipFile || e.Name() == hostroot.ResettingDir {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
@@ -387,11 +430,14 @@ func (r *runner) removeHostRoot(ctx context.Context) error {
 	return atomicfile.SyncDir(base)
 }
 
+// removeRecord removes the record, then the resetting unit with the copy
+// it runs and the base: with the record gone, a run of that unit finds
+// nothing under way and only removes itself.
 func (r *runner) removeRecord(ctx context.Context) error {
 	if err := ownership.Remove(r.d.Root); err != nil {
 		return err
 	}
-	return removeEmptyBase(r.d.Root, r.log)
+	return removeResetting(ctx, r.d, r.log)
 }
 
 // base resolves the host root, refusing one that is a system directory
