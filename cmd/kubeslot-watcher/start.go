@@ -155,6 +155,12 @@ var newOperator = func(ctx context.Context, root *hostroot.Root, bus string, rec
 	if err != nil {
 		return nil, nil, err
 	}
+	// The watcher runs in a sandbox without systemd (fleets of test hosts),
+	// so it is no cli.SystemdUser; its hooks, which journal and write files
+	// before they reload, are refused here instead, before any change.
+	if err := systemdconn.Refusal(root.Prefix(), bus); err != nil {
+		return nil, nil, err
+	}
 	sd := systemdconn.For(ctx, root.Prefix(), bus)
 	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{},
 		Log: log, Record: rec, Settings: settings})
