@@ -59,6 +59,8 @@ func (g *Globals) check() error {
 	return nil
 }
 
+func (g *Globals) validRoot() bool { _, err := g.Root(); return err == nil }
+
 // Root builds the host-root resolver from the flags.
 func (g *Globals) Root() (*hostroot.Root, error) {
 	return hostroot.New(g.RootPrefix, g.HostRoot)
@@ -117,7 +119,9 @@ func Parse(name, description string, flags any, args []string, stdio IO) (*kong.
 	if err == nil {
 		if g, ok := flags.(interface{ globals() *Globals }); ok {
 			err = g.globals().check()
-			if u, ok := flags.(SystemdUser); ok && err == nil && u.SystemdNeeded() {
+			// A prefix that is no directory is the stage's own error to
+			// report (naming the prefix), not a systemd one.
+			if u, ok := flags.(SystemdUser); ok && err == nil && u.SystemdNeeded() && g.globals().validRoot() {
 				if err = g.globals().SystemdRefusal(); err != nil {
 					err = fmt.Errorf("%w; nothing was changed", err)
 				}
