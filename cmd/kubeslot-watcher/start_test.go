@@ -251,25 +251,3 @@ func TestTestExitAfter(t *testing.T) {
 		}
 	}
 }
-
-// The watcher runs in a sandbox without a bus, but its hooks are refused
-// there before the operator is built: nothing journalled, nothing written.
-func TestHooksRefusedWithoutBus(t *testing.T) {
-	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &state.Applied{Slot: "a", Mode: "nspawn", Config: cfg}
-	_, _, err = newOperator(t.Context(), root, "", nil, a, isolation.Settings{}, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "--systemd-bus") {
-		t.Fatalf("hooks without a bus: %v", err)
-	}
-	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
-		t.Errorf("the refused hooks touched the root prefix: %v", ents)
-	}
-}
