@@ -65,8 +65,8 @@ func stateCases() []hcase {
 	for _, kind := range []string{"repave", "restart", "upgrade", "reset"} {
 		for _, c := range hostileContents {
 			kind, c := kind, c
-			// status names a pending request without reading it (exit 0).
-			out = append(out, hcase{name: "status " + kind + " request " + c.name, bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json"},
+			// status marks a pending request no worker can use (exit 0).
+			out = append(out, hcase{name: "status " + kind + " request " + c.name, bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json (unusable:"},
 				setup: func(e *env) []string {
 					e.installed()
 					body := c.body
@@ -82,13 +82,13 @@ func stateCases() []hcase {
 	for _, kind := range []string{"repave", "upgrade"} {
 		kind := kind
 		out = append(out,
-			hcase{name: "status " + kind + " request FIFO", bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json"},
+			hcase{name: "status " + kind + " request FIFO", bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json (unusable:", "not a regular file"},
 				setup: func(e *env) []string {
 					e.installed()
 					e.fifo(filepath.Join(e.prefix, "opt/kubeslot/requests", kind+".json"))
 					return []string{"status"}
 				}},
-			hcase{name: "status " + kind + " request a link out of the root", bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json"},
+			hcase{name: "status " + kind + " request a link out of the root", bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json (unusable:", "not a regular file"},
 				setup: func(e *env) []string {
 					e.installed()
 					e.link(e.victim(), "requests", kind+".json")
@@ -177,6 +177,14 @@ func stateCases() []hcase {
 			setup: func(e *env) []string {
 				e.installed()
 				e.link("current", "current")
+				return []string{"status"}
+			}},
+		hcase{name: "status request and claim files named with escapes", bin: "kubeslot", code: 0, want: []string{`\x1b]0;pwned`},
+			check: noEscapes,
+			setup: func(e *env) []string {
+				e.installed()
+				e.hostFile("{}", "requests", "x\x1b]0;pwned\x07.json")
+				e.hostFile("{}", "state", "claimed-\x1b[2J.json")
 				return []string{"status"}
 			}},
 		hcase{name: "status json of a damaged record", bin: "kubeslot", code: 1, want: []string{`"problems"`},
