@@ -20,10 +20,8 @@ func flagCases() []hcase {
 	}
 	none := func(*env) []string { return nil }
 	var out []hcase
-	// A root prefix or host root the stage cannot use: the repaver, upgrader
-	// resetter and bootstrap call it a usage error, status and the watcher a
-	// failure; all name it.
-	rootCode := map[string]int{"kubeslot": 1, "kubeslot-watcher": 1}
+	// A root prefix or host root the stage cannot use is a usage error in
+	// every binary, naming it.
 	for _, b := range allBinaries {
 		b := b
 		args := func(extra ...string) func(*env) []string {
@@ -39,10 +37,7 @@ func flagCases() []hcase {
 				return extra
 			}
 		}
-		code := 2
-		if c, ok := rootCode[b]; ok {
-			code = c
-		}
+		const code = 2
 		out = append(out,
 			usage(b+" --log-level trace", b, []string{"--log-level"}, nil, args("--log-level", "trace")),
 			usage(b+" unknown flag", b, []string{"--frobnicate"}, nil, args("--frobnicate")),

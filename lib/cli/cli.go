@@ -61,9 +61,15 @@ func (g *Globals) check() error {
 
 func (g *Globals) validRoot() bool { _, err := g.Root(); return err == nil }
 
-// Root builds the host-root resolver from the flags.
+// Root builds the host-root resolver from the flags. A prefix or host root
+// it cannot use is a usage error (exit 2) in every binary: running again
+// cannot help, so a unit must not restart on it.
 func (g *Globals) Root() (*hostroot.Root, error) {
-	return hostroot.New(g.RootPrefix, g.HostRoot)
+	r, err := hostroot.New(g.RootPrefix, g.HostRoot)
+	if err != nil {
+		return nil, exitcode.UsageError(err)
+	}
+	return r, nil
 }
 
 // Logger builds the process logger for stage.
