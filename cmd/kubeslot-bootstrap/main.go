@@ -41,6 +41,10 @@ type flags struct {
 	Preflight bool   `help:"Report what would change and what is missing; change nothing."`
 }
 
+// SystemdNeeded: every run but --preflight starts and reloads units
+// (cli.SystemdUser: refused up front in a sandbox without --systemd-bus).
+func (f *flags) SystemdNeeded() bool { return !f.Preflight }
+
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {

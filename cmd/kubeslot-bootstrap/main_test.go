@@ -63,6 +63,7 @@ preload_images = [{source = "oci://127.0.0.1:5000/pause:1", sha256 = %q}]
 // TestInvalidConfigChangesNothing: exit 1, the field named, and the root
 // prefix left exactly as it was (empty: no layout, not even the lock dir).
 func TestInvalidConfigChangesNothing(t *testing.T) {
+	clitest.NoBus(t)
 	prefix := t.TempDir()
 	cfgFile := filepath.Join(t.TempDir(), "config.toml")
 	bad := strings.Replace(configText(t, "worker-1"), `version = "1.37.2"`, `version = "one"`, 1)
@@ -93,6 +94,7 @@ func TestInvalidConfigChangesNothing(t *testing.T) {
 // TestLockHeldDefers: another stage holds the installation lock past
 // timeouts.lock, so the run exits 69 and installs nothing.
 func TestLockHeldDefers(t *testing.T) {
+	clitest.NoBus(t)
 	prefix := t.TempDir()
 	root, err := hostroot.New(prefix, "")
 	if err != nil {
@@ -117,6 +119,7 @@ func TestLockHeldDefers(t *testing.T) {
 }
 
 func TestBadTestEnvironmentIsUsageError(t *testing.T) {
+	clitest.NoBus(t)
 	t.Setenv("KUBESLOT_TEST_PAUSE_AT", "nowhere")
 	cfgFile := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(cfgFile, []byte(configText(t, "worker-1")), 0o600); err != nil {
@@ -135,6 +138,7 @@ func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
 // mode fixed before anything else, with a warning; --preflight only warns
 // (issue 17, item 11).
 func TestWorldReadableConfigFixed(t *testing.T) {
+	clitest.NoBus(t)
 	prefix := t.TempDir()
 	root, err := hostroot.New(prefix, "")
 	if err != nil {
@@ -160,5 +164,15 @@ func TestWorldReadableConfigFixed(t *testing.T) {
 	}
 	if strings.Contains(stderr, "0123456789abcdef") {
 		t.Errorf("the token reached the log: %s", stderr)
+	}
+}
+
+// A bootstrap in a sandbox without --systemd-bus is refused before it reads
+// the configuration or takes the lock; --preflight needs no systemd.
+func TestSystemdRefusedUpFront(t *testing.T) {
+	clitest.SystemdRefusedUpFront(t, name, run, "--config", "/nonexistent.toml")
+	code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir(), "--config", "/nonexistent.toml", "--preflight")
+	if strings.Contains(errs, "--systemd-bus") {
+		t.Errorf("--preflight refused for want of a bus: exit %d, %q", code, errs)
 	}
 }

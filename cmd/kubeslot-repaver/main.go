@@ -67,6 +67,10 @@ type flags struct {
 	LockWait time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
 }
 
+// SystemdNeeded: a repave or restart always stops and starts node units
+// (cli.SystemdUser).
+func (f *flags) SystemdNeeded() bool { return true }
+
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {

@@ -18,6 +18,7 @@ func TestCommandLine(t *testing.T) {
 // exits 69 (deferred: the bootstrap has not finished), never 0, and leaves
 // no request or state behind.
 func TestNotInstalledDefers(t *testing.T) {
+	clitest.NoBus(t)
 	prefix := t.TempDir()
 	t.Setenv("KUBESLOT_ROOT_PREFIX", prefix)
 	for _, args := range [][]string{{"b"}, {"--restart"}} {
@@ -67,3 +68,10 @@ func TestJob(t *testing.T) {
 
 // An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
+
+// A repave or restart in a sandbox without --systemd-bus is refused before
+// it takes the lock.
+func TestSystemdRefusedUpFront(t *testing.T) {
+	clitest.SystemdRefusedUpFront(t, name, run)
+	clitest.SystemdRefusedUpFront(t, name, run, "--restart")
+}

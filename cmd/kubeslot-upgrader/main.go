@@ -77,6 +77,10 @@ type flags struct {
 	Recover recoverCmd `cmd:"" help:"Point current back at last-good and restart the watcher (kubeslot-recovery.service)."`
 }
 
+// SystemdNeeded: an upgrade restarts the watcher, and so does recover;
+// --preflight changes nothing (cli.SystemdUser).
+func (f *flags) SystemdNeeded() bool { return !f.Upgrade.Preflight }
+
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {

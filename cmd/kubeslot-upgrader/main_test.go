@@ -21,6 +21,7 @@ func TestCommandLine(t *testing.T) {
 // TestNotInstalledDefers: on a host root with no installation both
 // commands exit 69 (deferred), never 0, and leave no request state behind.
 func TestNotInstalledDefers(t *testing.T) {
+	clitest.NoBus(t)
 	prefix := t.TempDir()
 	t.Setenv("KUBESLOT_ROOT_PREFIX", prefix)
 	bundle := prefix + "/b.tar.gz"
@@ -72,3 +73,14 @@ func TestJob(t *testing.T) {
 
 // An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
+
+// An upgrade or recover in a sandbox without --systemd-bus is refused before
+// it takes the lock; --preflight needs no systemd.
+func TestSystemdRefusedUpFront(t *testing.T) {
+	clitest.SystemdRefusedUpFront(t, name, run)
+	clitest.SystemdRefusedUpFront(t, name, run, "recover")
+	code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir(), "--preflight")
+	if strings.Contains(errs, "--systemd-bus") {
+		t.Errorf("--preflight refused for want of a bus: exit %d, %q", code, errs)
+	}
+}

@@ -163,6 +163,11 @@ var newOperator = func(ctx context.Context, root *hostroot.Root, bus string, rec
 	if err != nil {
 		return nil, nil, err
 	}
+	// The watcher runs in sandboxes without systemd (fleets of test hosts),
+	// so it is no cli.SystemdUser, and its hooks are not refused up front:
+	// with no slot provisioned they need no systemd, and a refusal would
+	// report such a sandbox Degraded. Hooks that do need it fail at the
+	// reload (systemdconn.For), journalled in the sandbox's root only.
 	sd := systemdconn.For(ctx, root.Prefix(), bus)
 	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{},
 		Log: log, Record: rec, Settings: settings})

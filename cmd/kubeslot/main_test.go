@@ -248,3 +248,23 @@ func TestStatusHostileState(t *testing.T) {
 		}
 	})
 }
+
+// A pending request no worker can use is marked so, like a claimed one: the
+// worker moves it aside rather than running it.
+func TestStatusUnusablePending(t *testing.T) {
+	prefix, root := installed(t)
+	dir, _ := root.Path(hostroot.RequestsDir)
+	os.MkdirAll(dir, 0o700)
+	for name, body := range map[string]string{
+		"restart.json": `{"kind":"restart","id":"restart-7-op-a","operation":"op-a"}`,
+		"repave.json":  `{"kind":"restart","id":"restart-8-op-b"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	if !strings.Contains(out, "repave.json (unusable:") || !strings.Contains(out, "holds a restart request") || strings.Contains(out, "restart.json (unusable") {
+		t.Errorf("pending requests not marked by usability:\n%s", out)
+	}
+}

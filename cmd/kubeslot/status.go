@@ -134,9 +134,17 @@ func collect(root *hostroot.Root) *status {
 		problem(err)
 	} else {
 		for _, ent := range ents {
-			if !strings.HasPrefix(ent.Name(), ".") { // skip atomicfile temporaries
-				st.Requests = append(st.Requests, ent.Name())
+			n := ent.Name()
+			if strings.HasPrefix(n, ".") { // skip atomicfile temporaries
+				continue
 			}
+			// Like a claimed one, a pending request no worker can use says
+			// so: the worker will move it aside, not run it.
+			kind := requests.Kind(strings.TrimSuffix(n, ".json"))
+			if _, err := requests.ReadFile(filepath.Join(dir, n), kind); err != nil && kind.Valid() && strings.HasSuffix(n, ".json") {
+				n = fmt.Sprintf("%s (unusable: %v)", n, err)
+			}
+			st.Requests = append(st.Requests, n)
 		}
 		sort.Strings(st.Requests)
 	}

@@ -239,6 +239,11 @@ func TestCorpus(t *testing.T) {
 		)
 	}
 	cases = append(cases, corpus...)
+	cases = append(cases, configCases()...)
+	cases = append(cases, stateCases()...)
+	cases = append(cases, bundleCases()...)
+	cases = append(cases, flagCases()...)
+	cases = append(cases, lockCases()...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -279,11 +284,11 @@ var corpus = []hcase{
 		}},
 	{name: "bootstrap dotted token key", bin: "kubeslot-bootstrap", code: 1, want: []string{"[redacted]"},
 		setup: func(e *env) []string {
-			return []string{"--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`)}
+			return append(e.noBus(), "--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`))
 		}},
 	{name: "bootstrap json log of a dotted token key", bin: "kubeslot-bootstrap", code: 1, want: []string{"[redacted]"},
 		setup: func(e *env) []string {
-			return []string{"--log-format", "json", "--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`)}
+			return append(e.noBus(), "--log-format", "json", "--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`))
 		}},
 	{name: "bootstrap preflight pre-signed rootfs URL", bin: "kubeslot-bootstrap", code: 1, want: []string{"would be provisioned from http://127.0.0.1:1/rootfs.tar.zst"},
 		environ: []string{"KUBESLOT_SKIP_SANDBOX_IMAGE_CHECK=1"},
@@ -323,7 +328,7 @@ var corpus = []hcase{
 		}},
 	{name: "repaver --config with a dotted token key", bin: "kubeslot-repaver", code: 2, want: []string{"[redacted]"},
 		setup: func(e *env) []string {
-			return []string{"--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`)}
+			return append(e.noBus(), "--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`))
 		}},
 
 	// Items 6 and 7: links, FIFOs and huge files under the root.
@@ -364,7 +369,9 @@ var corpus = []hcase{
 			return []string{"ignition", "--config", e.config(), "--release", rel, "--embed"}
 		}},
 	{name: "bootstrap config FIFO", bin: "kubeslot-bootstrap", code: 1, want: []string{"not a regular file"},
-		setup: func(e *env) []string { return []string{"--config", e.fifo(filepath.Join(e.scratch, "c.toml"))} }},
+		setup: func(e *env) []string {
+			return append(e.noBus(), "--config", e.fifo(filepath.Join(e.scratch, "c.toml")))
+		}},
 	{name: "upgrader bundle FIFO", bin: "kubeslot-upgrader", code: 1, want: []string{"not a regular file"},
 		setup: func(e *env) []string {
 			e.installed()
@@ -379,7 +386,7 @@ var corpus = []hcase{
 			lock, _ := e.root.Lock()
 			os.MkdirAll(filepath.Dir(lock), 0o755)
 			os.Symlink("/etc/shadow", lock)
-			return []string{"--lock-wait", "1s"}
+			return append(e.noBus(), "--lock-wait", "1s")
 		},
 		check: func(e *env, out string) {
 			b, _ := os.ReadFile(filepath.Join(e.prefix, "etc", "shadow"))
@@ -447,13 +454,14 @@ var corpus = []hcase{
 		}},
 
 	// Item 2: a root prefix other than / never reaches this machine's own
-	// systemd; with no --systemd-bus the first systemd call is refused.
+	// systemd; with no --systemd-bus a stage that needs it is refused at
+	// start-up (the resetter: at its first systemd call).
 	{name: "resetter in a sandbox without a bus", bin: "kubeslot-resetter", code: 1, want: []string{"--systemd-bus", "refusing to act on this machine's own systemd"},
 		setup: func(e *env) []string {
 			e.installed()
 			return []string{"--yes", "--lock-wait", "2s"}
 		}},
-	{name: "repaver restart in a sandbox without a bus", bin: "kubeslot-repaver", code: 1, want: []string{"--systemd-bus"},
+	{name: "repaver restart in a sandbox without a bus", bin: "kubeslot-repaver", code: 2, want: []string{"--systemd-bus", "nothing was changed"},
 		setup: func(e *env) []string {
 			e.installed()
 			return []string{"--restart", "--lock-wait", "2s"}

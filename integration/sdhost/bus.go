@@ -10,6 +10,8 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 )
 
 // busSocket is the host's D-Bus system bus seen from the machine. systemd's private socket (/run/systemd/private)
@@ -18,30 +20,11 @@ func busSocket(pid int) string {
 	return fmt.Sprintf("/proc/%d/root/run/dbus/system_bus_socket", pid)
 }
 
-// dialBus connects, authenticates as uid 0 and says Hello. Auth and Hello block until dbus-daemon (socket
-// activated) answers, so they run bounded by ctx; the returned connection does not depend on ctx.
+// dialBus connects to the host's system bus, authenticates as this process's user (root) and says Hello, bounded
+// by ctx; the connection does not depend on ctx (lib/isolation/hostapi.DialBus, what the stages use).
 func dialBus(ctx context.Context, socket string) (*godbus.Conn, error) {
-	conn, err := godbus.Dial("unix:path=" + socket)
+	conn, err := hostapi.DialBus(ctx, "unix:path="+socket)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", socket, err)
-	}
-	res := make(chan error, 1)
-	go func() {
-		err := conn.Auth([]godbus.Auth{godbus.AuthExternal("0")})
-		if err == nil {
-			err = conn.Hello()
-		}
-		res <- err
-	}()
-	select {
-	case err = <-res:
-	case <-ctx.Done():
-		conn.Close()
-		<-res
-		err = ctx.Err()
-	}
-	if err != nil {
-		conn.Close()
 		return nil, fmt.Errorf("bus %s: %w", socket, err)
 	}
 	return conn, nil

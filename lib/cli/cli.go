@@ -17,6 +17,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/logging"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 // Globals are embedded in every binary's flag struct.
@@ -34,6 +35,17 @@ type Globals struct {
 
 func (g *Globals) globals() *Globals { return g }
 
+// SystemdUser is implemented by the flags of a stage that acts through
+// systemd. SystemdNeeded says whether this invocation does (a preflight or a
+// dry run does not); Parse then refuses a root prefix other than / without
+// --systemd-bus as a usage error, before the stage reads or changes anything,
+// instead of at its first systemd call with the host half changed.
+type SystemdUser interface{ SystemdNeeded() bool }
+
+// SystemdRefusal is the error a stage with these flags gets from every
+// systemd call (lib/systemdconn.Refusal), or nil.
+func (g *Globals) SystemdRefusal() error { return systemdconn.Refusal(g.RootPrefix, g.SystemdBus) }
+
 // check refuses what kong cannot: an empty --root-prefix or --host-root
 // (given as "" or through an empty environment variable) would otherwise mean
 // "/" or the default base silently, and a sandboxed run would act on the host.
@@ -47,9 +59,17 @@ func (g *Globals) check() error {
 	return nil
 }
 
-// Root builds the host-root resolver from the flags.
+func (g *Globals) validRoot() bool { _, err := g.Root(); return err == nil }
+
+// Root builds the host-root resolver from the flags. A prefix or host root
+// it cannot use is a usage error (exit 2) in every binary: running again
+// cannot help, so a unit must not restart on it.
 func (g *Globals) Root() (*hostroot.Root, error) {
-	return hostroot.New(g.RootPrefix, g.HostRoot)
+	r, err := hostroot.New(g.RootPrefix, g.HostRoot)
+	if err != nil {
+		return nil, exitcode.UsageError(err)
+	}
+	return r, nil
 }
 
 // Logger builds the process logger for stage.
@@ -105,6 +125,13 @@ func Parse(name, description string, flags any, args []string, stdio IO) (*kong.
 	if err == nil {
 		if g, ok := flags.(interface{ globals() *Globals }); ok {
 			err = g.globals().check()
+			// A prefix that is no directory is the stage's own error to
+			// report (naming the prefix), not a systemd one.
+			if u, ok := flags.(SystemdUser); ok && err == nil && u.SystemdNeeded() && g.globals().validRoot() {
+				if err = g.globals().SystemdRefusal(); err != nil {
+					err = fmt.Errorf("%w; nothing was changed", err)
+				}
+			}
 		}
 	}
 	if err != nil {

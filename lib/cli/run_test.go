@@ -59,3 +59,17 @@ func TestRun(t *testing.T) {
 		}
 	}
 }
+
+// A root prefix or host root that cannot be used is a usage error in every
+// binary (it used to be exit 1 in some, 2 in others).
+func TestRootErrorIsUsage(t *testing.T) {
+	for _, g := range []Globals{
+		{RootPrefix: "relative", HostRoot: "/opt/kubeslot"},
+		{RootPrefix: t.TempDir() + "/missing", HostRoot: "/opt/kubeslot"},
+		{RootPrefix: t.TempDir(), HostRoot: "/"},
+	} {
+		if _, err := g.Root(); exitcode.Of(err) != exitcode.Usage {
+			t.Errorf("%+v: %v (exit %d), want a usage error", g, err, exitcode.Of(err))
+		}
+	}
+}

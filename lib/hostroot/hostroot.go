@@ -195,16 +195,55 @@ func (r *Root) File(elem ...string) (string, error) {
 	return filepath.Join(local, name), nil
 }
 
-// Unit resolves a unit file (or drop-in directory) in the unit directory.
+// ErrLink is returned (wrapped) when a unit file, an nspawn settings file or
+// a slot rootfs is a symbolic link: kubeslot writes and removes these as
+// root, and a link there (under the prefix "/", to any file or tree of the
+// host) would have it write or delete through it.
+var ErrLink = errors.New("is a symbolic link: kubeslot does not write or remove through a link here")
+
+// Entry resolves hostPath's directory like Resolve and takes its last
+// component literally (no-follow); a symbolic link there is refused with an
+// error naming the path (ErrLink). Unit, Nspawn and Machine use it.
+func (r *Root) Entry(hostPath string) (string, error) {
+	if !path.IsAbs(hostPath) {
+		return "", fmt.Errorf("resolve %q: not an absolute host path", hostPath)
+	}
+	dir, name := path.Split(path.Clean(hostPath))
+	if err := checkName(name); err != nil {
+		return "", fmt.Errorf("%s: %w", hostPath, err)
+	}
+	local, err := r.Resolve(dir)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", hostPath, err)
+	}
+	local = filepath.Join(local, name)
+	if fi, err := os.Lstat(local); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return "", fmt.Errorf("%s (%s) %w", hostPath, local, ErrLink)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%s: %w", hostPath, err)
+	}
+	return local, nil
+}
+
+// Unit resolves a unit file (or drop-in directory) in the unit directory,
+// refusing a link in its place (Entry).
 func (r *Root) Unit(name string) (string, error) { return r.named(UnitDir, name) }
 
-// Nspawn resolves an nspawn settings file.
+// Nspawn resolves an nspawn settings file, refusing a link in its place
+// (Entry).
 func (r *Root) Nspawn(name string) (string, error) { return r.named(NspawnDir, name) }
 
-// Machine resolves a path inside a slot's node rootfs.
+// Machine resolves a path inside a slot's node rootfs. The slot directory
+// itself must not be a link (Entry): removing or replacing a slot would
+// otherwise act on whatever tree it names. Links inside the rootfs are
+// followed like any other.
 func (r *Root) Machine(slot string, elem ...string) (string, error) {
 	if err := checkName(slot); err != nil {
 		return "", fmt.Errorf("slot %q: %w", slot, err)
+	}
+	rootfs, err := r.Entry(path.Join(MachinesDir, slot))
+	if err != nil || len(elem) == 0 {
+		return rootfs, err
 	}
 	return r.Resolve(path.Join(append([]string{MachinesDir, slot}, elem...)...))
 }
@@ -223,7 +262,7 @@ func (r *Root) named(dir, name string) (string, error) {
 	if err := checkName(name); err != nil {
 		return "", fmt.Errorf("%s name %q: %w", dir, name, err)
 	}
-	return r.Resolve(path.Join(dir, name))
+	return r.Entry(path.Join(dir, name))
 }
 
 // checkName accepts a single path component.

@@ -280,3 +280,34 @@ func TestReadRegular(t *testing.T) {
 		t.Errorf("missing: %v", err)
 	}
 }
+
+// A unit file, an nspawn settings file or a slot rootfs that is a link is
+// refused by name, never resolved to what it names: kubeslot writes and
+// removes these as root.
+func TestUnitNspawnSlotLinksRefused(t *testing.T) {
+	r, p := newRoot(t)
+	outside := t.TempDir()
+	for _, d := range []string{"etc/systemd/system", "etc/systemd/nspawn", "var/lib/machines"} {
+		mustMkdir(t, filepath.Join(p, d))
+	}
+	mustSymlink(t, outside, filepath.Join(p, "etc/systemd/system/kubeslot-watcher.service"))
+	mustSymlink(t, outside, filepath.Join(p, "etc/systemd/system/systemd-nspawn@a.service.d"))
+	mustSymlink(t, outside, filepath.Join(p, "etc/systemd/nspawn/a.nspawn"))
+	mustSymlink(t, outside, filepath.Join(p, "var/lib/machines/a"))
+	for name, call := range map[string]func() (string, error){
+		"/etc/systemd/system/kubeslot-watcher.service":   func() (string, error) { return r.Unit("kubeslot-watcher.service") },
+		"/etc/systemd/system/systemd-nspawn@a.service.d": func() (string, error) { return r.Unit("systemd-nspawn@a.service.d") },
+		"/etc/systemd/nspawn/a.nspawn":                   func() (string, error) { return r.Nspawn("a.nspawn") },
+		"/var/lib/machines/a":                            func() (string, error) { return r.Machine("a") },
+		"/var/lib/machines/a/etc/hostname":               func() (string, error) { return r.Machine("a", "etc", "hostname") },
+	} {
+		got, err := call()
+		if !errors.Is(err, ErrLink) || !strings.Contains(err.Error(), strings.SplitN(name, "/etc/hostname", 2)[0]) {
+			t.Errorf("%s: got %q, %v; want ErrLink naming it", name, got, err)
+		}
+	}
+	// A link elsewhere on the way is followed as before; a missing entry is fine.
+	if got, err := r.Machine("b"); err != nil || got != filepath.Join(p, "var/lib/machines/b") {
+		t.Errorf("missing slot: %q, %v", got, err)
+	}
+}

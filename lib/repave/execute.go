@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 
@@ -74,7 +75,18 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 	if active == nil {
 		return nil, exitcode.Defer(errors.New("no slot committed yet: the bootstrap has not finished"))
 	}
+	// Unusable request files are moved aside first, each logged with why:
+	// "nothing to claim" must not be all a person reads after asking.
+	refused, err := d.Requests.SweepRefused(lock, j.Kind)
+	logRefused(d.Log, refused)
+	if err != nil {
+		return nil, err
+	}
 	req, err := d.Requests.Claim(lock, j.Kind)
+	if late := requests.AsRefused(err); len(late) > 0 {
+		logRefused(d.Log, late)
+		refused = append(refused, late...)
+	}
 	if errors.Is(err, requests.ErrNoRequest) {
 		req, err = nil, nil
 	}
@@ -82,6 +94,10 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 		return nil, err
 	}
 	if req == nil && j.Triggered {
+		if len(refused) > 0 {
+			d.Log.Info("nothing run: the request was refused and moved aside", "kind", j.Kind, "file", refused[0].File, "moved_to", refused[0].MovedTo)
+			return nil, nil
+		}
 		d.Log.Info("no request to claim: another run took it", "kind", j.Kind)
 		return nil, nil
 	}
@@ -172,5 +188,12 @@ func finishClaim(d *Deps, lock *ownership.Lock, kind requests.Kind, id string) {
 	}
 	if err := d.Requests.Finish(lock, kind); err != nil {
 		d.Log.Warn("could not remove the claimed request", "kind", kind, "err", err)
+	}
+}
+
+// logRefused logs each request file moved aside: which, where to, and why.
+func logRefused(log *slog.Logger, refused []requests.Refused) {
+	for _, r := range refused {
+		log.Warn("request refused and moved aside", "kind", r.Kind, "file", r.File, "moved_to", r.MovedTo, "request", r.RequestID, "reason", r.Reason)
 	}
 }

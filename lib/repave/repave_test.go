@@ -1,12 +1,14 @@
 package repave
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -721,5 +723,32 @@ func TestRunStartTidiesTheCache(t *testing.T) {
 		if slices.Contains(left, gone) {
 			t.Errorf("%s kept after the run", gone)
 		}
+	}
+}
+
+// A triggered run whose only request was moved aside says so, naming the
+// file and why, not "no request to claim" as if nobody had asked.
+func TestRefusedRequestLoggedAsRefused(t *testing.T) {
+	r := newRig(t)
+	var logs bytes.Buffer
+	r.d.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	p, err := r.d.Requests.RequestPath(requests.Repave)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(`{"kind":"restart","id":"restart-4-op"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true}); s != nil || err != nil {
+		t.Fatalf("triggered with a refused request: %+v, %v", s, err)
+	}
+	out := logs.String()
+	for _, want := range []string{"request refused and moved aside", "requests/repave.json", "holds a restart request", "state/rejected-repave-request-"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "no request to claim") {
+		t.Errorf("a refused request logged as no request:\n%s", out)
 	}
 }

@@ -361,7 +361,8 @@ func (d *Dir) Write(r *Request) (bool, error) {
 	return true, writeJSON(p, r)
 }
 
-// ErrNoRequest means there is nothing to claim.
+// ErrNoRequest means there is nothing to claim (RefusedError wraps it when
+// what there was had to be moved aside).
 var ErrNoRequest = errors.New("no request")
 
 // Claim takes the request of kind for the holder of lock: a request claimed
@@ -375,11 +376,18 @@ func (d *Dir) Claim(lock *ownership.Lock, kind Kind) (*Request, error) {
 	if !kind.Valid() {
 		return nil, fmt.Errorf("claim request: kind %q: not one of repave, restart, upgrade, reset", kind)
 	}
-	if err := d.Sweep(lock, kind); err != nil {
+	refused, err := d.SweepRefused(lock, kind)
+	if err != nil {
 		return nil, fmt.Errorf("claim %s request: %w", kind, err)
 	}
 	if c, err := d.Claimed(kind); err != nil || c != nil {
 		return c, err
+	}
+	none := func() error {
+		if len(refused) > 0 {
+			return &RefusedError{Kind: kind, Refused: refused}
+		}
+		return fmt.Errorf("claim %s request: %w", kind, ErrNoRequest)
 	}
 	src, err := d.RequestPath(kind)
 	if err != nil {
@@ -391,49 +399,27 @@ func (d *Dir) Claim(lock *ownership.Lock, kind Kind) (*Request, error) {
 	}
 	if _, err := os.Lstat(src); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("claim %s request: %w", kind, ErrNoRequest)
+			return nil, none()
 		}
 		return nil, fmt.Errorf("claim %s request: %w", kind, err)
 	}
 	if err := atomicfile.Rename(src, dst); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("claim %s request: %w", kind, ErrNoRequest)
+			return nil, none()
 		}
 		return nil, fmt.Errorf("claim %s request: %w", kind, err)
 	}
 	r, err := readRequest(dst, kind)
 	if errors.Is(err, ErrInvalid) {
 		// Replaced between the sweep and the rename: refuse it the same way.
-		if rerr := d.reject(kind, dst, r, err); rerr != nil {
+		ref, rerr := d.reject(kind, dst, r, err)
+		if rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
-		return nil, fmt.Errorf("claim %s request: %v (moved aside): %w", kind, err, ErrNoRequest)
+		refused = append(refused, ref)
+		return nil, none()
 	}
 	return r, err
-}
-
-// Sweep moves aside the pending and the claimed request of kind when no
-// worker can use them (ErrInvalid), each with a Failed status when its
-// content names a request ID of its own kind, so that one bad file never
-// blocks a worker or the requests after it. It needs the installation lock.
-func (d *Dir) Sweep(lock *ownership.Lock, kind Kind) error {
-	if lock == nil {
-		return fmt.Errorf("sweep %s requests: the installation lock must be held", kind)
-	}
-	for _, path := range []func(Kind) (string, error){d.ClaimedPath, d.RequestPath} {
-		p, err := path(kind)
-		if err != nil {
-			return err
-		}
-		r, err := readRequest(p, kind)
-		if !errors.Is(err, ErrInvalid) {
-			continue // good, absent, or unreadable for now: the caller sees it
-		}
-		if err := d.reject(kind, p, r, err); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // rejectedPrefix names the moved-aside request files in state/.
@@ -443,10 +429,10 @@ const rejectedPrefix = "rejected-"
 // state/rejected-<kind>-<request|claimed>-<nanoseconds>.json (kept, for a
 // person to read) and, when r names a request ID of its own kind that has
 // no final status yet, writes a Failed status for it saying why.
-func (d *Dir) reject(kind Kind, p string, r *Request, why error) error {
+func (d *Dir) reject(kind Kind, p string, r *Request, why error) (Refused, error) {
 	dir, err := d.dir(hostroot.StateDir)
 	if err != nil {
-		return err
+		return Refused{}, err
 	}
 	from, rel := "request", hostroot.RequestsDir+"/"+filepath.Base(p)
 	if strings.HasPrefix(filepath.Base(p), "claimed-") {
@@ -454,21 +440,25 @@ func (d *Dir) reject(kind Kind, p string, r *Request, why error) error {
 	}
 	name := fmt.Sprintf("%s%s-%s-%d.json", rejectedPrefix, kind, from, time.Now().UnixNano())
 	if err := atomicfile.Rename(p, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("move the unusable request %s aside: %w", p, err)
-	}
-	if r == nil || !r.Kind.Valid() || !idRE.MatchString(r.ID) || !strings.HasPrefix(r.ID, string(r.Kind)+"-") {
-		return nil
-	}
-	if prev, err := d.ReadStatus(r.ID); err == nil && prev.Phase.Finished() {
-		return nil
+		return Refused{}, fmt.Errorf("move the unusable request %s aside: %w", p, err)
 	}
 	reason := why.Error()
 	var ie *invalidError
 	if errors.As(why, &ie) {
 		reason = ie.err.Error()
 	}
-	return d.WriteStatus(&Status{RequestID: r.ID, Kind: r.Kind, Operation: r.Operation, MachineGeneration: r.MachineGeneration,
-		Phase: Failed, Message: fmt.Sprintf("request refused: %s %s; moved aside to %s/%s", rel, reason, hostroot.StateDir, name)})
+	ref := Refused{Kind: kind, File: rel, MovedTo: hostroot.StateDir + "/" + name, Reason: reason}
+	if r != nil {
+		ref.RequestID = r.ID
+	}
+	if r == nil || !r.Kind.Valid() || !idRE.MatchString(r.ID) || !strings.HasPrefix(r.ID, string(r.Kind)+"-") {
+		return ref, nil
+	}
+	if prev, err := d.ReadStatus(r.ID); err == nil && prev.Phase.Finished() {
+		return ref, nil
+	}
+	return ref, d.WriteStatus(&Status{RequestID: r.ID, Kind: r.Kind, Operation: r.Operation, MachineGeneration: r.MachineGeneration,
+		Phase: Failed, Message: fmt.Sprintf("request refused: %s %s; moved aside to %s", rel, reason, ref.MovedTo)})
 }
 
 // RejectedFile is a request file moved aside because no worker could use it.

@@ -109,11 +109,18 @@ var ErrNotConfined = errors.New("refusing to act on this machine's own systemd f
 // machine's units or machines. Without an address, every call fails with
 // an error wrapping ErrNotConfined, and nothing is dialled.
 func For(ctx context.Context, prefix, address string) *Lazy {
-	l := &Lazy{Ctx: ctx, Address: address}
+	return &Lazy{Ctx: ctx, Address: address, Refused: Refusal(prefix, address)}
+}
+
+// Refusal is the error (wrapping ErrNotConfined) every systemd call of a
+// stage with root prefix prefix and bus address would fail with, or nil
+// when it may reach systemd. lib/cli checks it at start-up, so a stage that
+// needs systemd refuses before it changes anything, not at its first call.
+func Refusal(prefix, address string) error {
 	if address == "" && filepath.Clean(prefix) != "/" {
-		l.Refused = fmt.Errorf("%w (--root-prefix %s): give the D-Bus address of the systemd that manages that root with --systemd-bus ADDRESS (or %s), e.g. unix:path=/proc/PID/root/run/dbus/system_bus_socket", ErrNotConfined, prefix, EnvBus)
+		return fmt.Errorf("%w (--root-prefix %s): give the D-Bus address of the systemd that manages that root with --systemd-bus ADDRESS (or %s), e.g. unix:path=/proc/PID/root/run/dbus/system_bus_socket", ErrNotConfined, prefix, EnvBus)
 	}
-	return l
+	return nil
 }
 
 // DialTimeout bounds connecting to systemd.

@@ -219,10 +219,12 @@ func Enabled(name string, data []byte) bool {
 
 // WriteUnit makes hostPath hold data (0644), journalling it first. It
 // reports whether it wrote.
+// A link in hostPath's place is refused (hostroot.ErrLink), not replaced:
+// someone put it there, and neither it nor what it names is kubeslot's.
 func WriteUnit(root *hostroot.Root, rec *ownership.Record, hostPath string, data []byte) (bool, error) {
-	local, err := LocalEntry(root, hostPath)
+	local, err := root.Entry(hostPath)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("write unit: %w", err)
 	}
 	if _, err := os.Lstat(local); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err

@@ -31,9 +31,11 @@ type txn struct {
 	// manual is an upgrade by hand: no claimed request file.
 	manual bool
 	sig    *requests.UpgradeSignal
-	phases []requests.PhaseTiming
-	res    Result
-	t0     time.Time
+	// refused are the request files moved aside by this run's sweep.
+	refused []requests.Refused
+	phases  []requests.PhaseTiming
+	res     Result
+	t0      time.Time
 }
 
 // Run is the upgrade stage: lock, admission, then resume an interrupted
@@ -98,9 +100,14 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	}
 	// An unusable request file is moved aside (Failed) before anything
 	// reads it, so it never blocks this or a later upgrade.
-	if err := d.Requests.Sweep(t.lock, requests.Upgrade); err != nil {
+	refused, err := d.Requests.SweepRefused(t.lock, requests.Upgrade)
+	if err != nil {
 		return nil, err
 	}
+	for _, r := range refused {
+		t.log.Warn("upgrade request refused and moved aside", "file", r.File, "moved_to", r.MovedTo, "request", r.RequestID, "reason", r.Reason)
+	}
+	t.refused = refused
 	claimed, err := d.Requests.Claimed(requests.Upgrade)
 	if err != nil {
 		return nil, err
@@ -166,6 +173,15 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	}
 	req, err := d.Requests.Claim(t.lock, requests.Upgrade)
 	if errors.Is(err, requests.ErrNoRequest) {
+		if refused := append(t.refused, requests.AsRefused(err)...); len(refused) > 0 {
+			// Someone asked, but not in a form the upgrader can run: say
+			// so, not "no request to claim".
+			msg := make([]string, 0, len(refused))
+			for _, r := range refused {
+				msg = append(msg, fmt.Sprintf("%s moved aside to %s: %s", r.File, r.MovedTo, r.Reason))
+			}
+			return &Result{Outcome: Nothing, Message: "nothing run: the upgrade request was refused: " + strings.Join(msg, "; ")}, nil
+		}
 		if t.j.Triggered {
 			return &Result{Outcome: Nothing, Message: "no upgrade request to claim"}, nil
 		}

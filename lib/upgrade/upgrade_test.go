@@ -726,3 +726,23 @@ func TestBundleURLRedacted(t *testing.T) {
 		}
 	}
 }
+
+// A triggered run whose request was moved aside reports that, naming the
+// file and why, not "no upgrade request to claim".
+func TestRefusedRequestReportedAsRefused(t *testing.T) {
+	e := newEnv(t)
+	p, err := e.d.Requests.RequestPath(requests.Upgrade)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(`not json`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), e.d, e.job())
+	if err != nil || res.Outcome != Nothing {
+		t.Fatalf("run with a refused request: %+v, %v", res, err)
+	}
+	if !strings.Contains(res.Message, "refused") || !strings.Contains(res.Message, "requests/upgrade.json") || !strings.Contains(res.Message, "state/rejected-upgrade-request-") {
+		t.Errorf("message %q does not say the request was refused and where it went", res.Message)
+	}
+}

@@ -121,3 +121,31 @@ func CallIO(run Run, stdin io.Reader, args ...string) (code int, stdout, stderr 
 	code = run(args, cli.IO{Stdin: stdin, Stdout: &out, Stderr: &errb})
 	return code, out.String(), errb.String()
 }
+
+// NoBus sets KUBESLOT_SYSTEMD_BUS to a socket nobody listens on, for tests
+// of a stage in a temporary root prefix that must not reach systemd: it
+// passes the start-up check (cli.SystemdUser), and a stage that did dial
+// would fail naming that socket.
+func NoBus(t *testing.T) {
+	t.Helper()
+	t.Setenv("KUBESLOT_SYSTEMD_BUS", "unix:path="+t.TempDir()+"/no-bus")
+}
+
+// SystemdRefusedUpFront checks that the invocation args (given a root
+// prefix other than / and no bus) is refused at start-up: exit 2, an error
+// naming --systemd-bus and the prefix, and nothing created under the prefix,
+// where the stage would otherwise have taken the lock or written state
+// before its first systemd call.
+func SystemdRefusedUpFront(t *testing.T, name string, run Run, args ...string) {
+	t.Helper()
+	t.Setenv("KUBESLOT_SYSTEMD_BUS", "")
+	os.Unsetenv("KUBESLOT_SYSTEMD_BUS")
+	prefix := t.TempDir()
+	code, _, errs := Call(run, "", append(append([]string{}, args...), "--root-prefix", prefix)...)
+	if code != exitcode.Usage || !strings.Contains(errs, "--systemd-bus") || !strings.Contains(errs, prefix) || !strings.Contains(errs, "nothing was changed") {
+		t.Errorf("%s %v in %s without a bus: exit %d, stderr %q; want exit %d naming --systemd-bus and the prefix", name, args, prefix, code, errs, exitcode.Usage)
+	}
+	if ents, _ := os.ReadDir(prefix); len(ents) != 0 {
+		t.Errorf("%s %v: the refused run touched the root prefix: %v", name, args, ents)
+	}
+}

@@ -57,9 +57,15 @@ func DialSystemdAt(ctx context.Context, address string) (*DBus, error) {
 }
 
 // DialBus connects to the D-Bus address, authenticates as this user and
-// says Hello, bounded by ctx; the connection does not depend on ctx after.
+// says Hello, bounded by ctx. The connection is not tied to ctx: godbus
+// closes a connection when the context it was dialled with ends, and callers
+// pass a short dial bound, not the connection's lifetime. The caller closes
+// it.
 func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
-	conn, err := godbus.Dial(address, godbus.WithContext(ctx))
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	conn, err := godbus.Dial(address)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +80,10 @@ func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
 	select {
 	case err = <-res:
 	case <-ctx.Done():
+		// Closing unblocks Auth or Hello.
 		conn.Close()
 		<-res
-		err = ctx.Err()
+		err = context.Cause(ctx)
 	}
 	if err != nil {
 		conn.Close()

@@ -114,6 +114,12 @@ func (b *Backend) checkSlot(slot string) error {
 // local resolves a host path for reading, or for creating a directory.
 func (b *Backend) local(hostPath string) (string, error) { return b.root.Resolve(hostPath) }
 
+// slotDir resolves a slot directory (a rootfs or its staging tree) under
+// /var/lib/machines, refusing a link in its place (hostroot.ErrLink): a
+// slot is removed and replaced whole, and a link would have that done to
+// the tree it names.
+func (b *Backend) slotDir(hostPath string) (string, error) { return b.root.Entry(hostPath) }
+
 // localEntry resolves a host path's parent only: for a file that is
 // replaced or removed, a link at its place is itself replaced, never
 // followed (the journal recorded the link, not its target).

@@ -37,7 +37,7 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		return err
 	}
 	log := b.log.With("slot", slot)
-	rootfs, err := b.local(rootfsPath(slot))
+	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return err
 	}
@@ -262,6 +262,11 @@ DeviceAllow=char-/dev/console rwm
 // each file and missing directory first. It returns the paths it changed and
 // whether the drop-in was one of them (systemd must then reload).
 func (b *Backend) writeHostFiles(slot string) (changed []string, dropIn bool, err error) {
+	// The drop-in directory is the unit's own: files are written into it,
+	// so a link in its place is refused like one in a unit file's.
+	if _, err := b.root.Entry(dropInDir(slot)); err != nil {
+		return changed, dropIn, err
+	}
 	for _, d := range []string{hostroot.NspawnDir, dropInDir(slot)} {
 		if err := b.ensureDir(d, 0o755); err != nil {
 			return changed, dropIn, err
@@ -280,8 +285,9 @@ func (b *Backend) writeHostFiles(slot string) (changed []string, dropIn bool, er
 	return changed, dropIn, nil
 }
 
+// A link in the file's place is refused (hostroot.ErrLink), not replaced.
 func (b *Backend) writeHostFile(f hostFile) (bool, error) {
-	local, err := b.localEntry(f.path)
+	local, err := b.root.Entry(f.path)
 	if err != nil {
 		return false, err
 	}

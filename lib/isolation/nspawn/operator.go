@@ -110,7 +110,7 @@ func (o *Operator) Repave(ctx context.Context, from, to string) error {
 
 // stamped reports whether slot has a finished rootfs (from any artifacts).
 func (b *Backend) stamped(slot string) (bool, error) {
-	rootfs, err := b.local(rootfsPath(slot))
+	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return false, err
 	}

@@ -91,7 +91,7 @@ func (b *Backend) Provisioned(slot string) (bool, error) {
 	if err := b.checkSlot(slot); err != nil {
 		return false, err
 	}
-	rootfs, err := b.local(rootfsPath(slot))
+	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return false, err
 	}
@@ -114,7 +114,7 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 	}
 	log := b.log.With("slot", slot)
 	t0 := time.Now()
-	rootfs, err := b.local(rootfsPath(slot))
+	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 			return fmt.Errorf("provision slot %s: %w", slot, err)
 		}
 	}
-	partial, err := b.local(partialPath(slot))
+	partial, err := b.slotDir(partialPath(slot))
 	if err != nil {
 		return err
 	}
@@ -487,7 +487,7 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 	if err := b.checkStopped(ctx, slot); err != nil {
 		return fmt.Errorf("remove slot %s: %w", slot, err)
 	}
-	rootfs, err := b.local(rootfsPath(slot))
+	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return err
 	}
@@ -500,7 +500,7 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 			return fmt.Errorf("remove slot %s: %w", slot, err)
 		}
 	}
-	partial, err := b.local(partialPath(slot))
+	partial, err := b.slotDir(partialPath(slot))
 	if err != nil {
 		return err
 	}
@@ -520,7 +520,7 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 	if err := b.removeFile(dropInPath(slot)); err != nil {
 		return fmt.Errorf("remove slot %s: %w", slot, err)
 	}
-	if dir, err := b.local(dropInDir(slot)); err == nil {
+	if dir, err := b.root.Entry(dropInDir(slot)); err == nil {
 		_ = os.Remove(dir) // only when empty: someone else's drop-in stays
 	}
 	if statErr == nil {
@@ -535,6 +535,8 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 	return nil
 }
 
+// removeFile removes hostPath's directory entry: a link there is removed
+// itself, what it names is never touched.
 func (b *Backend) removeFile(hostPath string) error {
 	local, err := b.localEntry(hostPath)
 	if err != nil {
