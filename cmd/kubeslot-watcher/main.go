@@ -23,6 +23,10 @@
 // Test hook: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<Go duration> makes the
 // watcher log a warning and exit 1 that long after it started ("0s": at
 // once, before READY), as a broken release would.
+// KUBESLOT_TEST_WATCHER_READ_GATE=<file> holds every read of the applied
+// state between its two files (active, then the slot's configuration) for
+// as long as that file exists (at most 5 minutes each), so that a rig test
+// can land a real commit inside the read (issue 16, item 10).
 package main
 
 import (
@@ -54,6 +58,28 @@ type flags struct {
 // EnvTestExitAfter is the fault hook for rig tests: a watcher that exits 1
 // that long after it started stands in for a broken release.
 const EnvTestExitAfter = "KUBESLOT_TEST_WATCHER_EXIT_AFTER"
+
+// EnvTestReadGate is the rig tests' gate on the applied-state read.
+const EnvTestReadGate = "KUBESLOT_TEST_WATCHER_READ_GATE"
+
+// readGate is the EnvTestReadGate hook for the gate file p: nil when unset.
+func readGate(p string, log *slog.Logger) func() {
+	if p == "" {
+		return nil
+	}
+	return func() {
+		if _, err := os.Stat(p); err != nil {
+			return
+		}
+		log.Warn("test hook: holding the applied-state read between active and the slot's configuration", "gate", p)
+		for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if _, err := os.Stat(p); err != nil {
+				break
+			}
+		}
+		log.Warn("test hook: applied-state read released", "gate", p)
+	}
+}
 
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 

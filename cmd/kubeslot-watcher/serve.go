@@ -92,7 +92,8 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 			done <- watcher.Run(loopCtx, watcher.Options{
 				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
 				AgentVersion: buildinfo.Version, Log: log, Started: t0, UpgradeSettle: f.UpgradeSettle, HooksErr: hooksErr,
-				Synced: func() { readyTimer.Stop(); ready("watching Machine " + st.machineName) },
+				BetweenReads: readGate(os.Getenv(EnvTestReadGate), log),
+				Synced:       func() { readyTimer.Stop(); ready("watching Machine " + st.machineName) },
 			})
 		}()
 		restart, next := false, ""

@@ -43,6 +43,9 @@ type Options struct {
 	// HooksErr is why the active slot's lifecycle hooks could not be
 	// ensured at start; it is reported as Degraded ("" when they were).
 	HooksErr string
+	// BetweenReads, test hook only, runs inside each read of the applied
+	// state, between its two files (state.Store.SetBetweenReads).
+	BetweenReads func()
 }
 
 // DefaultUpgradeSettle is Options.UpgradeSettle's default.
@@ -103,6 +106,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1)}
+	if o.BetweenReads != nil {
+		l.store.SetBetweenReads(o.BetweenReads)
+	}
 	defer func() {
 		if l.settleTimer != nil {
 			l.settleTimer.Stop()
