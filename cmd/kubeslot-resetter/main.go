@@ -59,6 +59,11 @@ type flags struct {
 	PublishWait time.Duration `help:"Request path: how long to give the watcher to publish the result before it is stopped." default:"20s"`
 }
 
+// SystemdNeeded: every run but --dry-run stops units and reloads systemd,
+// so a sandboxed root without --systemd-bus is refused before anything,
+// the record included, is changed (lib/cli).
+func (f *flags) SystemdNeeded() bool { return !f.DryRun }
+
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {

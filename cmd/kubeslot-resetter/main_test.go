@@ -25,7 +25,8 @@ func envRun(env map[string]string) clitest.Run {
 func TestNothingToReset(t *testing.T) {
 	prefix := t.TempDir()
 	for _, args := range [][]string{{"--yes"}, {}, {"--dry-run"}} {
-		code, out, errs := clitest.Call(envRun(nil), "", append(args, "--root-prefix", prefix)...)
+		// A bus nobody listens on: with nothing to reset, systemd is never called.
+		code, out, errs := clitest.Call(envRun(nil), "", append(args, "--root-prefix", prefix, "--systemd-bus", "unix:path=/nonexistent/bus")...)
 		if code != exitcode.OK || !strings.Contains(out, "nothing to reset") {
 			t.Errorf("%v without a record: exit %d, stdout %q, stderr %q", args, code, out, errs)
 		}
@@ -59,7 +60,7 @@ func TestConfirmation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, stdin := range []string{"", "no\n", "y\n"} {
-		code, out, errs := clitest.Call(envRun(nil), stdin, "--root-prefix", prefix)
+		code, out, errs := clitest.Call(envRun(nil), stdin, "--root-prefix", prefix, "--systemd-bus", "unix:path=/nonexistent/bus")
 		if code != exitcode.Usage || !strings.Contains(out, "Type yes") || !strings.Contains(errs, "nothing was changed") {
 			t.Errorf("stdin %q: exit %d, stdout %q, stderr %q", stdin, code, out, errs)
 		}
@@ -75,3 +76,13 @@ func TestConfirmation(t *testing.T) {
 
 // An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
+
+// A reset in a sandbox without --systemd-bus is refused before the record is
+// marked resetting; --dry-run needs no systemd.
+func TestSystemdRefusedUpFront(t *testing.T) {
+	clitest.SystemdRefusedUpFront(t, name, run, "--yes")
+	code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir(), "--dry-run")
+	if strings.Contains(errs, "--systemd-bus") {
+		t.Errorf("--dry-run refused for want of a bus: exit %d, %q", code, errs)
+	}
+}

@@ -456,7 +456,7 @@ var corpus = []hcase{
 	// Item 2: a root prefix other than / never reaches this machine's own
 	// systemd; with no --systemd-bus a stage that needs it is refused at
 	// start-up (the resetter: at its first systemd call).
-	{name: "resetter in a sandbox without a bus", bin: "kubeslot-resetter", code: 1, want: []string{"--systemd-bus", "refusing to act on this machine's own systemd"},
+	{name: "resetter in a sandbox without a bus", bin: "kubeslot-resetter", code: 2, want: []string{"--systemd-bus", "refusing to act on this machine's own systemd", "nothing was changed"},
 		setup: func(e *env) []string {
 			e.installed()
 			return []string{"--yes", "--lock-wait", "2s"}

@@ -320,7 +320,11 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 			// the path units stopped nothing else would finish it.
 			r.log.Info("no reset request left, but a reset is under way: finishing it")
 		case errors.Is(err, requests.ErrNoRequest):
-			r.log.Info("no reset request to serve: nothing done (run kubeslot-resetter by hand to reset anyway)")
+			if refused := requests.AsRefused(err); len(refused) > 0 {
+				r.log.Warn("nothing run: the reset request was refused and moved aside", "err", err.Error())
+			} else {
+				r.log.Info("no reset request to serve: nothing done (run kubeslot-resetter by hand to reset anyway)")
+			}
 			res.Nothing = true
 			return res, nil
 		case err != nil:

@@ -68,6 +68,9 @@ func (r *runner) installResetting(ctx context.Context) error {
 		return err
 	}
 	if old, err := os.ReadFile(unitPath); err != nil || !bytes.Equal(old, data) {
+		if err := os.MkdirAll(filepath.Dir(unitPath), 0o755); err != nil {
+			return err
+		}
 		if err := atomicfile.WriteFile(unitPath, data, 0o644); err != nil {
 			return err
 		}
@@ -185,8 +188,12 @@ func removeResetting(ctx context.Context, d Deps, log interface{ Info(string, ..
 // aside (Sweep) and never handed over.
 func (r *runner) handOver(ctx context.Context, res *Result) error {
 	dir := requests.New(r.d.Root)
-	if err := dir.Sweep(r.lock, requests.Reset); err != nil {
+	refused, err := dir.SweepRefused(r.lock, requests.Reset)
+	if err != nil {
 		return fmt.Errorf("check the reset request: %w", err)
+	}
+	for _, f := range refused {
+		r.log.Warn("reset request refused and moved aside", "file", f.File, "moved_to", f.MovedTo, "request", f.RequestID, "reason", f.Reason)
 	}
 	req, err := dir.Claimed(requests.Reset)
 	if err == nil && req == nil {
@@ -196,6 +203,11 @@ func (r *runner) handOver(ctx context.Context, res *Result) error {
 		return fmt.Errorf("read the reset request: %w", err)
 	}
 	if req == nil && !res.Resumed {
+		if len(refused) > 0 {
+			r.log.Info("nothing run: the reset request was refused and moved aside")
+			res.Nothing = true
+			return nil
+		}
 		r.log.Info("no reset request to serve: nothing done (run kubeslot-resetter by hand to reset anyway)")
 		res.Nothing = true
 		return nil
