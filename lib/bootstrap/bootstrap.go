@@ -455,7 +455,7 @@ func (r *runner) startNode(ctx context.Context) error {
 	if !kuberelease.SameRelease(v, r.cfg.Kubernetes.Version) {
 		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes.version is %s (check artifacts.kubelet or the release mirror)", slot, v, r.cfg.Kubernetes.Version)
 	}
-	changed, err := enableMachine(r.d.Root, r.rec, slot)
+	changed, err := enableMachine(r.d.Root, r.rec, isolation.Mode(r.cfg.Isolation.Mode), slot)
 	if err != nil {
 		return err
 	}
@@ -533,12 +533,16 @@ func repair(ctx context.Context, d Deps, rec *ownership.Record) ([]string, error
 	if err != nil {
 		return repaired, err
 	}
-	en, err := enableMachine(d.Root, rec, applied.Slot)
+	mode, err := isolation.AppliedMode(applied)
+	if err != nil {
+		return repaired, err
+	}
+	en, err := enableMachine(d.Root, rec, mode, applied.Slot)
 	if err != nil {
 		return repaired, err
 	}
 	if en {
-		repaired = append(repaired, machineUnit(applied.Slot)+" enabled")
+		repaired = append(repaired, mode.MachineUnit(applied.Slot)+" enabled")
 	}
 	if len(repaired) > 0 {
 		if err := d.Systemd.Reload(ctx); err != nil {

@@ -111,22 +111,25 @@ func (c *NodeCluster) clientset(cfg *config.Config) (*kubernetes.Clientset, erro
 	return kubernetes.NewForConfig(rc)
 }
 
-// vendorUnitDirs are where the host's systemd ships systemd-nspawn@.service.
+// vendorUnitDirs are where the host's systemd ships the unit files the boot
+// links name (for nspawn, systemd-nspawn@.service).
 var vendorUnitDirs = []string{"/usr/lib/systemd/system", "/lib/systemd/system"}
 
-// BootLinks is the real Boot: the enable link of systemd-nspawn@<slot>
-// in machines.target.wants, moved from one slot to the other, journalled
-// in the ownership record before it is created (as the bootstrap does).
+// BootLinks is the real Boot: the enable link that starts a slot's node at
+// host boot (Mode.BootLink; for nspawn, systemd-nspawn@<slot>.service in
+// machines.target.wants), moved from one slot to the other, journalled in
+// the ownership record before it is created (as the bootstrap does).
 type BootLinks struct {
 	Root    *hostroot.Root
 	Record  *ownership.Record
 	Systemd isolation.SystemdConn
 	Log     *slog.Logger
+	// Mode is the isolation mode whose boot links move; the empty mode is
+	// isolation.DefaultMode.
+	Mode isolation.Mode
 }
 
-func bootLink(slot string) string {
-	return path.Join(hostroot.UnitDir, "machines.target.wants", "systemd-nspawn@"+slot+".service")
-}
+func (b *BootLinks) bootLink(slot string) string { return b.Mode.BootLink(slot).Path }
 
 func (b *BootLinks) local(hostPath string) (string, error) {
 	dir, err := b.Root.Resolve(path.Dir(hostPath))
@@ -139,51 +142,51 @@ func (b *BootLinks) local(hostPath string) (string, error) {
 // Move implements Boot. It is idempotent: a re-run after a crash finds the
 // new link in place and the old one gone.
 func (b *BootLinks) Move(ctx context.Context, from, to string) error {
-	fromL, err := b.local(bootLink(from))
+	fromL, err := b.local(b.bootLink(from))
 	if err != nil {
 		return err
 	}
-	toL, err := b.local(bootLink(to))
+	toL, err := b.local(b.bootLink(to))
 	if err != nil {
 		return err
 	}
 	changed := false
 	if _, err := os.Lstat(toL); errors.Is(err, fs.ErrNotExist) {
-		target := ""
+		target, unit := "", b.Mode.BootLink(to).Unit
 		if t, err := os.Readlink(fromL); err == nil {
 			target = t
 		} else {
 			for _, dir := range vendorUnitDirs {
-				if l, err := b.Root.Resolve(path.Join(dir, "systemd-nspawn@.service")); err == nil {
+				if l, err := b.Root.Resolve(path.Join(dir, unit)); err == nil {
 					if _, err := os.Stat(l); err == nil {
-						target = path.Join(dir, "systemd-nspawn@.service")
+						target = path.Join(dir, unit)
 						break
 					}
 				}
 			}
 		}
 		if target == "" {
-			return fmt.Errorf("enable %s at boot: no systemd-nspawn@.service in %v", bootLink(to), vendorUnitDirs)
+			return fmt.Errorf("enable %s at boot: no %s in %v", b.bootLink(to), unit, vendorUnitDirs)
 		}
-		if _, found := b.Record.Lookup(ownership.KindUnit, bootLink(to)); !found {
-			prior, err := ownership.CapturePrior(b.Root, bootLink(to))
+		if _, found := b.Record.Lookup(ownership.KindUnit, b.bootLink(to)); !found {
+			prior, err := ownership.CapturePrior(b.Root, b.bootLink(to))
 			if err != nil {
 				return err
 			}
-			if err := b.Record.Record(b.Root, ownership.Change{Kind: ownership.KindUnit, Path: bootLink(to), Prior: prior}); err != nil {
+			if err := b.Record.Record(b.Root, ownership.Change{Kind: ownership.KindUnit, Path: b.bootLink(to), Prior: prior}); err != nil {
 				return err
 			}
 		}
 		if err := os.MkdirAll(filepath.Dir(toL), 0o755); err != nil {
-			return fmt.Errorf("enable %s at boot: %w", bootLink(to), err)
+			return fmt.Errorf("enable %s at boot: %w", b.bootLink(to), err)
 		}
 		tmp := toL + ".kubeslot-tmp"
 		_ = os.Remove(tmp)
 		if err := os.Symlink(target, tmp); err != nil {
-			return fmt.Errorf("enable %s at boot: %w", bootLink(to), err)
+			return fmt.Errorf("enable %s at boot: %w", b.bootLink(to), err)
 		}
 		if err := atomicfile.Rename(tmp, toL); err != nil {
-			return fmt.Errorf("enable %s at boot: %w", bootLink(to), err)
+			return fmt.Errorf("enable %s at boot: %w", b.bootLink(to), err)
 		}
 		changed = true
 	} else if err != nil {
@@ -191,12 +194,12 @@ func (b *BootLinks) Move(ctx context.Context, from, to string) error {
 	}
 	if _, err := os.Lstat(fromL); err == nil {
 		if err := atomicfile.Remove(fromL); err != nil {
-			return fmt.Errorf("disable %s at boot: %w", bootLink(from), err)
+			return fmt.Errorf("disable %s at boot: %w", b.bootLink(from), err)
 		}
 		changed = true
 	}
 	if changed {
-		b.Log.Info("node start at boot moved", "from", bootLink(from), "to", bootLink(to))
+		b.Log.Info("node start at boot moved", "from", b.bootLink(from), "to", b.bootLink(to))
 		if b.Systemd != nil {
 			return b.Systemd.Reload(ctx)
 		}
