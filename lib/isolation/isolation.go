@@ -1,7 +1,7 @@
 // Package isolation says how a slot's node runs on the host. It defines the
 // isolation Mode, the Backend interface (one configuration's node in a slot:
 // provision, configure, start, stop, remove, exec, kubelet health), the node
-// Operator interface (lifecycle hooks, restart in place, repave), and the
+// Operator interface (lifecycle hooks, restart in place), and the
 // mode composition table: the one place that maps every mode the agent can
 // operate to its backend factory, its node operator and the names of its
 // host units (the unit that runs a slot's node, its boot links), which the
@@ -128,9 +128,6 @@ type Operator interface {
 	// RestartNode restarts the slot's node in place, never the host, and
 	// waits for its kubelet's health.
 	RestartNode(ctx context.Context, slot string) error
-	// Repave provisions, configures and starts slot to, stopping from
-	// first. The repaver drives the durable phases, rollback and commit.
-	Repave(ctx context.Context, from, to string) error
 }
 
 // Entry is one row of the composition table.
