@@ -7,11 +7,13 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap, and by the repaver for LoadConfig and
-// NodeCluster (cmd/kubeslot-repaver, lib/repave). Never by the watcher: this
-// package links client-go's typed clientset, which the watcher must stay
-// without (issue #6); what the stages share with it lives in lib/sandbox,
-// lib/systemdconn and lib/nodeidentity.
+// Imported by cmd/kubeslot-bootstrap, and by cmd/kubeslot-repaver for
+// LoadConfig, the sandbox image check and Stage; never by another lib/
+// package (the node's own client, which the repaver shares, is
+// lib/nodeclient). Never by the watcher: this package links client-go's
+// typed clientset, which the watcher must stay without (issue #6); what the
+// stages share with it lives in lib/sandbox, lib/systemdconn and
+// lib/nodeidentity.
 package bootstrap
 
 import (

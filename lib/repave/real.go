@@ -2,7 +2,6 @@ package repave
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,106 +9,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
-	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 )
-
-// NodeCluster is the real Cluster: the Node read with the node's own
-// identity (lib/bootstrap's NodeCluster builds the client).
-type NodeCluster struct {
-	Root *hostroot.Root
-	Log  *slog.Logger
-}
-
-// WaitReady polls the Node until it is Ready as posted by a kubelet started
-// at since or later (bootstrap.NodeCluster.WaitNodeReadySince: a heartbeat
-// from since's second on and a Lease renewed after since, so the old
-// kubelet's last status is never taken for the new one's).
-func (c *NodeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
-	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
-	return nc.WaitNodeReadySince(ctx, cfg, since)
-}
-
-// SetLabels implements Cluster with a JSON merge patch of the Node's
-// labels, sent with the node's own identity: NodeRestriction lets a node
-// label itself, except under node-restriction.kubernetes.io/ (lib/config
-// refuses those). A label to drop that is not there is fine.
-func (c *NodeCluster) SetLabels(ctx context.Context, cfg *config.Config, set map[string]string, drop []string) error {
-	if len(set) == 0 && len(drop) == 0 {
-		return nil
-	}
-	cs, err := c.clientset(cfg)
-	if err != nil {
-		return err
-	}
-	labels := map[string]*string{}
-	for _, k := range drop {
-		labels[k] = nil
-	}
-	for k, v := range set {
-		labels[k] = &v
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
-	if err != nil {
-		return err
-	}
-	node := cfg.Machine.NodeName
-	for {
-		_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubeslot"})
-		if err == nil || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) {
-			break
-		}
-		select { // a transient failure: the apiserver may be busy right after the node came back
-		case <-ctx.Done():
-			return fmt.Errorf("patch the labels of Node %s: %w; last: %v", node, context.Cause(ctx), err)
-		case <-time.After(time.Second):
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("patch the labels of Node %s: %w", node, err)
-	}
-	return nil
-}
-
-// ServerVersion implements Cluster with the bootstrap's lookup (the node's
-// identity; /version is readable by every client).
-func (c *NodeCluster) ServerVersion(ctx context.Context, cfg *config.Config) (string, error) {
-	return (&bootstrap.NodeCluster{Root: c.Root, Log: c.Log}).ServerVersion(ctx, cfg)
-}
-
-// KubeletVersion implements Cluster: the Node's
-// status.nodeInfo.kubeletVersion.
-func (c *NodeCluster) KubeletVersion(ctx context.Context, cfg *config.Config) (string, error) {
-	cs, err := c.clientset(cfg)
-	if err != nil {
-		return "", err
-	}
-	n, err := cs.CoreV1().Nodes().Get(ctx, cfg.Machine.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	return n.Status.NodeInfo.KubeletVersion, nil
-}
-
-func (c *NodeCluster) clientset(cfg *config.Config) (*kubernetes.Clientset, error) {
-	nc := &bootstrap.NodeCluster{Root: c.Root, Log: c.Log}
-	rc, err := nc.RESTConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(rc)
-}
 
 // vendorUnitDirs are where the host's systemd ships the unit files the boot
 // links name (for nspawn, systemd-nspawn@.service).
