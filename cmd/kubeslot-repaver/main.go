@@ -101,7 +101,7 @@ func job(f *flags, getenv func(string) string) (repave.Job, error) {
 		if j.Kind == requests.Restart {
 			return j, errors.New("--config applies to a repave, not to --restart")
 		}
-		cfg, err := bootstrap.LoadConfig(f.Config)
+		cfg, err := config.LoadForStage(f.Config)
 		if err != nil {
 			return j, err
 		}

@@ -7,8 +7,8 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap, and by cmd/kubeslot-repaver for
-// LoadConfig, the sandbox image check and Stage; never by another lib/
+// Imported by cmd/kubeslot-bootstrap, and by cmd/kubeslot-repaver for the
+// sandbox image check and Stage; never by another lib/
 // package (the node's own client, which the repaver shares, is
 // lib/nodeclient). Never by the watcher: this package links client-go's
 // typed clientset, which the watcher must stay without (issue #6); what the
@@ -129,16 +129,6 @@ type Result struct {
 	Repaired   []string               // what a complete-host run repaired
 	Started    []string               // enabled units that were not active and were started
 	Checkpoint ownership.Checkpoint
-}
-
-// LoadConfig reads and validates the configuration. Nothing is touched on
-// the host before it succeeds; a failure is exit 1 and names the field.
-func LoadConfig(path string) (*config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("invalid configuration, nothing was changed on the host: %w", err)
-	}
-	return cfg, nil
 }
 
 // ProtectConfig keeps the join token of the configuration file at path from
