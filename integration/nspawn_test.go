@@ -194,7 +194,8 @@ func TestNspawnBackendOnRig(t *testing.T) {
 	// 3. Repave onto slot b: the identity bound from the host root carries the Node over without a new CSR.
 	csrs := nodeCSRs(t, ctx, admin, node, token)
 	tRepave := time.Now()
-	mustDrive("repave a -> b (provision + configure + switch + health)", "repave=a:b")
+	// The repaver's phases over the backend (lib/repave): prepare, switch, start; the wait below is its verify.
+	mustDrive("repave a -> b (provision + configure b, stop a, start b)", "provision=b", "configure=b", "stop=a", "start=b")
 	n3 := waitNodeHeartbeat(t, ctx, admin, node, tRepave, 3*time.Minute, h)
 	figure("repave to Node Ready with a new heartbeat", time.Since(tRepave))
 	if n3.UID != n.UID {
@@ -486,9 +487,6 @@ func runNspawnDriver(args []string) int {
 			err = b.Remove(ctx, slot)
 		case "hooks":
 			err = o.EnsureHooks(ctx)
-		case "repave": // repave=FROM:TO
-			from, to, _ := strings.Cut(slot, ":")
-			err = o.Repave(ctx, from, to)
 		case "exec": // exec=SLOT -- command...
 			cmd := steps[i+1:]
 			if len(cmd) > 0 && cmd[0] == "--" {

@@ -26,6 +26,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/cli"
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -58,7 +59,7 @@ func run(args []string, stdio cli.IO) int {
 func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
 	t0 := time.Now()
 	// 1. The configuration, before anything on the host is touched.
-	cfg, err := bootstrap.LoadConfig(f.Config)
+	cfg, err := config.LoadForStage(f.Config)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
+	"github.com/kubeslot/kubeslot/lib/nodeclient"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/repave"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -100,7 +101,7 @@ func job(f *flags, getenv func(string) string) (repave.Job, error) {
 		if j.Kind == requests.Restart {
 			return j, errors.New("--config applies to a repave, not to --restart")
 		}
-		cfg, err := bootstrap.LoadConfig(f.Config)
+		cfg, err := config.LoadForStage(f.Config)
 		if err != nil {
 			return j, err
 		}
@@ -161,7 +162,9 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
 				Log: log, Record: rec, Settings: settings})
 		},
-		Cluster:  &repave.NodeCluster{Root: root, Log: log},
+		// Named as the bootstrap's requests, as the repaver's Node requests
+		// always were (they went through lib/bootstrap's client).
+		Cluster:  &nodeclient.Client{Root: root, Log: log, Stage: bootstrap.Stage},
 		Releases: kuberelease.Pinner{Root: root},
 		SandboxImage: func(ctx context.Context, cfg *config.Config) error {
 			skip := ""

@@ -13,10 +13,11 @@ import (
 // idled at 32 MiB RSS with it, issue #6). The watcher needs client-go's rest
 // and tools/cache only; code it shares with the stages lives in packages
 // that do not import the clientset (lib/sandbox, lib/systemdconn,
-// lib/nodeidentity), never in lib/bootstrap.
+// lib/nodeidentity), never in lib/bootstrap or lib/nodeclient.
 var heavyPackages = []string{
 	"k8s.io/client-go/kubernetes",
 	"github.com/kubeslot/kubeslot/lib/bootstrap",
+	"github.com/kubeslot/kubeslot/lib/nodeclient",
 }
 
 // TestNoHeavyDependencies fails when the watcher's import graph includes a

@@ -7,11 +7,13 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap, and by the repaver for LoadConfig and
-// NodeCluster (cmd/kubeslot-repaver, lib/repave). Never by the watcher: this
-// package links client-go's typed clientset, which the watcher must stay
-// without (issue #6); what the stages share with it lives in lib/sandbox,
-// lib/systemdconn and lib/nodeidentity.
+// Imported by cmd/kubeslot-bootstrap, and by cmd/kubeslot-repaver for the
+// sandbox image check and Stage; never by another lib/
+// package (the node's own client, which the repaver shares, is
+// lib/nodeclient). Never by the watcher: this package links client-go's
+// typed clientset, which the watcher must stay without (issue #6); what the
+// stages share with it lives in lib/sandbox, lib/systemdconn and
+// lib/nodeidentity.
 package bootstrap
 
 import (
@@ -127,16 +129,6 @@ type Result struct {
 	Repaired   []string               // what a complete-host run repaired
 	Started    []string               // enabled units that were not active and were started
 	Checkpoint ownership.Checkpoint
-}
-
-// LoadConfig reads and validates the configuration. Nothing is touched on
-// the host before it succeeds; a failure is exit 1 and names the field.
-func LoadConfig(path string) (*config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("invalid configuration, nothing was changed on the host: %w", err)
-	}
-	return cfg, nil
 }
 
 // ProtectConfig keeps the join token of the configuration file at path from
@@ -455,7 +447,7 @@ func (r *runner) startNode(ctx context.Context) error {
 	if !kuberelease.SameRelease(v, r.cfg.Kubernetes.Version) {
 		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes.version is %s (check artifacts.kubelet or the release mirror)", slot, v, r.cfg.Kubernetes.Version)
 	}
-	changed, err := enableMachine(r.d.Root, r.rec, slot)
+	changed, err := enableMachine(r.d.Root, r.rec, isolation.Mode(r.cfg.Isolation.Mode), slot)
 	if err != nil {
 		return err
 	}
@@ -533,12 +525,16 @@ func repair(ctx context.Context, d Deps, rec *ownership.Record) ([]string, error
 	if err != nil {
 		return repaired, err
 	}
-	en, err := enableMachine(d.Root, rec, applied.Slot)
+	mode, err := isolation.AppliedMode(applied)
+	if err != nil {
+		return repaired, err
+	}
+	en, err := enableMachine(d.Root, rec, mode, applied.Slot)
 	if err != nil {
 		return repaired, err
 	}
 	if en {
-		repaired = append(repaired, machineUnit(applied.Slot)+" enabled")
+		repaired = append(repaired, mode.MachineUnit(applied.Slot)+" enabled")
 	}
 	if len(repaired) > 0 {
 		if err := d.Systemd.Reload(ctx); err != nil {

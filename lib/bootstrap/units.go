@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/unitinstall"
 	"github.com/kubeslot/kubeslot/units"
@@ -52,31 +53,30 @@ var (
 	localEntry   = unitinstall.LocalEntry
 )
 
-// machineUnit is the host unit that runs slot's node.
-func machineUnit(slot string) string { return "systemd-nspawn@" + slot + ".service" }
-
-// enableMachine makes slot's node start at host boot: the instance
-// systemd-nspawn@<slot>.service wanted by machines.target, and
-// machines.target wanted by multi-user.target, as `machinectl enable`
-// does. Both links are journalled unit changes, so reset removes them.
-func enableMachine(root *hostroot.Root, rec *ownership.Record, slot string) (bool, error) {
+// enableMachine makes slot's node start at host boot: the links mode
+// names (for nspawn: the instance systemd-nspawn@<slot>.service wanted by
+// machines.target, and machines.target wanted by multi-user.target, as
+// `machinectl enable` does). Both links are journalled unit changes, so
+// reset removes them.
+func enableMachine(root *hostroot.Root, rec *ownership.Record, mode isolation.Mode, slot string) (bool, error) {
 	changed := false
-	links := []struct{ link, unit string }{
-		{path.Join(hostroot.UnitDir, "machines.target.wants", machineUnit(slot)), "systemd-nspawn@.service"},
-		{path.Join(hostroot.UnitDir, "multi-user.target.wants", "machines.target"), "machines.target"},
-	}
+	target := mode.BootTargetLink()
+	links := []isolation.Link{mode.BootLink(slot), target}
 	for _, l := range links {
-		if l.unit == "machines.target" {
+		if l.Path == "" {
+			continue
+		}
+		if l == target {
 			// Enabled by the host's own configuration already: leave it.
-			if local, err := localEntry(root, l.link); err == nil {
+			if local, err := localEntry(root, l.Path); err == nil {
 				if _, err := os.Lstat(local); err == nil {
 					continue
 				}
 			}
 		}
-		ok, err := ensureLink(root, rec, l.link, vendorUnit(root, l.unit))
+		ok, err := ensureLink(root, rec, l.Path, vendorUnit(root, l.Unit))
 		if err != nil {
-			return changed, fmt.Errorf("enable %s at boot: %w", machineUnit(slot), err)
+			return changed, fmt.Errorf("enable %s at boot: %w", mode.MachineUnit(slot), err)
 		}
 		changed = changed || ok
 	}

@@ -197,6 +197,18 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// LoadForStage is Load for a stage binary that reads a configuration before
+// it changes anything (the bootstrap, the repaver's --config): an invalid
+// one is an error saying that nothing was changed on the host (exit 1),
+// naming the field.
+func LoadForStage(path string) (*Config, error) {
+	cfg, err := Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration, nothing was changed on the host: %w", err)
+	}
+	return cfg, nil
+}
+
 // Parse decodes data (the contents of file, which is only used in messages)
 // strictly, applies defaults and validates. On failure it returns nil and an
 // Errors value listing every problem found; a malformed document or a value

@@ -210,4 +210,11 @@ func TestLoad(t *testing.T) {
 	if _, err := Load(filepath.Join(dir, "absent.toml")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Load(absent) = %v, want a not-exist error", err)
 	}
+	// A stage's load says that nothing changed, and keeps the field.
+	if _, err := LoadForStage(good); err != nil {
+		t.Errorf("LoadForStage(good): %v", err)
+	}
+	if _, err := LoadForStage(bad); err == nil || !strings.HasPrefix(err.Error(), "invalid configuration, nothing was changed on the host: "+bad+":5: cluster.server") {
+		t.Errorf("LoadForStage(bad) = %v", err)
+	}
 }

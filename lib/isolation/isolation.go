@@ -1,9 +1,11 @@
 // Package isolation says how a slot's node runs on the host. It defines the
 // isolation Mode, the Backend interface (one configuration's node in a slot:
 // provision, configure, start, stop, remove, exec, kubelet health), the node
-// Operator interface (lifecycle hooks, restart in place, repave), and the
+// Operator interface (lifecycle hooks, restart in place), and the
 // mode composition table: the one place that maps every mode the agent can
-// operate to its backend factory and its node operator.
+// operate to its backend factory, its node operator and the names of its
+// host units (the unit that runs a slot's node, its boot links), which the
+// stages ask of the Mode instead of spelling them.
 //
 // Imported by the stage binaries (bootstrap, repaver, resetter) and the
 // watcher; the mode packages (lib/isolation/nspawn) are imported only here.
@@ -126,15 +128,34 @@ type Operator interface {
 	// RestartNode restarts the slot's node in place, never the host, and
 	// waits for its kubelet's health.
 	RestartNode(ctx context.Context, slot string) error
-	// Repave provisions, configures and starts slot to, stopping from
-	// first. The repaver drives the durable phases, rollback and commit.
-	Repave(ctx context.Context, from, to string) error
 }
 
 // Entry is one row of the composition table.
 type Entry struct {
 	NewBackend  func(Deps) (Backend, error)
 	NewOperator func(Deps) (Operator, error)
+	Units       Units
+}
+
+// Link is an enable link of the host's systemd: Path, the host path of the
+// link (under /etc/systemd/system), names Unit, a unit file the host's
+// systemd ships.
+type Link struct{ Path, Unit string }
+
+// Units names the host units that run a mode's node machines and start them
+// at host boot. The stages make, move and remove those links themselves
+// (each journalled first) and ask the mode for the names.
+type Units struct {
+	// Machine is the host unit that runs slot's node.
+	Machine func(slot string) string
+	// Boot is the enable link that starts slot's node at host boot.
+	Boot func(slot string) Link
+	// BootTarget is the enable link that has the host's boot reach the
+	// Boot links (none when Path is empty).
+	BootTarget Link
+	// Owns reports whether a unit path kubeslot journalled (a file, a
+	// drop-in, an enable link) belongs to the mode's machines.
+	Owns func(unitPath string) bool
 }
 
 // table is THE mode composition table.
@@ -154,7 +175,48 @@ var table = map[Mode]Entry{
 			}
 			return o, nil
 		},
+		Units: Units{
+			Machine: nspawn.UnitName,
+			Boot: func(slot string) Link {
+				return Link{Path: nspawn.BootLink(slot), Unit: nspawn.UnitTemplate}
+			},
+			BootTarget: Link{Path: nspawn.BootTargetLink(), Unit: nspawn.BootTarget},
+			Owns:       nspawn.OwnsUnitPath,
+		},
 	},
+}
+
+// units is m's row's Units. A mode the table does not have is a bug in the
+// caller, which got it through ParseMode, AppliedMode or For.
+func (m Mode) units() Units {
+	e, ok := table[m.Normal()]
+	if !ok {
+		panic(fmt.Sprintf("isolation mode %q: not in the composition table", string(m)))
+	}
+	return e.Units
+}
+
+// MachineUnit is the host unit that runs slot's node in mode m.
+func (m Mode) MachineUnit(slot string) string { return m.units().Machine(slot) }
+
+// BootLink is the enable link that starts slot's node in mode m at host
+// boot.
+func (m Mode) BootLink(slot string) Link { return m.units().Boot(slot) }
+
+// BootTargetLink is the enable link that has the host's boot reach m's
+// BootLinks; its Path is empty when m needs none.
+func (m Mode) BootTargetLink() Link { return m.units().BootTarget }
+
+// OwnsMachineUnit reports whether a unit path kubeslot journalled belongs
+// to the node machines of some mode of the table: reset removes those with
+// the slots' settings.
+func OwnsMachineUnit(unitPath string) bool {
+	for _, e := range table {
+		if e.Units.Owns(unitPath) {
+			return true
+		}
+	}
+	return false
 }
 
 // For builds mode's backend and node operator over deps. deps.Config must

@@ -175,3 +175,32 @@ func TestAppliedRecordsTheMode(t *testing.T) {
 		t.Error("applied configuration for an unconfigured slot")
 	}
 }
+
+// TestModeNamesItsHostUnits: the stages get the nspawn machine unit and its
+// boot links from the mode, with the names systemd and `machinectl enable`
+// use; the empty mode is the default's.
+func TestModeNamesItsHostUnits(t *testing.T) {
+	for _, m := range []Mode{"", ModeNspawn} {
+		if got := m.MachineUnit("a"); got != "systemd-nspawn@a.service" {
+			t.Errorf("%q: MachineUnit(a) = %q", m, got)
+		}
+		if got, want := m.BootLink("b"), (Link{Path: "/etc/systemd/system/machines.target.wants/systemd-nspawn@b.service", Unit: "systemd-nspawn@.service"}); got != want {
+			t.Errorf("%q: BootLink(b) = %+v, want %+v", m, got, want)
+		}
+		if got, want := m.BootTargetLink(), (Link{Path: "/etc/systemd/system/multi-user.target.wants/machines.target", Unit: "machines.target"}); got != want {
+			t.Errorf("%q: BootTargetLink = %+v, want %+v", m, got, want)
+		}
+	}
+	for p, want := range map[string]bool{
+		"/etc/systemd/system/systemd-nspawn@a.service.d":                     true,
+		"/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf":       true,
+		"/etc/systemd/system/machines.target.wants/systemd-nspawn@a.service": true,
+		"/etc/systemd/system/multi-user.target.wants/machines.target":        true,
+		"/etc/systemd/system/machines.target":                                false, // a unit file, not a link to it
+		"/etc/systemd/system/kubeslot-watcher.service":                       false,
+	} {
+		if got := OwnsMachineUnit(p); got != want {
+			t.Errorf("OwnsMachineUnit(%s) = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -196,9 +196,6 @@ func (o *fakeOperator) RestartNode(ctx context.Context, slot string) error {
 	}
 	return o.b.Start(ctx, slot)
 }
-func (o *fakeOperator) Repave(ctx context.Context, from, to string) error {
-	return errors.New("the repaver drives the phases itself")
-}
 
 // fakeCluster: the Node is Ready once some slot's kubelet is healthy.
 type fakeCluster struct{ h *host }

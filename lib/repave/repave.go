@@ -158,7 +158,8 @@ func removeState(root *hostroot.Root) error {
 	return atomicfile.Remove(p)
 }
 
-// Cluster is what the repaver asks of the control plane.
+// Cluster is what the repaver asks of the control plane, always as the
+// node's own identity: lib/nodeclient's Client is the real one.
 type Cluster interface {
 	// WaitReady waits until cfg's Node is Ready as posted by a kubelet
 	// started at since or later, bounded by ctx.

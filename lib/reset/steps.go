@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/mountinfo"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -271,7 +272,10 @@ func (r *runner) machineSlots() []string {
 // slotNameRE keeps what is read from file names to plain slot names.
 var slotNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
-func machineUnit(slot string) string { return "systemd-nspawn@" + slot + ".service" }
+// machineUnit is the host unit that runs slot's node. A reset reads no
+// configuration, so it names the unit of the default mode, the only one
+// this release operates.
+func machineUnit(slot string) string { return isolation.DefaultMode.MachineUnit(slot) }
 
 func (r *runner) stopMachine(ctx context.Context, slot string) error {
 	unit := machineUnit(slot)

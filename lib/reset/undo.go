@@ -49,7 +49,7 @@ func ownGroup(c ownership.Change) string {
 		b, dir := path.Base(c.Path), path.Dir(c.Path)
 		link := dir != hostroot.UnitDir
 		switch {
-		case strings.Contains(c.Path, "/systemd-nspawn@"), link && b == "machines.target":
+		case isolation.OwnsMachineUnit(c.Path):
 			return StepRemoveNspawn
 		case b == units.Bootstrap && (!link || strings.HasSuffix(dir, ".wants") || strings.HasSuffix(dir, ".requires")):
 			return StepRemoveBootstrapUnit

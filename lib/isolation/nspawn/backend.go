@@ -99,8 +99,41 @@ func dropInPath(slot string) string { return path.Join(dropInDir(slot), dropInNa
 
 const dropInName = "kubeslot.conf"
 
+// The host units of the machines. The stages do not use these names
+// directly: they ask lib/isolation's mode (Mode.MachineUnit, Mode.BootLink,
+// Mode.BootTargetLink, OwnsMachineUnit), whose composition table maps the
+// nspawn mode to them.
+const (
+	// UnitTemplate is the unit file, shipped by the host's systemd, that
+	// every slot's machine unit is an instance of.
+	UnitTemplate = "systemd-nspawn@.service"
+	// BootTarget is the target whose wants start the machines at host
+	// boot, as `machinectl enable` does.
+	BootTarget = "machines.target"
+)
+
 // UnitName is the host unit that runs slot's node machine.
 func UnitName(slot string) string { return unitName(slot) }
+
+// BootLink is the host path of the enable link that starts slot's machine
+// at host boot: its unit wanted by BootTarget, naming UnitTemplate.
+func BootLink(slot string) string {
+	return path.Join(hostroot.UnitDir, BootTarget+".wants", unitName(slot))
+}
+
+// BootTargetLink is the host path of the enable link that has
+// multi-user.target want BootTarget, naming BootTarget.
+func BootTargetLink() string {
+	return path.Join(hostroot.UnitDir, "multi-user.target.wants", BootTarget)
+}
+
+// OwnsUnitPath reports whether a unit path kubeslot journalled belongs to
+// the machines: a file or drop-in of a slot's machine unit, its boot link,
+// or a link to BootTarget (not the target's own unit file).
+func OwnsUnitPath(p string) bool {
+	link := path.Dir(p) != hostroot.UnitDir
+	return strings.Contains(p, "/systemd-nspawn@") || link && path.Base(p) == BootTarget
+}
 
 // checkSlot refuses a slot the configuration does not name: a typo must
 // not create a third machine.

@@ -396,7 +396,7 @@ func TestNewRefusesWhatTheKubeletWould(t *testing.T) {
 	}
 }
 
-func TestOperatorHooksAndRepave(t *testing.T) {
+func TestOperatorHooksAndTheRepaversSteps(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	o, err := NewOperator(e.deps(e.config(nil)))
@@ -430,25 +430,16 @@ func TestOperatorHooksAndRepave(t *testing.T) {
 		}
 	}
 
-	if err := o.Repave(ctx, "a", "a"); err == nil {
-		t.Error("repave onto the same slot accepted")
-	}
-	// Repave waits for the target kubelet's health: serve it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })}
-	go srv.Serve(ln)
-	defer srv.Close()
-	d := e.deps(e.config(nil))
-	d.Settings.HealthzPort = ln.Addr().(*net.TCPAddr).Port
-	o2, err := NewOperator(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o2.Repave(ctx, "a", "b"); err != nil {
-		t.Fatal(err)
+	// A repave is the repaver's phases over the Backend (lib/repave):
+	// prepare (provision, configure the target), switch (stop the old
+	// node), start (the target). One backend serves both slots.
+	for _, s := range []struct {
+		f    func(context.Context, string) error
+		slot string
+	}{{b.Provision, "b"}, {b.Configure, "b"}, {b.Stop, "a"}, {b.Start, "b"}} {
+		if err := s.f(ctx, s.slot); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := e.sd.Machine(ctx, "a"); err == nil {
 		t.Error("slot a still runs after the repave")

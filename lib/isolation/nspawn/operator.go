@@ -8,8 +8,9 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 )
 
-// Operator is the nspawn node operator: lifecycle hooks, restart in place
-// and the mode-specific steps of a repave, over its own Backend.
+// Operator is the nspawn node operator: lifecycle hooks and restart in
+// place, over its own Backend. A repave is the repaver's sequence of
+// Backend steps (lib/repave), not the operator's.
 type Operator struct {
 	b *Backend
 }
@@ -70,41 +71,6 @@ func (o *Operator) RestartNode(ctx context.Context, slot string) error {
 		return fmt.Errorf("restart node: %w", err)
 	}
 	o.b.log.Info("node restarted", "slot", slot, "took", time.Since(t0).Round(time.Millisecond))
-	return nil
-}
-
-// Repave moves the node from slot from onto slot to, built from the
-// operator's configuration (the target's): provision and configure to while
-// from keeps serving, stop from, start to, wait for its kubelet's health.
-// The node identity is bound into whichever slot runs, so the Node keeps its
-// name and credentials. It does no rollback and commits nothing: the
-// repaver drives those phases durably and may call the Backend's methods
-// phase by phase instead.
-func (o *Operator) Repave(ctx context.Context, from, to string) error {
-	if from == to {
-		return fmt.Errorf("repave: source and target are both slot %q", from)
-	}
-	if err := o.b.checkSlot(from); err != nil {
-		return fmt.Errorf("repave: %w", err)
-	}
-	steps := []struct {
-		name string
-		f    func(context.Context, string) error
-		slot string
-	}{
-		{"provision", o.b.Provision, to},
-		{"configure", o.b.Configure, to},
-		{"stop", o.b.Stop, from},
-		{"start", o.b.Start, to},
-		{"health", o.b.WaitKubeletHealthy, to},
-	}
-	for _, s := range steps {
-		t0 := time.Now()
-		if err := s.f(ctx, s.slot); err != nil {
-			return fmt.Errorf("repave %s -> %s: %s: %w", from, to, s.name, err)
-		}
-		o.b.log.Info("repave step done", "step", s.name, "slot", s.slot, "took", time.Since(t0).Round(time.Millisecond))
-	}
 	return nil
 }
 
