@@ -83,9 +83,6 @@ func New(cfg *rest.Config) (*Client, error) {
 	return &Client{rest: rc}, nil
 }
 
-// NewForREST wraps an existing REST client (tests use a fake one).
-func NewForREST(rc rest.Interface) *Client { return &Client{rest: rc} }
-
 // GetMachine reads the Machine name.
 func (c *Client) GetMachine(ctx context.Context, name string) (*v1alpha1.Machine, error) {
 	m := &v1alpha1.Machine{}

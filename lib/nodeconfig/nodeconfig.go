@@ -330,16 +330,6 @@ var kernelDefaults = map[string]string{
 	"kernel/keys/root_maxbytes": "25000000",
 }
 
-// KernelDefaults returns the sysctls (slash-separated, as under /proc/sys)
-// the kubelet expects, and their values. A fresh map each call.
-func KernelDefaults() map[string]string {
-	m := make(map[string]string, len(kernelDefaults))
-	for k, v := range kernelDefaults {
-		m[k] = v
-	}
-	return m
-}
-
 func sysctlFile(key string) string {
 	b := []byte(key)
 	for i, c := range b {

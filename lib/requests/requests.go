@@ -264,7 +264,7 @@ func writeJSON(p string, v any) error {
 
 // ErrInvalid marks a request file no worker can use: not JSON, too large,
 // not a request of its file's kind, or missing what its kind needs. Such a
-// file is moved aside (Claim, Sweep), never retried.
+// file is moved aside (Claim, SweepRefused), never retried.
 var ErrInvalid = errors.New("not a usable request")
 
 type invalidError struct {
