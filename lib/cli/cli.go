@@ -1,7 +1,7 @@
 // Package cli holds what every kubeslot binary shares on its command line:
 // the common flags (--version, --log-format, --log-level, --root-prefix,
 // --host-root), flag parsing with kong, and the mapping of a returned error to
-// an exit code. Imported by cmd/ main packages only.
+// an exit code. Imported by cmd/ main packages (and lib/cli/clitest) only.
 package cli
 
 import (

@@ -6,6 +6,8 @@
 // host's cgroup profile. It knows the node side only; where the node runs
 // (an nspawn machine) is the business of the isolation backends, which
 // import it, and lib/bootstrap's preflight reads the cgroup profile.
+// Imported by the isolation backends, lib/bootstrap and lib/nodeidentity
+// (the node's credential paths) only.
 //
 // Options' zero value is the production profile of a real host; each
 // compromise a test machine needs is a named field set only from the sandbox

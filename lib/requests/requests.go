@@ -1,7 +1,8 @@
 // Package requests is the file-drop protocol between the watcher, which
 // decides what a host must do, and the worker stages that do it (repaver,
-// upgrader, resetter). Imported by the watcher, the worker stages and the
-// CLI; nothing else writes these files.
+// upgrader, resetter). Imported by the watcher, the worker stages (their
+// lib/ packages and cmd/ mains), lib/cachekeep (which keeps what a request
+// names) and the CLI; nothing else writes these files.
 //
 // # Protocol
 //
