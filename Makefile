@@ -17,7 +17,7 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-integration bench soak fmt-check vet demo clean
+.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-integration bench soak fmt-check vet lint demo clean
 
 all: build
 
@@ -57,7 +57,27 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-test: fmt-check vet deps build test-unit test-integration
+# staticcheck (honnef.co/go/tools), pinned, with its default checks (none
+# disabled, so no staticcheck.conf). It is built once through the Go module
+# proxy into the cache scripts/kube-bins.sh uses, keyed by version, so a clean
+# machine needs nothing but Go. Cost measured on this 2-CPU machine: cold
+# (staticcheck not built, its cache empty, Go's build cache warm as vet leaves
+# it) 80 s; warm, nothing changed, 1.5 s; after an edit only the edited
+# packages and their importers are analysed again (up to ~50 s for one that
+# everything imports). With Go's build cache empty as well: about 7 min.
+STATICCHECK_VERSION := v0.8.2
+KUBESLOT_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubeslot
+STATICCHECK := $(KUBESLOT_CACHE)/bin/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+lint: $(STATICCHECK)
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	@mkdir -p $(@D)
+	GOBIN=$(@D)/.part $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(@D)/.part/staticcheck $@ && rmdir $(@D)/.part
+
+test: fmt-check vet lint deps build test-unit test-integration
 
 # Fast tests: no root, no rig.
 test-unit:

@@ -516,7 +516,7 @@ func TestUpgradeOnRig(t *testing.T) {
 				if err := r.sd.ReloadContext(ctx); err != nil {
 					t.Fatal(err)
 				}
-				r.sd.KillUnitContext(ctx, "kubeslot-upgrade.service", int32(syscall.SIGKILL))
+				_ = r.sd.KillUnitWithTarget(ctx, "kubeslot-upgrade.service", sddbus.All, int32(syscall.SIGKILL))
 				t.Logf("killed at %s: current %s", phase, r.current())
 				r.currentRuns()
 				good(t, name, n.rel, n.version, t0)

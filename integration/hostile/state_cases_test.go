@@ -69,10 +69,7 @@ func stateCases() []hcase {
 			out = append(out, hcase{name: "status " + kind + " request " + c.name, bin: "kubeslot", code: 0, want: []string{"Pending requests:  " + kind + ".json (unusable:"},
 				setup: func(e *env) []string {
 					e.installed()
-					body := c.body
-					if strings.Contains(body, "%s") {
-						body = strings.Replace(body, "%s", kind, 1)
-					}
+					body := strings.Replace(c.body, "%s", kind, 1)
 					e.hostFile(body, "requests", kind+".json")
 					return []string{"status"}
 				},

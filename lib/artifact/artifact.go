@@ -15,9 +15,10 @@
 // appear in logs and errors as scheme://host/path only: a query string may
 // carry a signature.
 //
-// Imported by the bootstrap stage and the repaver (Ensure), and through
-// lib/cachekeep by every stage that holds the installation lock (Prune,
-// RemoveStale).
+// Imported by the packages that fetch or verify an artifact (Ensure,
+// Verify): lib/bootstrap, the nspawn backend (which builds the repaver's
+// slots), lib/kuberelease, lib/oci, lib/upgrade, cmd/kubeslot and
+// cmd/kubeslot-upgrader; and by lib/cachekeep (Prune, RemoveStale).
 package artifact
 
 import (

@@ -3,7 +3,7 @@
 // directory, fsync, rename over the target, fsync of the directory.
 //
 // It works on plain local paths; callers resolve host paths through
-// lib/hostroot first. Imported by any lib/ package that persists state.
+// lib/hostroot first. Imported by any package that persists state.
 package atomicfile
 
 import (

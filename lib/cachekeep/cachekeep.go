@@ -16,7 +16,9 @@
 // is gone. Restart and reset requests name no artifacts.
 //
 // Every caller holds the installation lock, which every writer of the cache
-// holds too: nothing is being written while the cache is pruned.
+// holds too: nothing is being written while the cache is pruned. Imported by
+// the stages that download into the cache: lib/bootstrap, lib/repave and
+// lib/upgrade only.
 package cachekeep
 
 import (

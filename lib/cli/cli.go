@@ -1,7 +1,7 @@
 // Package cli holds what every kubeslot binary shares on its command line:
 // the common flags (--version, --log-format, --log-level, --root-prefix,
 // --host-root), flag parsing with kong, and the mapping of a returned error to
-// an exit code. Imported by cmd/ main packages only.
+// an exit code. Imported by cmd/ main packages (and lib/cli/clitest) only.
 package cli
 
 import (
@@ -166,17 +166,3 @@ func Exit(log *slog.Logger, err error) int {
 // ErrReported means the command already told the person what went wrong
 // (on stdout or stderr, in its own words); Exit only sets the exit code.
 var ErrReported = errors.New("already reported")
-
-// ErrNotImplemented is returned by stages whose logic has not been built
-// yet, so that nothing reports success it did not earn.
-var ErrNotImplemented = errors.New("not implemented yet")
-
-// RunStub is the whole body of a stage that has no logic yet: it parses
-// the flags (so --help and --version work), then says so and exits 2, never 0.
-func RunStub(name, description string, flags any, args []string, stdio IO) int {
-	if _, code, done := Parse(name, description, flags, args, stdio); done {
-		return code
-	}
-	fmt.Fprintf(stdio.Stderr, "%s: %v: this stage arrives with a later release; nothing was changed\n", name, ErrNotImplemented)
-	return exitcode.Usage
-}

@@ -2,7 +2,7 @@
 // takes it out again: the CustomResourceDefinitions, the agents' RBAC and the
 // admission policies embedded in lib/api/v1alpha1. It is the logic of
 // `kubeslot cluster install|uninstall`, and the test rig calls it too.
-// Imported by cmd/kubeslot and by tests.
+// Imported by cmd/kubeslot only.
 //
 // Install is idempotent: it applies every object with server-side apply
 // under the field manager "kubeslot" and reports, per object, whether it was

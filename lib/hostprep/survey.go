@@ -50,6 +50,8 @@ func Preflight(ctx context.Context, root *hostroot.Root, sys System, req Require
 	return &s.plan, nil
 }
 
+// surveyHost reads the host, step by step in Apply's order, into the plan
+// and the work Apply does. It changes nothing.
 func surveyHost(ctx context.Context, root *hostroot.Root, sys System, req Requirements) (*survey, error) {
 	if root == nil || sys == nil {
 		return nil, fmt.Errorf("host preparation: root and system are required")
@@ -58,8 +60,45 @@ func surveyHost(ctx context.Context, root *hostroot.Root, sys System, req Requir
 		return nil, fmt.Errorf("host preparation requirements: %w", err)
 	}
 	s := &survey{want: req}
-	add := func(st Step) { s.plan.Steps = append(s.plan.Steps, st) }
+	pkgSteps, err := s.packageSteps(ctx, sys, req)
+	if err != nil {
+		return nil, err
+	}
+	loadSteps, persist, err := s.moduleSteps(sys, req.Modules)
+	if err != nil {
+		return nil, err
+	}
+	modFileSteps, err := s.modulesFileSteps(root, req.Modules, persist)
+	if err != nil {
+		return nil, err
+	}
+	sysFileSteps, err := s.sysctlFileSteps(root, req.Sysctls)
+	if err != nil {
+		return nil, err
+	}
+	valueSteps, err := s.sysctlValueSteps(sys, req.Sysctls)
+	if err != nil {
+		return nil, err
+	}
+	var swapSteps []Step
+	if req.SwapOff {
+		if swapSteps, err = s.swapSteps(sys); err != nil {
+			return nil, err
+		}
+	}
+	// The plan lists the steps in Apply's order: packages, the directories
+	// the files need, the modules file, the module loads, the sysctl file,
+	// the sysctl values, swap.
+	for _, steps := range [][]Step{pkgSteps, dirSteps(s.dirs), modFileSteps, loadSteps, sysFileSteps, valueSteps, swapSteps} {
+		s.plan.Steps = append(s.plan.Steps, steps...)
+	}
+	return s, nil
+}
 
+// packageSteps checks each required package; a missing one is installed
+// only when the configuration allows it, otherwise it blocks.
+func (s *survey) packageSteps(ctx context.Context, sys System, req Requirements) ([]Step, error) {
+	var steps []Step
 	for _, p := range req.Packages {
 		ok, err := sys.PackageInstalled(ctx, p)
 		if err != nil {
@@ -67,112 +106,134 @@ func surveyHost(ctx context.Context, root *hostroot.Root, sys System, req Requir
 		}
 		switch {
 		case ok:
-			add(Step{Kind: ownership.KindPackage, Target: p, Action: "installed"})
+			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "installed"})
 		case !req.InstallPackages:
-			add(Step{Kind: ownership.KindPackage, Target: p, Action: "install with apt-get", Needed: true,
+			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "install with apt-get", Needed: true,
 				Blocked: fmt.Sprintf("not installed, and host.install_packages is false: install %s (apt-get install %s) or set host.install_packages = true", p, p)})
 		default:
-			add(Step{Kind: ownership.KindPackage, Target: p, Action: "install with apt-get", Needed: true})
+			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "install with apt-get", Needed: true})
 			s.install = append(s.install, p)
 		}
 	}
+	return steps, nil
+}
 
-	// Module states decide both the modules file (loadable modules only)
-	// and what to load; their steps follow the file's, in Apply's order.
-	var persist []string
-	var loadSteps []Step
-	for _, m := range req.Modules {
+// moduleSteps checks each required kernel module: an absent one is loaded,
+// and the loadable ones (absent or loaded, not built in) are returned to be
+// persisted in the modules file.
+func (s *survey) moduleSteps(sys System, modules []string) (steps []Step, persist []string, err error) {
+	for _, m := range modules {
 		st, err := sys.Module(m)
 		if err != nil {
-			return nil, fmt.Errorf("kernel module %s: %w", m, err)
+			return nil, nil, fmt.Errorf("kernel module %s: %w", m, err)
 		}
 		switch st {
 		case ModuleAbsent:
-			loadSteps = append(loadSteps, Step{Kind: KindModuleLoad, Target: m, Action: "load with modprobe", Needed: true})
+			steps = append(steps, Step{Kind: KindModuleLoad, Target: m, Action: "load with modprobe", Needed: true})
 			s.load = append(s.load, m)
 			persist = append(persist, m)
 		case ModuleLoaded:
-			loadSteps = append(loadSteps, Step{Kind: KindModuleLoad, Target: m, Action: st.String()})
+			steps = append(steps, Step{Kind: KindModuleLoad, Target: m, Action: st.String()})
 			persist = append(persist, m)
 		default:
-			loadSteps = append(loadSteps, Step{Kind: KindModuleLoad, Target: m, Action: st.String()})
+			steps = append(steps, Step{Kind: KindModuleLoad, Target: m, Action: st.String()})
 		}
 	}
-	var fileSteps []Step
-	if len(persist) > 0 {
-		fw, st, err := s.checkFile(root, ownership.KindModuleFile, ModulesFile, modulesContent(persist))
-		if err != nil {
-			return nil, err
-		}
-		s.modFile, fileSteps = fw, append(fileSteps, st)
-	} else if len(req.Modules) > 0 {
-		fileSteps = append(fileSteps, Step{Kind: ownership.KindModuleFile, Target: ModulesFile, Action: "not needed: every module is built into the kernel"})
-	}
-	s.sysctls = slices.Sorted(maps.Keys(req.Sysctls))
-	var sysFileStep *Step
-	if len(s.sysctls) > 0 {
-		fw, st, err := s.checkFile(root, ownership.KindSysctlFile, SysctlFile, sysctlContent(s.sysctls, req.Sysctls))
-		if err != nil {
-			return nil, err
-		}
-		s.sysFile, sysFileStep = fw, &st
-	}
-	// Directories first: they come before the files in Apply.
-	for _, d := range s.dirs {
-		add(Step{Kind: ownership.KindDir, Target: d, Action: "create directory", Needed: true})
-	}
-	for _, st := range fileSteps {
-		add(st)
-	}
-	for _, st := range loadSteps {
-		add(st)
-	}
-	if sysFileStep != nil {
-		add(*sysFileStep)
-	}
+	return steps, persist, nil
+}
 
+// modulesFileSteps checks the modules file when any module must be
+// persisted, and says it is not needed when every module is built in.
+func (s *survey) modulesFileSteps(root *hostroot.Root, modules, persist []string) ([]Step, error) {
+	if len(persist) == 0 {
+		if len(modules) > 0 {
+			return []Step{{Kind: ownership.KindModuleFile, Target: ModulesFile, Action: "not needed: every module is built into the kernel"}}, nil
+		}
+		return nil, nil
+	}
+	fw, st, err := s.checkFile(root, ownership.KindModuleFile, ModulesFile, modulesContent(persist))
+	if err != nil {
+		return nil, err
+	}
+	s.modFile = fw
+	return []Step{st}, nil
+}
+
+// sysctlFileSteps checks the sysctl file when any sysctl is required, and
+// fixes the order of the keys for it and for the value steps.
+func (s *survey) sysctlFileSteps(root *hostroot.Root, sysctls map[string]string) ([]Step, error) {
+	s.sysctls = slices.Sorted(maps.Keys(sysctls))
+	if len(s.sysctls) == 0 {
+		return nil, nil
+	}
+	fw, st, err := s.checkFile(root, ownership.KindSysctlFile, SysctlFile, sysctlContent(s.sysctls, sysctls))
+	if err != nil {
+		return nil, err
+	}
+	s.sysFile = fw
+	return []Step{st}, nil
+}
+
+// dirSteps creates the missing parent directories checkFile noted: they
+// come before the files in Apply.
+func dirSteps(dirs []string) []Step {
+	var steps []Step
+	for _, d := range dirs {
+		steps = append(steps, Step{Kind: ownership.KindDir, Target: d, Action: "create directory", Needed: true})
+	}
+	return steps
+}
+
+// sysctlValueSteps compares each required sysctl with the running kernel's
+// value; a missing key is fine only when a module to load brings it.
+func (s *survey) sysctlValueSteps(sys System, vals map[string]string) ([]Step, error) {
+	var steps []Step
 	for _, k := range s.sysctls {
-		want := req.Sysctls[k]
+		want := vals[k]
 		cur, err := sys.ReadSysctl(k)
 		switch {
 		case isNotExist(err) && len(s.load) > 0:
-			add(Step{Kind: KindSysctlValue, Target: k, Needed: true,
+			steps = append(steps, Step{Kind: KindSysctlValue, Target: k, Needed: true,
 				Action: fmt.Sprintf("set to %s (the key appears once %s is loaded)", want, strings.Join(s.load, ", "))})
 		case isNotExist(err):
-			add(Step{Kind: KindSysctlValue, Target: k, Needed: true, Action: "set to " + want,
+			steps = append(steps, Step{Kind: KindSysctlValue, Target: k, Needed: true, Action: "set to " + want,
 				Blocked: fmt.Sprintf("the kernel has no such key (/proc/sys/%s): a module it needs is missing", strings.ReplaceAll(k, ".", "/"))})
 		case err != nil:
 			return nil, fmt.Errorf("sysctl %s: %w", k, err)
 		case normValue(cur) == normValue(want):
-			add(Step{Kind: KindSysctlValue, Target: k, Action: "already " + want})
+			steps = append(steps, Step{Kind: KindSysctlValue, Target: k, Action: "already " + want})
 		default:
-			add(Step{Kind: KindSysctlValue, Target: k, Needed: true, Action: fmt.Sprintf("set to %s (now %s)", want, cur)})
+			steps = append(steps, Step{Kind: KindSysctlValue, Target: k, Needed: true, Action: fmt.Sprintf("set to %s (now %s)", want, cur)})
 		}
 	}
+	return steps, nil
+}
 
-	if req.SwapOff {
-		swaps, err := sys.ActiveSwaps()
-		if err != nil {
-			return nil, fmt.Errorf("active swap: %w", err)
-		}
-		if len(swaps) == 0 {
-			add(Step{Kind: ownership.KindSwapOff, Target: "/proc/swaps", Action: "no swap is active"})
-		}
-		for _, sw := range swaps {
-			st := Step{Kind: ownership.KindSwapOff, Target: sw.Path, Needed: true,
-				Action: fmt.Sprintf("turn off (%s, priority %d) until reboot; fstab and swap units are left as they are", sw.Type, sw.Priority)}
-			switch {
-			case strings.HasSuffix(sw.Path, " (deleted)"):
-				st.Blocked = "the swap file was deleted while in use: turn it off by hand (swapoff)"
-			case checkSwapPath(sw.Path) != nil:
-				st.Blocked = checkSwapPath(sw.Path).Error()
-			default:
-				s.swaps = append(s.swaps, sw)
-			}
-			add(st)
-		}
+// swapSteps turns off each active swap until reboot, unless its path makes
+// that unsafe (deleted, or not a plain path): then it blocks.
+func (s *survey) swapSteps(sys System) ([]Step, error) {
+	swaps, err := sys.ActiveSwaps()
+	if err != nil {
+		return nil, fmt.Errorf("active swap: %w", err)
 	}
-	return s, nil
+	if len(swaps) == 0 {
+		return []Step{{Kind: ownership.KindSwapOff, Target: "/proc/swaps", Action: "no swap is active"}}, nil
+	}
+	var steps []Step
+	for _, sw := range swaps {
+		st := Step{Kind: ownership.KindSwapOff, Target: sw.Path, Needed: true,
+			Action: fmt.Sprintf("turn off (%s, priority %d) until reboot; fstab and swap units are left as they are", sw.Type, sw.Priority)}
+		switch {
+		case strings.HasSuffix(sw.Path, " (deleted)"):
+			st.Blocked = "the swap file was deleted while in use: turn it off by hand (swapoff)"
+		case checkSwapPath(sw.Path) != nil:
+			st.Blocked = checkSwapPath(sw.Path).Error()
+		default:
+			s.swaps = append(s.swaps, sw)
+		}
+		steps = append(steps, st)
+	}
+	return steps, nil
 }
 
 // checkFile compares a file hostprep owns with the content it should have,

@@ -163,43 +163,16 @@ var hashRE = regexp.MustCompile(`^(sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})$`)
 // decodable data: URLs and known compressions, well-formed hashes (and
 // matching ones for inline contents), unit names with a unit type.
 func Check(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return fmt.Errorf("ignition config: not JSON: %w", err)
-	}
-	if dec.More() {
-		return errors.New("ignition config: more than one JSON value")
+	v, err := decodeOne(data)
+	if err != nil {
+		return err
 	}
 	var problems []string
 	walk("$", v, configShape, &problems)
 	if len(problems) > 0 {
 		return fmt.Errorf("ignition config: %s", strings.Join(problems, "; "))
 	}
-	var cfg struct {
-		Ignition Ignition
-		Storage  struct {
-			Directories []struct {
-				Path string
-				Mode *int
-			}
-			Files []struct {
-				Path      string
-				Mode      *int
-				Overwrite *bool
-				Contents  *Resource
-				Append    []Resource
-			}
-			Links []Link
-		}
-		Systemd struct {
-			Units []struct {
-				Name    string
-				Dropins []struct{ Name string }
-			}
-		}
-	}
+	var cfg checkedConfig
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("ignition config: %w", err)
 	}
@@ -207,8 +180,66 @@ func Check(data []byte) error {
 	if cfg.Ignition.Version != SpecVersion {
 		bad("$.ignition.version %q: want %q", cfg.Ignition.Version, SpecVersion)
 	}
-	type node struct{ at, path, kind string }
-	var nodes []node
+	nodes := checkStorage(cfg, bad)
+	checkPaths(nodes, bad)
+	checkUnits(cfg.Systemd.Units, bad)
+	if len(problems) > 0 {
+		return fmt.Errorf("ignition config: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// decodeOne parses data as exactly one JSON value, numbers kept as written,
+// for the shape walk.
+func decodeOne(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("ignition config: not JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("ignition config: more than one JSON value")
+	}
+	return v, nil
+}
+
+// checkedConfig is what Check reads of a config once its shape is right.
+type checkedConfig struct {
+	Ignition Ignition
+	Storage  struct {
+		Directories []struct {
+			Path string
+			Mode *int
+		}
+		Files []struct {
+			Path      string
+			Mode      *int
+			Overwrite *bool
+			Contents  *Resource
+			Append    []Resource
+		}
+		Links []Link
+	}
+	Systemd struct {
+		Units []checkedUnit
+	}
+}
+
+// checkedUnit is what Check reads of a systemd unit.
+type checkedUnit struct {
+	Name    string
+	Dropins []struct{ Name string }
+}
+
+// pathNode is one directory, file or link of the config, where it is
+// written (at) for the messages.
+type pathNode struct{ at, path, kind string }
+
+// checkStorage checks each directory, file and link on its own (modes,
+// contents, link targets) and returns them all for the path rules.
+func checkStorage(cfg checkedConfig, bad func(string, ...any)) []pathNode {
+	var nodes []pathNode
 	mode := func(at string, m *int) {
 		if m != nil && (*m < 0 || *m > 0o777) {
 			bad("%s.mode %d (%#o): only permission bits 0-0777 are supported", at, *m, *m)
@@ -216,12 +247,12 @@ func Check(data []byte) error {
 	}
 	for i, d := range cfg.Storage.Directories {
 		at := fmt.Sprintf("$.storage.directories[%d]", i)
-		nodes = append(nodes, node{at, d.Path, "directory"})
+		nodes = append(nodes, pathNode{at, d.Path, "directory"})
 		mode(at, d.Mode)
 	}
 	for i, f := range cfg.Storage.Files {
 		at := fmt.Sprintf("$.storage.files[%d]", i)
-		nodes = append(nodes, node{at, f.Path, "file"})
+		nodes = append(nodes, pathNode{at, f.Path, "file"})
 		mode(at, f.Mode)
 		if f.Contents != nil {
 			checkResource(at+".contents", *f.Contents, bad)
@@ -235,12 +266,18 @@ func Check(data []byte) error {
 	}
 	for i, l := range cfg.Storage.Links {
 		at := fmt.Sprintf("$.storage.links[%d]", i)
-		nodes = append(nodes, node{at, l.Path, "link"})
+		nodes = append(nodes, pathNode{at, l.Path, "link"})
 		if l.Target == "" {
 			bad("%s: empty target", at)
 		}
 	}
-	seen := map[string]node{}
+	return nodes
+}
+
+// checkPaths applies Ignition's path rules across the config: clean absolute
+// paths, each written once, none through a link or file of the config.
+func checkPaths(nodes []pathNode, bad func(string, ...any)) {
+	seen := map[string]pathNode{}
 	for _, n := range nodes {
 		if !path.IsAbs(n.path) || path.Clean(n.path) != n.path || n.path == "/" {
 			bad("%s.path %q: want a clean absolute path below /", n.at, n.path)
@@ -257,26 +294,27 @@ func Check(data []byte) error {
 			}
 		}
 	}
-	units := map[string]bool{}
-	for i, u := range cfg.Systemd.Units {
+}
+
+// checkUnits checks unit names (a systemd unit type, each listed once) and
+// drop-in names.
+func checkUnits(units []checkedUnit, bad func(string, ...any)) {
+	seen := map[string]bool{}
+	for i, u := range units {
 		at := fmt.Sprintf("$.systemd.units[%d]", i)
 		if !validUnitName(u.Name) {
 			bad("%s.name %q: want NAME.TYPE with a systemd unit type", at, u.Name)
 		}
-		if units[u.Name] {
+		if seen[u.Name] {
 			bad("%s.name %q: listed twice", at, u.Name)
 		}
-		units[u.Name] = true
+		seen[u.Name] = true
 		for j, d := range u.Dropins {
 			if !strings.HasSuffix(d.Name, ".conf") || strings.Contains(d.Name, "/") {
 				bad("%s.dropins[%d].name %q: want NAME.conf", at, j, d.Name)
 			}
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("ignition config: %s", strings.Join(problems, "; "))
-	}
-	return nil
 }
 
 // checkResource checks a contents source: scheme, compression, hash, and

@@ -251,9 +251,6 @@ func (b *Builder) addNode(p, kind string, mode fs.FileMode) error {
 // under reports whether p is strictly below dir.
 func under(p, dir string) bool { return strings.HasPrefix(p, dir+"/") }
 
-// Config returns the config built so far.
-func (b *Builder) Config() Config { return b.cfg }
-
 // JSON returns the config as indented JSON, checked with Check.
 func (b *Builder) JSON() ([]byte, error) {
 	var buf bytes.Buffer

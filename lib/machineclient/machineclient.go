@@ -4,7 +4,7 @@
 // concurrency and bounded retries on conflict, and delete a finished
 // operation exactly as it was read. It is a thin layer over a
 // client-go REST client for lib/api/v1alpha1 (no controller-runtime).
-// Imported by the watcher, the bootstrap stage, the CLI and tests.
+// Imported by lib/watcher and lib/bootstrap only.
 package machineclient
 
 import (
@@ -82,9 +82,6 @@ func New(cfg *rest.Config) (*Client, error) {
 	}
 	return &Client{rest: rc}, nil
 }
-
-// NewForREST wraps an existing REST client (tests use a fake one).
-func NewForREST(rc rest.Interface) *Client { return &Client{rest: rc} }
 
 // GetMachine reads the Machine name.
 func (c *Client) GetMachine(ctx context.Context, name string) (*v1alpha1.Machine, error) {

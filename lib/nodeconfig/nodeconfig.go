@@ -6,6 +6,8 @@
 // host's cgroup profile. It knows the node side only; where the node runs
 // (an nspawn machine) is the business of the isolation backends, which
 // import it, and lib/bootstrap's preflight reads the cgroup profile.
+// Imported by the isolation backends, lib/bootstrap and lib/nodeidentity
+// (the node's credential paths) only.
 //
 // Options' zero value is the production profile of a real host; each
 // compromise a test machine needs is a named field set only from the sandbox
@@ -328,16 +330,6 @@ var kernelDefaults = map[string]string{
 	"kernel/panic_on_oops":      "1",
 	"kernel/keys/root_maxkeys":  "1000000",
 	"kernel/keys/root_maxbytes": "25000000",
-}
-
-// KernelDefaults returns the sysctls (slash-separated, as under /proc/sys)
-// the kubelet expects, and their values. A fresh map each call.
-func KernelDefaults() map[string]string {
-	m := make(map[string]string, len(kernelDefaults))
-	for k, v := range kernelDefaults {
-		m[k] = v
-	}
-	return m
 }
 
 func sysctlFile(key string) string {

@@ -216,7 +216,9 @@ func TestEnsureKeepsTheFallback(t *testing.T) {
 	defer func(d time.Duration) { versionTimeout = d }(versionTimeout)
 	versionTimeout = 200 * time.Millisecond
 	slow := filepath.Join(blue, "kubeslot-watcher")
-	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 2\n"), 0o755); err != nil {
+	// exec: the timeout kills the sleep itself, which would otherwise hold
+	// the output pipe open, and the test, for its 2 s.
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nexec sleep 2\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	installed, err := Ensure(t.Context(), root, fakeRelease(t), nil)

@@ -45,16 +45,11 @@ func AsRefused(err error) []Refused {
 	return nil
 }
 
-// Sweep moves aside the pending and the claimed request of kind when no
-// worker can use them (ErrInvalid), each with a Failed status when its
+// SweepRefused moves aside the pending and the claimed request of kind when
+// no worker can use them (ErrInvalid), each with a Failed status when its
 // content names a request ID of its own kind, so that one bad file never
-// blocks a worker or the requests after it. It needs the installation lock.
-func (d *Dir) Sweep(lock *ownership.Lock, kind Kind) error {
-	_, err := d.SweepRefused(lock, kind)
-	return err
-}
-
-// SweepRefused is Sweep, returning what it moved aside.
+// blocks a worker or the requests after it, and returns what it moved aside.
+// It needs the installation lock.
 func (d *Dir) SweepRefused(lock *ownership.Lock, kind Kind) ([]Refused, error) {
 	if lock == nil {
 		return nil, fmt.Errorf("sweep %s requests: the installation lock must be held", kind)

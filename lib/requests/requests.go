@@ -1,7 +1,8 @@
 // Package requests is the file-drop protocol between the watcher, which
 // decides what a host must do, and the worker stages that do it (repaver,
-// upgrader, resetter). Imported by the watcher, the worker stages and the
-// CLI; nothing else writes these files.
+// upgrader, resetter). Imported by the watcher, the worker stages (their
+// lib/ packages and cmd/ mains), lib/cachekeep (which keeps what a request
+// names) and the CLI; nothing else writes these files.
 //
 // # Protocol
 //
@@ -264,7 +265,7 @@ func writeJSON(p string, v any) error {
 
 // ErrInvalid marks a request file no worker can use: not JSON, too large,
 // not a request of its file's kind, or missing what its kind needs. Such a
-// file is moved aside (Claim, Sweep), never retried.
+// file is moved aside (Claim, SweepRefused), never retried.
 var ErrInvalid = errors.New("not a usable request")
 
 type invalidError struct {

@@ -481,7 +481,9 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 			handOver(t, h)
 			d := h.deps()
 			d.Request, d.Resume = true, true // the resetting unit's runs
-			d.PublishWait = time.Millisecond // no watcher publishes in the first run
+			// No watcher publishes in either run: give up at the first look, not
+			// after a 200 ms poll.
+			d.PublishWait = time.Nanosecond
 			injected := errors.New("killed")
 			d.Before = func(ctx context.Context, s string) error {
 				if s == step {
@@ -504,7 +506,7 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 			}
 			d2 := h.deps()
 			d2.Request, d2.Resume = true, true
-			d2.PublishWait = 100 * time.Millisecond
+			d2.PublishWait = time.Nanosecond
 			res, err := Run(t.Context(), d2)
 			if err != nil {
 				t.Fatalf("re-run in request mode after a failure at %s: %v", step, err)
@@ -588,7 +590,7 @@ func TestRequestPathReportsAfterTheWork(t *testing.T) {
 	handOver(t, h)
 	d := h.deps()
 	d.Request, d.Resume = true, true
-	d.PublishWait = time.Millisecond
+	d.PublishWait = time.Nanosecond
 	d.Sys.(*fakeSys).failPodNetwork = errors.New("iptables: resource busy")
 	_, err := Run(t.Context(), d)
 	var se *StepError

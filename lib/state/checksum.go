@@ -5,7 +5,9 @@
 // Files are replaced atomically (lib/atomicfile) and carry a sha256 sidecar in
 // sha256sum format, so `sha256sum -c` checks them by hand too. A file whose
 // sidecar is missing or disagrees is an error that names the file and says
-// what to do; it is never trusted silently. Imported by the stage binaries
+// what to do; it is never trusted silently. Imported by any package that
+// reads or writes the applied configuration or the active slot: the stage
+// packages and their cmd/ mains, lib/isolation, lib/sandbox, lib/cachekeep
 // and the kubeslot CLI.
 package state
 

@@ -5,9 +5,9 @@
 //
 // It imports lib/isolation/hostapi only (and through it go-systemd and
 // godbus), so the watcher can use it without linking the bootstrap's typed
-// Kubernetes clientset. Imported by the stage binaries (cmd/kubeslot-bootstrap,
-// cmd/kubeslot-repaver, cmd/kubeslot-resetter, cmd/kubeslot-watcher) and
-// lib/upgrade (Once).
+// Kubernetes clientset. Imported by the stage binaries' mains (cmd/kubeslot-*
+// but the kubeslot CLI), lib/cli (Refusal, for --systemd-bus) and
+// lib/upgrade (Once) only.
 package systemdconn
 
 import (

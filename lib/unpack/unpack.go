@@ -1,6 +1,7 @@
 // Package unpack extracts a tarball (plain, gzip or zstd) into a directory
 // safely: it is how a node rootfs and the kubelet, containerd, runc and CNI
-// archives land in a slot. Imported by the bootstrap stage and the repaver.
+// archives land in a slot. Imported by the nspawn isolation backend (a
+// slot's tree) and lib/oci (image layers) only.
 //
 // The archive is untrusted input even after its sha256 was verified (the
 // digest only says it is the file the configuration named). The rules:

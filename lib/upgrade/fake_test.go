@@ -210,7 +210,10 @@ func newEnv(t *testing.T) *env {
 	})
 	e.d = &Deps{Root: root, Log: log, Requests: requests.New(root), Systemd: e.sd,
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, Retries: -1}},
-		Bundles: BundleFiles{}, Exec: ExecRunner{}, Exe: e.sd.exeOf, Arch: buildinfo.Arch}
+		Bundles: BundleFiles{}, Exec: ExecRunner{}, Exe: e.sd.exeOf, Arch: buildinfo.Arch,
+		// The gate polls at a tenth of the production interval (the bounds of
+		// job() are in wall time); a hung --version is refused after 1 s.
+		PollInterval: DefaultPollInterval / 10, VersionTimeout: time.Second}
 	// The watcher of blue runs.
 	if err := e.sd.RestartUnit(t.Context(), WatcherUnit); err != nil {
 		t.Fatal(err)

@@ -466,7 +466,7 @@ func releaseVersion(ctx context.Context, d *Deps, dir string) (string, error) {
 }
 
 func runVersion(ctx context.Context, d *Deps, p string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, d.versionTimeout())
 	defer cancel()
 	out, err := d.Exec.Output(ctx, p, "--version")
 	if err != nil {

@@ -354,7 +354,7 @@ func awaitReexec(ctx context.Context, d *Deps, dir string, timeout time.Duration
 		select {
 		case <-ctx.Done():
 			return st, false, &interrupted{context.Cause(ctx)}
-		case <-time.After(pollInterval):
+		case <-time.After(d.pollInterval()):
 		}
 	}
 }
@@ -468,7 +468,7 @@ func watch(ctx context.Context, d *Deps, dir, before string, seen *UnitStatus, w
 		select {
 		case <-ctx.Done():
 			return "", &interrupted{context.Cause(ctx)}
-		case <-time.After(pollInterval):
+		case <-time.After(d.pollInterval()):
 		}
 	}
 }

@@ -102,10 +102,10 @@ const (
 	// A watcher re-executes within about a second of the flip; the rest is
 	// room for a loaded host.
 	DefaultHandoverTimeout = 10 * time.Second
-	// versionTimeout bounds one `--version` of the smoke test.
-	versionTimeout = 5 * time.Second
-	// pollInterval is how often the health gate reads the unit.
-	pollInterval = 200 * time.Millisecond
+	// DefaultVersionTimeout bounds one `--version` of the smoke test.
+	DefaultVersionTimeout = 5 * time.Second
+	// DefaultPollInterval is how often the health gate reads the unit.
+	DefaultPollInterval = 200 * time.Millisecond
 	// callTimeout bounds one D-Bus call.
 	callTimeout = 25 * time.Second
 )
@@ -168,6 +168,9 @@ type Deps struct {
 	Arch string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// PollInterval and VersionTimeout, zero for DefaultPollInterval and
+	// DefaultVersionTimeout, are shortened by tests.
+	PollInterval, VersionTimeout time.Duration
 	// Hook, test-only, runs after each phase did its durable work; an error
 	// ends the run as a crash would (no failure handling, no cleanup).
 	Hook func(ctx context.Context, p Phase) error
@@ -178,6 +181,20 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+func (d *Deps) pollInterval() time.Duration {
+	if d.PollInterval > 0 {
+		return d.PollInterval
+	}
+	return DefaultPollInterval
+}
+
+func (d *Deps) versionTimeout() time.Duration {
+	if d.VersionTimeout > 0 {
+		return d.VersionTimeout
+	}
+	return DefaultVersionTimeout
 }
 
 func (d *Deps) check() error {

@@ -161,9 +161,44 @@ func opOf(id string) string {
 func Decide(in Inputs) []Action {
 	// Results are published whatever else holds: reporting is not acting.
 	// Publishing calls the API, so it comes after any request written below:
-	// a worker should not wait for the cluster. An upgrade's outcome is
-	// recorded on disk whatever else holds too: only the watcher that runs
-	// after a switch can tell it.
+	// a worker should not wait for the cluster.
+	publish := publications(in)
+	if a, refused := refusal(in); refused {
+		return append(publish, a)
+	}
+	m := in.Machine
+	d := onDisk(in)
+	desired, specErr := Desired(in.Applied.Config, &m.Spec.Node)
+	for i := range in.Operations {
+		op := &in.Operations[i]
+		if d.knownOps[op.Name] {
+			continue // dispatched already, maybe under another generation
+		}
+		if r := operationRequest(op, m, in.NodeName, desired, specErr); r != nil {
+			d.write(r)
+		}
+	}
+	repave, r := repaveCondition(in, m, desired, specErr)
+	if r != nil {
+		d.write(r)
+	}
+	conds := []metav1.Condition{repave}
+	hooksBad := specErr == nil && in.HooksErr != ""
+	if c, ok := healthCondition(in, m, specErr); ok {
+		conds = append(conds, c)
+	}
+	var out []Action
+	for _, r := range d.reqs {
+		out = append(out, Action{Type: WriteRequest, Request: r})
+	}
+	out = append(out, publish...)
+	return append(out, Action{Type: ReportMachine, Phase: machinePhase(specErr, d.busy, hooksBad), Conditions: conds})
+}
+
+// publications are the results to record or publish whatever else holds: an
+// upgrade's outcome first (only the watcher that runs after a switch can tell
+// it), then every status not yet published in its phase.
+func publications(in Inputs) []Action {
 	var publish []Action
 	if a, ok := finishUpgrade(in); ok {
 		publish = append(publish, a)
@@ -173,156 +208,180 @@ func Decide(in Inputs) []Action {
 			publish = append(publish, Action{Type: PublishStatus, Status: s})
 		}
 	}
-	out := publish
+	return publish
+}
+
+// refusal is the one action when the watcher must not dispatch anything: no
+// trustworthy applied configuration, no Machine yet (register it), or a
+// Machine that names another node.
+func refusal(in Inputs) (Action, bool) {
 	if in.AppliedErr != nil || in.Applied == nil {
 		msg := "no applied configuration: the host has no committed slot"
 		if in.AppliedErr != nil {
 			msg = "refusing to act: " + in.AppliedErr.Error()
 		}
-		return append(out, degraded(ReasonAppliedCorrupt, msg))
+		return degraded(ReasonAppliedCorrupt, msg), true
 	}
 	if in.Machine == nil {
-		return append(out, Action{Type: RegisterMachine, Machine: NewMachine(in.MachineName, in.NodeName, in.Applied)})
+		return Action{Type: RegisterMachine, Machine: NewMachine(in.MachineName, in.NodeName, in.Applied)}, true
 	}
-	m := in.Machine
-	if m.Spec.NodeName != in.NodeName {
-		return append(out, degraded(ReasonWrongNode,
-			fmt.Sprintf("Machine %s has spec.nodeName %q, this host is node %q: nothing dispatched", m.Name, m.Spec.NodeName, in.NodeName)))
+	if m := in.Machine; m.Spec.NodeName != in.NodeName {
+		return degraded(ReasonWrongNode,
+			fmt.Sprintf("Machine %s has spec.nodeName %q, this host is node %q: nothing dispatched", m.Name, m.Spec.NodeName, in.NodeName)), true
 	}
+	return Action{}, false
+}
 
-	known := map[string]bool{}
-	knownOps := map[string]bool{}
+// dispatch is what the request files and statuses on disk say was asked
+// already, and the requests Decide adds to it: the kill -9 safety of Decide.
+type dispatch struct {
+	known    map[string]bool // request IDs pending, claimed, with a status or written now
+	knownOps map[string]bool // operations with such a request (the spec's own excluded)
 	// A kind with a claimed request, or a pending one an operation asked for,
 	// gets no other request until it is done. A pending spec-driven repave
 	// is replaced by a newer one: nothing ran it yet.
-	busy := map[requests.Kind]bool{}
-	replaceable := map[requests.Kind]bool{}
-	note := func(id string) {
-		known[id] = true
-		if op := opOf(id); op != requests.SpecOperation {
-			knownOps[op] = true
-		}
-	}
+	busy, replaceable map[requests.Kind]bool
+	reqs              []*requests.Request // to write, in order
+}
+
+// onDisk reads the dispatch state from the request files and statuses.
+func onDisk(in Inputs) *dispatch {
+	d := &dispatch{known: map[string]bool{}, knownOps: map[string]bool{},
+		busy: map[requests.Kind]bool{}, replaceable: map[requests.Kind]bool{}}
 	for _, k := range slices.Sorted(maps.Keys(in.Pending)) {
 		if r := in.Pending[k]; r != nil {
-			note(r.ID)
-			busy[k] = true
-			replaceable[k] = r.Kind == requests.Repave && opOf(r.ID) == requests.SpecOperation
+			d.note(r.ID)
+			d.busy[k] = true
+			d.replaceable[k] = r.Kind == requests.Repave && opOf(r.ID) == requests.SpecOperation
 		}
 	}
 	for k, r := range in.Claimed {
 		if r != nil {
-			note(r.ID)
-			busy[k] = true
-			replaceable[k] = false
+			d.note(r.ID)
+			d.busy[k] = true
+			d.replaceable[k] = false
 		}
 	}
 	for _, s := range in.Statuses {
-		note(s.RequestID)
+		d.note(s.RequestID)
 	}
+	return d
+}
 
-	desired, specErr := Desired(in.Applied.Config, &m.Spec.Node)
-	var conds []metav1.Condition
-	var reqs []*requests.Request
-	write := func(r *requests.Request) {
-		spec := opOf(r.ID) == requests.SpecOperation
-		if known[r.ID] || (busy[r.Kind] && !(spec && replaceable[r.Kind])) {
-			return
-		}
-		replaceable[r.Kind] = false
-		busy[r.Kind] = true
-		known[r.ID] = true
-		reqs = append(reqs, r)
+// note records a request ID seen on disk, and its operation.
+func (d *dispatch) note(id string) {
+	d.known[id] = true
+	if op := opOf(id); op != requests.SpecOperation {
+		d.knownOps[op] = true
 	}
+}
 
-	for i := range in.Operations {
-		op := &in.Operations[i]
-		if ok, _ := op.Targets(m); !ok {
-			continue // another machine's
-		}
-		if e := op.Status.Target(m.Name, in.NodeName); e != nil && e.Phase.Finished() {
-			continue
-		}
-		if knownOps[op.Name] {
-			continue
-		}
-		kind, ok := kindOf(op.Spec.Type)
-		if !ok {
-			continue
-		}
-		if m.Spec.Paused && kind != requests.Reset {
-			continue
-		}
-		r := &requests.Request{
-			Kind: kind, ID: requests.NewID(kind, m.Generation, op.Name), MachineGeneration: m.Generation,
-			Operation: op.Name, Reason: fmt.Sprintf("MachineOperation %s (%s)", op.Name, op.Spec.Type),
-		}
-		switch kind {
-		case requests.Repave:
-			if specErr != nil {
-				continue // reported below; nothing dispatched
-			}
-			r.Desired = desired
-		case requests.Upgrade:
-			p := op.Spec.Parameters
-			if p == nil || p.BundleURL == "" || p.BundleSHA256 == "" {
-				continue // the schema requires them; never dispatch half a request
-			}
-			r.Upgrade = &requests.UpgradeParams{URL: string(p.BundleURL), SHA256: string(p.BundleSHA256)}
-		}
-		if specErr != nil && kind != requests.Reset {
-			continue
-		}
-		write(r)
+// write adds r unless its ID is known or its kind is busy with a request it
+// may not replace: one request per kind at a time.
+func (d *dispatch) write(r *requests.Request) {
+	spec := opOf(r.ID) == requests.SpecOperation
+	if d.known[r.ID] || (d.busy[r.Kind] && !(spec && d.replaceable[r.Kind])) {
+		return
 	}
+	d.replaceable[r.Kind] = false
+	d.busy[r.Kind] = true
+	d.known[r.ID] = true
+	d.reqs = append(d.reqs, r)
+}
 
+// operationRequest is the request op asks of Machine m on node, nil when it
+// asks nothing now: another machine's, finished here, of no known type,
+// paused (all but a reset), or not dispatchable while the spec is invalid or
+// its parameters are incomplete.
+func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, desired *config.Config, specErr error) *requests.Request {
+	if ok, _ := op.Targets(m); !ok {
+		return nil // another machine's
+	}
+	if e := op.Status.Target(m.Name, node); e != nil && e.Phase.Finished() {
+		return nil
+	}
+	kind, ok := kindOf(op.Spec.Type)
+	if !ok {
+		return nil
+	}
+	if m.Spec.Paused && kind != requests.Reset {
+		return nil
+	}
+	if specErr != nil && kind != requests.Reset {
+		return nil // reported by repaveCondition; nothing dispatched
+	}
+	r := &requests.Request{
+		Kind: kind, ID: requests.NewID(kind, m.Generation, op.Name), MachineGeneration: m.Generation,
+		Operation: op.Name, Reason: fmt.Sprintf("MachineOperation %s (%s)", op.Name, op.Spec.Type),
+	}
+	switch kind {
+	case requests.Repave:
+		r.Desired = desired
+	case requests.Upgrade:
+		p := op.Spec.Parameters
+		if p == nil || p.BundleURL == "" || p.BundleSHA256 == "" {
+			return nil // the schema requires them; never dispatch half a request
+		}
+		r.Upgrade = &requests.UpgradeParams{URL: string(p.BundleURL), SHA256: string(p.BundleSHA256)}
+	}
+	return r
+}
+
+// repaveCondition compares the spec with the applied configuration: the
+// condition to report and, when the update policy lets it go now, the
+// spec-driven repave request to write.
+func repaveCondition(in Inputs, m *v1alpha1.Machine, desired *config.Config, specErr error) (metav1.Condition, *requests.Request) {
 	switch {
 	case specErr != nil:
-		conds = append(conds, cond(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonInvalidSpec,
-			"Machine spec refused, nothing dispatched: "+specErr.Error(), m.Generation))
+		return cond(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonInvalidSpec,
+			"Machine spec refused, nothing dispatched: "+specErr.Error(), m.Generation), nil
 	case desired.Fingerprint() == in.Applied.Config.Fingerprint():
-		conds = append(conds, cond(v1alpha1.ConditionRepavePending, false, v1alpha1.ReasonUpToDate, "the node runs the desired configuration", m.Generation))
+		return cond(v1alpha1.ConditionRepavePending, false, v1alpha1.ReasonUpToDate, "the node runs the desired configuration", m.Generation), nil
 	case m.Spec.Paused:
-		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonPaused, "the spec changed; clear spec.paused to repave", m.Generation))
+		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonPaused, "the spec changed; clear spec.paused to repave", m.Generation), nil
 	case m.Spec.UpdatePolicy != v1alpha1.UpdateImmediate && (!in.NodeSynced || in.NodeExists):
-		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonWaitingForNodeDel,
-			"the spec changed; cordon, drain and delete Node "+in.NodeName+" to repave", m.Generation))
-	default:
-		write(&requests.Request{
-			Kind: requests.Repave, ID: requests.NewID(requests.Repave, m.Generation, ""), MachineGeneration: m.Generation,
-			Reason: fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
-				short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint())),
-			Desired: desired,
-		})
-		conds = append(conds, cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched, "repave requested", m.Generation))
+		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonWaitingForNodeDel,
+			"the spec changed; cordon, drain and delete Node "+in.NodeName+" to repave", m.Generation), nil
 	}
-	hooksBad := specErr == nil && in.HooksErr != ""
-	switch {
-	case hooksBad:
-		conds = append(conds, cond(v1alpha1.ConditionDegraded, true, ReasonHooksFailed,
-			"the lifecycle hooks of slot "+in.Applied.Slot+" could not be ensured at watcher start (the node keeps running; restart kubeslot-watcher to retry): "+in.HooksErr, m.Generation))
-	case specErr == nil:
-		conds = append(conds, cond(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonHealthy, "", m.Generation))
+	r := &requests.Request{
+		Kind: requests.Repave, ID: requests.NewID(requests.Repave, m.Generation, ""), MachineGeneration: m.Generation,
+		Reason: fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
+			short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint())),
+		Desired: desired,
 	}
-	out = nil
-	for _, r := range reqs {
-		out = append(out, Action{Type: WriteRequest, Request: r})
-	}
-	out = append(out, publish...)
-	phase := v1alpha1.MachineReady
+	return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched, "repave requested", m.Generation), r
+}
+
+// healthCondition is the Degraded condition beside a valid spec: failed
+// lifecycle hooks, or healthy. With an invalid spec repaveCondition already
+// reports Degraded, so there is none.
+func healthCondition(in Inputs, m *v1alpha1.Machine, specErr error) (metav1.Condition, bool) {
 	switch {
 	case specErr != nil:
-		phase = v1alpha1.MachineDegraded
-	case busy[requests.Reset]:
-		phase = v1alpha1.MachineResetting
-	case busy[requests.Upgrade]:
-		phase = v1alpha1.MachineUpgrading
-	case busy[requests.Repave]:
-		phase = v1alpha1.MachineRepaving
-	case hooksBad:
-		phase = v1alpha1.MachineDegraded
+		return metav1.Condition{}, false
+	case in.HooksErr != "":
+		return cond(v1alpha1.ConditionDegraded, true, ReasonHooksFailed,
+			"the lifecycle hooks of slot "+in.Applied.Slot+" could not be ensured at watcher start (the node keeps running; restart kubeslot-watcher to retry): "+in.HooksErr, m.Generation), true
 	}
-	return append(out, Action{Type: ReportMachine, Phase: phase, Conditions: conds})
+	return cond(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonHealthy, "", m.Generation), true
+}
+
+// machinePhase is the Machine's phase: an invalid spec first, then the
+// busiest stage (reset over upgrade over repave), then failed hooks.
+func machinePhase(specErr error, busy map[requests.Kind]bool, hooksBad bool) v1alpha1.MachinePhase {
+	switch {
+	case specErr != nil:
+		return v1alpha1.MachineDegraded
+	case busy[requests.Reset]:
+		return v1alpha1.MachineResetting
+	case busy[requests.Upgrade]:
+		return v1alpha1.MachineUpgrading
+	case busy[requests.Repave]:
+		return v1alpha1.MachineRepaving
+	case hooksBad:
+		return v1alpha1.MachineDegraded
+	}
+	return v1alpha1.MachineReady
 }
 
 // finishUpgrade decides what the pending-upgrade signal asks of this

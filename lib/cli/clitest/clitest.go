@@ -42,16 +42,6 @@ func CommonFlags(t *testing.T, name string, run Run) {
 	}
 }
 
-// NotImplemented checks that a stage without logic refuses to look
-// successful: exit 2 and a message saying so.
-func NotImplemented(t *testing.T, name string, run Run) {
-	t.Helper()
-	code, _, errs := Call(run, "")
-	if code != exitcode.Usage || !strings.Contains(errs, "not implemented yet") {
-		t.Errorf("%s: exit %d, stderr %q; want exit %d and \"not implemented yet\"", name, code, errs, exitcode.Usage)
-	}
-}
-
 // UsageCase is one bad invocation: environment variables set for the run
 // and the arguments.
 type UsageCase struct {

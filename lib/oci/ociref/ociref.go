@@ -2,7 +2,8 @@
 // "oci://<registry>/<repository>[:<tag>][@sha256:<hex>]", and decides which
 // registries may be reached without TLS. It is separate from lib/oci so
 // that lib/config can validate a source without linking the registry
-// client. Imported by lib/config and lib/oci.
+// client. Imported by whatever names or checks an image source: lib/config,
+// lib/oci, lib/bootstrap (the sandbox image) and the nspawn backend.
 package ociref
 
 import (
