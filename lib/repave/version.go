@@ -54,9 +54,11 @@ func (d *Deps) checkVersion(ctx context.Context, b isolation.Backend, cfg *confi
 	}
 	node, err := d.Cluster.KubeletVersion(ctx, cfg)
 	if err != nil {
+		//lint:ignore ST1005 Node is the Kubernetes kind, named as kubectl names it
 		return fmt.Errorf("Node %s's kubelet version: %w", cfg.Machine.NodeName, err)
 	}
 	if !kuberelease.SameRelease(node, want) {
+		//lint:ignore ST1005 as above
 		return fmt.Errorf("Node %s reports kubelet %s, but kubernetes version %s was asked for", cfg.Machine.NodeName, node, want)
 	}
 	d.Log.Info("kubelet version verified", "slot", slot, "version", want, "node", node)

@@ -535,8 +535,6 @@ func handOver(t *testing.T, h *host) {
 	}
 }
 
-func stepIndex(name string) int { return slices.Index(StepNames(), name) }
-
 // TestStopsEveryWorkerInstance: every loaded instance of a worker template is stopped (not only repave@next),
 // found by pattern; units that are not kubeslot's are left alone.
 func TestStopsEveryWorkerInstance(t *testing.T) {

@@ -185,7 +185,7 @@ func removeResetting(ctx context.Context, d Deps, log interface{ Info(string, ..
 // handOver is what kubeslot-reset.service does with an AgentReset request:
 // it marks the host resetting, installs the resetting unit and starts it,
 // which claims the request and does the work. A bad request file is moved
-// aside (Sweep) and never handed over.
+// aside (SweepRefused) and never handed over.
 func (r *runner) handOver(ctx context.Context, res *Result) error {
 	dir := requests.New(r.d.Root)
 	refused, err := dir.SweepRefused(r.lock, requests.Reset)
