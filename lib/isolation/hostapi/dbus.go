@@ -92,11 +92,6 @@ func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
 	return conn, nil
 }
 
-// NewSystemd wraps connections made elsewhere (a test host's bus, say): sd
-// for units, bus (the system bus, authenticated and past Hello) for
-// machined. Close closes both.
-func NewSystemd(sd *sddbus.Conn, bus *godbus.Conn) *DBus { return &DBus{sd: sd, bus: bus} }
-
 // Close closes both connections.
 func (d *DBus) Close() error {
 	d.sd.Close()
