@@ -14,6 +14,56 @@
 // typed clientset, which the watcher must stay without (issue #6); what the
 // stages share with it lives in lib/sandbox, lib/systemdconn and
 // lib/nodeidentity.
+//
+// The bootstrap, step by step (moved here from DESIGN.md, which keeps the
+// rules and the state machine):
+//
+//   - Load and validate the configuration: invalid is exit 1, the host
+//     untouched.
+//   - On a fresh host, check the sandbox image before anything (the lock
+//     included) is made: preloaded (an oci:// preload of that image, or image
+//     archives, known only once downloaded), else a HEAD of its manifest
+//     through node.registry_mirrors, then its registry (oci.Resolve,
+//     anonymous, 20 s). Not found or unreachable is exit 1 naming
+//     node.sandbox_image and what each endpoint answered; --preflight prints
+//     the same as "sandbox image: BLOCKED".
+//   - The installation lock (busy: 69), then admission through the ownership
+//     record: fresh, resume from the checkpoint, refuse a different
+//     configuration, or (complete) verify and repair.
+//   - preparing-host (lib/hostprep) → preparing-slot (provision and configure
+//     slot a) → starting-node (start, kubelet healthy, Node Ready within
+//     timeouts.node_ready; systemd-nspawn@a enabled at boot) →
+//     installing-units (the release into <base>/releases/blue and current,
+//     unless a usable one is there; every unit file, journalled first; then
+//     the commit: slot a's applied configuration, then applied/active) →
+//     complete → the watcher and path units started once the lock is
+//     released.
+//
+// A complete host's re-run (every boot) takes ~0.3 s: it re-applies host
+// preparation, repairs units, links and the slot's nspawn settings from the
+// applied configuration, and changes nothing else. Enable links are written
+// as files (not EnableUnitFiles), so each is journalled before it exists.
+//
+// Reports go to the Machine (AgentBootstrapped: Running with the phase,
+// Succeeded, or <Phase>Failed with a message of at most 1 KiB) with the
+// node's own identity, never the bootstrap token: a token names no node, so
+// widening access for it would let any holder write any Machine. Before the
+// kubelet has its certificate, reports are only logged.
+//
+// Sandbox settings (lib/sandbox) come from the environment:
+// KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
+// KUBESLOT_NODE_READONLY_NET_SYSCTL=1, KUBESLOT_HOSTPREP=packages-only, the
+// node compromises KUBESLOT_NODE_LOOPBACK_CNI=1, KUBESLOT_NODE_SNAPSHOTTER,
+// KUBESLOT_NODE_RESTRICT_OOM_SCORE_ADJ=1 and
+// KUBESLOT_SKIP_SANDBOX_IMAGE_CHECK=1 (the rig's shared-network hosts may
+// not reach a public registry and run no pods), and the test hook
+// KUBESLOT_TEST_PAUSE_AT=<checkpoint>. The bootstrap records all but the
+// hook in <base>/state/sandbox.json (checksummed; none on a production host)
+// once it owns the host, and every later run starts from the record with the
+// environment overriding it field by field (…_READONLY_NET_SYSCTL=0 and
+// KUBESLOT_HOSTPREP=full turn a recorded setting off), so a stage started
+// from a unit without that environment keeps the sandbox's settings. Reset
+// removes the record with the host root.
 package bootstrap
 
 import (

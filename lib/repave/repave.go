@@ -16,6 +16,59 @@
 // the target only after its node passed verification (kubelet healthy and
 // the Node Ready with a heartbeat newer than the switch); the old slot is
 // kept until commit, and a start or verify failure rolls back to it.
+//
+// The repave, step by step (moved here from DESIGN.md, which keeps the rules
+// and the state machine):
+//
+// The repaver takes the lock (busy: 69), defers unless the installation is
+// complete, resumes an interrupted repave from state/repave.json, else
+// claims the request (or, by hand, rebuilds the active applied configuration,
+// or --config, onto the target). Phases, the state written before each:
+//
+//	prepare          provision and configure the target; the running node is
+//	                 untouched, so a bad rootfs fails here and nothing stops.
+//	                 Before anything is fetched: the version skew check
+//	                 (lib/kuberelease), the sandbox image if it changed, the
+//	                 kubelet's digest pinned
+//	switch           stop the old node
+//	start            boot the target with the kept identity
+//	verify           kubelet healthy, Node Ready as posted by the kubelet
+//	                 that runs in the target (lib/nodeclient), within
+//	                 timeouts.node_ready; the kubelet binary and the Node's
+//	                 reported version are the desired release
+//	commit           the target's applied configuration, then active, then
+//	                 the systemd-nspawn@<slot> boot link
+//	clean            remove the old slot
+//	rollback         (start or verify failed) stop the target, start the old
+//	                 slot, kept until commit
+//	rollback-verify  start the old slot again if a reboot came in between,
+//	                 wait for its Node, remove the target; then Failed
+//
+// Status files carry phases, durations and the measured node downtime.
+// --restart restarts the active node in place through its mode's operator.
+//
+// A slot is prepared from a clean tree of the rootfs digest, unpacked once
+// into <base>/cache/trees/<sha256>/ (staged, marker written last, renamed,
+// never changed) and copied file by file in Go (FICLONE where the filesystem
+// has it, else copy_file_range; modes, owners, times and links kept; one
+// syncfs), instead of unpacking the tarball each time.
+//
+// After commit (and after a restart in place) the repaver patches the Node's
+// labels, as the node, to the configuration's (the kubelet applies
+// --node-labels only at registration), removing those the previous applied
+// configuration had and the new one dropped; a failure there is a warning in
+// the status, not a rollback.
+//
+// kubeslot-repave.path also watches state/repave.json, so a repave
+// interrupted by a reboot or a kill resumes by itself. A resume in verify or
+// commit goes back to start (stop the old node, start the target, verify):
+// after a power cut the old slot boots (its boot link moves only at the end
+// of commit), and nothing is committed that is not running and verified; if
+// the target then fails, the rollback also takes back what the interrupted
+// commit did. A SIGTERM (a shutdown) keeps the state: the repave resumes
+// after the next start. At its start, and after a committed repave, the
+// repaver prunes the artifact cache (lib/cachekeep). A request whose ID
+// already has a final status is finished without running again.
 package repave
 
 import (
