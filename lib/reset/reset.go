@@ -52,6 +52,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/transition"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -68,8 +69,9 @@ const (
 )
 
 // EnvPauseAt=<step> is test-only: the run stops before that step (after the
-// steps before it finished) and waits to be killed.
-const EnvPauseAt = "KUBESLOT_TEST_PAUSE_AT"
+// steps before it finished) and waits to be killed (transition.EnvPauseAt,
+// the same for every stage).
+const EnvPauseAt = transition.EnvPauseAt
 
 // Deps is everything a run is built from. Root, Log, Systemd and Sys are
 // required.
@@ -221,13 +223,8 @@ type Result struct {
 	// HandedOver: the run marked the host resetting and started
 	// units.Resetting, which does the work (request path).
 	HandedOver bool
-	Steps      []StepTiming
-}
-
-// StepTiming is how long one step took.
-type StepTiming struct {
-	Name string
-	Took time.Duration
+	// Steps are the steps run, with their timings.
+	Steps []requests.PhaseTiming
 }
 
 // StepError is a failed step; the record stays resetting.
@@ -338,35 +335,31 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 	} else {
 		r.log.Info("reset started", "machine", rec.Machine, "checkpoint", rec.Checkpoint)
 	}
-	for _, s := range StepsFor(d.Request) {
-		t0 := time.Now()
-		if err := r.runStep(ctx, s); err != nil {
-			return res, err
-		}
-		res.Steps = append(res.Steps, StepTiming{s.Name, time.Since(t0)})
-	}
-	return res, nil
+	steps, err := r.runSteps(ctx, StepsFor(d.Request))
+	res.Steps = steps
+	return res, err
 }
 
-// runStep runs one step: the test hook, the step, a sync of what it
-// touched. A failure is a *StepError, reported on the request if it came
-// before the report.
-func (r *runner) runStep(ctx context.Context, s Step) error {
-	if r.d.Before != nil {
-		if err := r.d.Before(ctx, s.Name); err != nil {
-			return &StepError{Step: s.Name, Err: err}
+// runSteps runs steps through the stage runner (lib/transition): for each,
+// the test hook (Deps.Before), the step, a sync of what it touched. The
+// record is already durable (mark-resetting is the first step), so there is
+// nothing to save before a step. A failure is a *StepError, reported on the
+// request if it came before the report.
+func (r *runner) runSteps(ctx context.Context, steps []Step) ([]requests.PhaseTiming, error) {
+	phases := make([]transition.Phase, len(steps))
+	for i, s := range steps {
+		phases[i] = transition.Phase{Name: s.Name, What: s.What,
+			Run:       func(ctx context.Context) error { return s.run(r, ctx) },
+			OnFailure: func(_ context.Context, err error) { r.reportFailure(s, err) },
 		}
 	}
-	t0 := time.Now()
-	if err := s.run(r, ctx); err != nil {
-		r.reportFailure(s, err)
-		return &StepError{Step: s.Name, Err: err}
+	tr := transition.Runner{Stage: "reset", Noun: "step", Log: r.log, Pause: r.d.Before,
+		Settle: func(context.Context, transition.Phase) error { return r.sync() }}
+	timings, err := tr.Run(ctx, phases)
+	if pe, ok := errors.AsType[*transition.PhaseError](err); ok {
+		err = &StepError{Step: pe.Phase, Err: pe.Err}
 	}
-	if err := r.sync(); err != nil {
-		return &StepError{Step: s.Name, Err: err}
-	}
-	r.log.Info("reset step done", "step", s.Name, "took", time.Since(t0).Round(time.Millisecond))
-	return nil
+	return timings, err
 }
 
 // runner carries one reset through its steps.
@@ -381,18 +374,10 @@ type runner struct {
 }
 
 // PauseHook returns a Deps.Before that pauses before step (the test hook
-// KUBESLOT_TEST_PAUSE_AT): it calls paused, then waits until ctx ends.
+// KUBESLOT_TEST_PAUSE_AT, transition.PauseHook): it calls paused, then waits
+// until ctx ends.
 func PauseHook(step string, paused func(string)) func(context.Context, string) error {
-	return func(ctx context.Context, s string) error {
-		if s != step {
-			return nil
-		}
-		if paused != nil {
-			paused(s)
-		}
-		<-ctx.Done()
-		return fmt.Errorf("paused before %s (%s): %w", s, EnvPauseAt, context.Cause(ctx))
-	}
+	return transition.PauseHook(step, paused)
 }
 
 // writeLine writes to w, ignoring errors (reports only).

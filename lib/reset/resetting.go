@@ -224,10 +224,8 @@ func (r *runner) handOver(ctx context.Context, res *Result) error {
 		// to be claimed; deferring pauses it (the unit's ExecStopPost=).
 		return exitcode.Defer(fmt.Errorf("the reset is under way in %s", units.Resetting))
 	}
-	for _, s := range StepsFor(true)[:2] {
-		if err := r.runStep(ctx, s); err != nil {
-			return err
-		}
+	if _, err := r.runSteps(ctx, StepsFor(true)[:2]); err != nil {
+		return err
 	}
 	uctx, cancel := context.WithTimeout(ctx, unitWait)
 	defer cancel()
