@@ -89,6 +89,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // Stage is the holder name written into the installation lock.
@@ -341,23 +342,41 @@ type runner struct {
 // slot is the slot a bootstrap installs: the first configured one.
 func (r *runner) slot() string { return r.cfg.Isolation.Slots[0] }
 
-type phase struct {
-	cp  ownership.Checkpoint
-	run func(context.Context) error
-}
-
-func (r *runner) list() []phase {
-	return []phase{
-		{ownership.CheckpointPreparingHost, r.prepareHost},
-		{ownership.CheckpointPreparingSlot, r.prepareSlot},
-		{ownership.CheckpointStartingNode, r.startNode},
-		{ownership.CheckpointInstallingUnits, r.installUnits},
+// list is the table of phases, in order; each is named by the checkpoint
+// the record holds while it runs. complete is not a phase: it is written
+// after the last one (phases).
+func (r *runner) list() []transition.Phase {
+	return []transition.Phase{
+		r.phase(ownership.CheckpointPreparingHost, "prepare the host (lib/hostprep)", r.prepareHost),
+		r.phase(ownership.CheckpointPreparingSlot, "provision and configure the slot", r.prepareSlot),
+		r.phase(ownership.CheckpointStartingNode, "start the node, wait for it to be Ready, enable its machine at boot", r.startNode),
+		r.phase(ownership.CheckpointInstallingUnits, "install the release and the unit files, then commit the applied configuration", r.installUnits),
 	}
 }
 
-// phases runs every phase from the record's checkpoint on. The checkpoint
-// of a phase is written before it starts, so a crash resumes that phase
-// (each is idempotent); complete is written only after the commit.
+// phase is one row of the table: a failure is reported on the Machine as
+// <Phase>Failed, naming the phase.
+func (r *runner) phase(cp ownership.Checkpoint, what string, run func(context.Context) error) transition.Phase {
+	return transition.Phase{Name: string(cp), What: what, Run: run,
+		OnFailure: func(ctx context.Context, err error) {
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: cp, State: Failed, Err: &transition.PhaseError{Phase: string(cp), Err: err}})
+		}}
+}
+
+// PhaseNames are the names of the phases in order (the checkpoints before
+// complete), from the table the run uses.
+func PhaseNames() []string {
+	var out []string
+	for _, p := range (&runner{}).list() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// phases runs every phase from the record's checkpoint on, through the
+// stage runner (lib/transition). The checkpoint of a phase is written (and
+// reported Running) before it starts, so a crash resumes that phase (each is
+// idempotent); complete is written only after the commit.
 func (r *runner) phases(ctx context.Context, res *Result) error {
 	// A version the skew policy forbids is refused before anything is
 	// downloaded (best effort: a cluster that cannot be asked yet is waited
@@ -383,26 +402,24 @@ func (r *runner) phases(ctx context.Context, res *Result) error {
 		r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
 		return err
 	}
-	for _, p := range r.list() {
-		if r.rec.Checkpoint.Passed(p.cp) {
-			continue
-		}
-		if err := r.checkpoint(p.cp); err != nil {
-			return err
-		}
-		r.d.Cluster.Report(ctx, r.cfg, Report{Phase: p.cp, State: Running})
-		if err := r.pause(ctx, p.cp); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		r.log.Info("phase started", "phase", p.cp)
-		if err := p.run(ctx); err != nil {
-			err = fmt.Errorf("phase %s: %w", p.cp, err)
-			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: p.cp, State: Failed, Err: err})
-			return err
-		}
-		res.Phases = append(res.Phases, p.cp)
-		r.log.Info("phase done", "phase", p.cp, "took", time.Since(t0).Round(time.Millisecond))
+	tr := transition.Runner{Stage: "bootstrap", Log: r.log,
+		Skip: func(name string) bool { return r.rec.Checkpoint.Passed(ownership.Checkpoint(name)) },
+		Save: func(ctx context.Context, p transition.Phase) error {
+			cp := ownership.Checkpoint(p.Name)
+			if err := r.checkpoint(cp); err != nil {
+				return err
+			}
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: cp, State: Running})
+			return nil
+		},
+		Pause: func(ctx context.Context, name string) error { return r.pause(ctx, ownership.Checkpoint(name)) },
+	}
+	timings, err := tr.Run(ctx, r.list())
+	for _, t := range timings {
+		res.Phases = append(res.Phases, ownership.Checkpoint(t.Name))
+	}
+	if err != nil {
+		return err
 	}
 	if err := r.pause(ctx, ownership.CheckpointComplete); err != nil {
 		return err
@@ -425,7 +442,8 @@ func (r *runner) checkpoint(cp ownership.Checkpoint) error {
 	return ownership.Save(r.d.Root, r.rec)
 }
 
-// pause is the KUBESLOT_TEST_PAUSE_AT hook.
+// pause is the KUBESLOT_TEST_PAUSE_AT hook (the runner's Pause, and before
+// complete is written).
 func (r *runner) pause(ctx context.Context, cp ownership.Checkpoint) error {
 	if r.d.PauseAt == "" || r.d.PauseAt != cp {
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // The test and sandbox environment variables are lib/sandbox's; the
@@ -35,8 +36,9 @@ const (
 )
 
 // EnvPauseAt=<checkpoint> is test-only: the run stops at the start of that
-// phase and waits to be killed. Not recorded: it applies to one run.
-const EnvPauseAt = "KUBESLOT_TEST_PAUSE_AT"
+// phase and waits to be killed. Not recorded: it applies to one run. The
+// same for every stage (transition.EnvPauseAt).
+const EnvPauseAt = transition.EnvPauseAt
 
 // PauseFromEnv reads the KUBESLOT_TEST_PAUSE_AT hook.
 func PauseFromEnv(getenv func(string) string) (ownership.Checkpoint, error) {
