@@ -2,6 +2,7 @@ package systemdconn
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -19,5 +20,21 @@ func TestMachinedErrors(t *testing.T) {
 	}
 	if err := machinedError("machine a", godbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}); errors.Is(err, hostapi.ErrNoMachine) {
 		t.Errorf("access denied taken for no machine: %v", err)
+	}
+}
+
+// StopUnit and ResetFailed take systemd's NoSuchUnit, and only it, for a
+// unit that is stopped already.
+func TestNoSuchUnit(t *testing.T) {
+	if !isNoSuchUnit(godbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit"}) {
+		t.Error("NoSuchUnit not recognised")
+	}
+	if !isNoSuchUnit(fmt.Errorf("wrapped: %w", godbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit"})) {
+		t.Error("wrapped NoSuchUnit not recognised")
+	}
+	for _, err := range []error{nil, errors.New("org.freedesktop.systemd1.NoSuchUnit"), godbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}} {
+		if isNoSuchUnit(err) {
+			t.Errorf("%v taken for NoSuchUnit", err)
+		}
 	}
 }
