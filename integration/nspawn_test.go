@@ -47,6 +47,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 const (
@@ -454,10 +455,8 @@ func runNspawnDriver(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	sd, err := hostapi.DialSystemd(ctx)
-	if err != nil {
-		return fail(err)
-	}
+	// This machine's own systemd, connected on first use.
+	sd := &systemdconn.Client{Ctx: ctx}
 	defer sd.Close()
 	b, o, err := isolation.ForConfig(isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
 		Log: log, Record: rec, Settings: set})

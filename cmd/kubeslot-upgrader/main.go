@@ -125,8 +125,8 @@ func job(f *flags, getenv func(string) string) (upgrade.Job, error) {
 
 // deps are the real collaborators; systemd over D-Bus on first use.
 func deps(ctx context.Context, root *hostroot.Root, bus string, log *slog.Logger) (*upgrade.Deps, func()) {
-	l := systemdconn.For(ctx, root.Prefix(), bus)
-	sd := &upgrade.DBus{Life: ctx, Address: l.Address, Refused: l.Refused}
+	sd := systemdconn.For(ctx, root.Prefix(), bus)
+	sd.NoMachined = true
 	return &upgrade.Deps{
 		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
 		Fetcher: upgrade.CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},

@@ -11,7 +11,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 
-	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 // busSocket is the host's D-Bus system bus seen from the machine. systemd's private socket (/run/systemd/private)
@@ -21,9 +21,9 @@ func busSocket(pid int) string {
 }
 
 // dialBus connects to the host's system bus, authenticates as this process's user (root) and says Hello, bounded
-// by ctx; the connection does not depend on ctx (lib/isolation/hostapi.DialBus, what the stages use).
+// by ctx; the connection does not depend on ctx (lib/systemdconn.DialBus, what the stages use).
 func dialBus(ctx context.Context, socket string) (*godbus.Conn, error) {
-	conn, err := hostapi.DialBus(ctx, "unix:path="+socket)
+	conn, err := systemdconn.DialBus(ctx, "unix:path="+socket)
 	if err != nil {
 		return nil, fmt.Errorf("bus %s: %w", socket, err)
 	}

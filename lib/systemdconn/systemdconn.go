@@ -1,13 +1,15 @@
-// Package systemdconn is the stages' connection to the host's systemd: a
-// D-Bus client (lib/isolation/hostapi.DBus) dialled on first use and bounded
-// by DialTimeout, implementing hostapi.Systemd (isolation.SystemdConn) and
-// reset.UnitLister; Once is that first-use, bounded dial for any client.
+// Package systemdconn is kubeslot's one client of the host's systemd and
+// machined over D-Bus (Client): dialled on first use, the dial bounded by
+// DialTimeout, confined to the bus a sandboxed run is given (For, Refusal).
+// Consumers declare the narrow interface they use (hostapi.Systemd,
+// lib/reset.UnitLister, lib/upgrade.Systemd) and Client implements them
+// all; sdtest is the matching fake for unit tests.
 //
-// It imports lib/isolation/hostapi only (and through it go-systemd and
-// godbus), so the watcher can use it without linking the bootstrap's typed
-// Kubernetes clientset. Imported by the stage binaries' mains (cmd/kubeslot-*
-// but the kubeslot CLI), lib/cli (Refusal, for --systemd-bus) and
-// lib/upgrade (Once) only.
+// Of kubeslot it imports lib/isolation/hostapi only (the Machine type), so
+// the watcher can use it without linking the bootstrap's typed Kubernetes
+// clientset. Imported by the stage binaries' mains (cmd/kubeslot-* but the
+// kubeslot CLI), lib/cli (Refusal, for --systemd-bus) and lib/upgrade
+// (ServiceStatus) only.
 package systemdconn
 
 import (
@@ -25,8 +27,7 @@ import (
 // the connection's lifetime context and is bounded by DialTimeout apart
 // from it, since go-systemd and godbus close a connection when the context
 // it was dialled with ends. A failed dial is remembered; a caller whose own
-// context ends first is not (a later call may dial again). Shared by Lazy
-// and lib/upgrade's systemd client.
+// context ends first is not (a later call may dial again).
 type Once[C any] struct {
 	mu   sync.Mutex
 	conn C
@@ -78,11 +79,15 @@ func (o *Once[C]) Made() (C, bool) {
 	return o.conn, o.made
 }
 
-// Lazy connects to systemd over D-Bus on first use, so that a run
-// refused before it touches the host (invalid configuration, busy lock,
-// another installation) never needs the bus. Ctx is the connection's
-// lifetime (the process's context).
-type Lazy struct {
+// Client is kubeslot's one systemd client: go-systemd's D-Bus client for
+// units and a system-bus connection for machined, made on first use so
+// that a run refused before it touches the host (invalid configuration, busy
+// lock, another installation, nothing to do) never needs the bus. Every
+// method is bounded by its ctx. It implements each consumer's narrow
+// interface: hostapi.Systemd (isolation.SystemdConn), lib/reset.UnitLister
+// and lib/upgrade.Systemd.
+type Client struct {
+	// Ctx is the connection's lifetime (the process's context).
 	Ctx context.Context
 	// Address, when set, is the D-Bus address of the systemd to use (a
 	// sandbox's system bus) instead of this machine's own.
@@ -91,7 +96,11 @@ type Lazy struct {
 	// the run's root prefix is not this machine's "/" and no Address was
 	// given (For).
 	Refused error
-	once    Once[*hostapi.DBus]
+	// NoMachined connects to systemd only, never to machined (the
+	// upgrader, which asks nothing of machines); Machine and
+	// TerminateMachine then fail.
+	NoMachined bool
+	once       Once[*conn]
 }
 
 // EnvBus names the environment variable that sets the bus when no
@@ -102,14 +111,14 @@ const EnvBus = "KUBESLOT_SYSTEMD_BUS"
 // not "/" would act through this machine's own systemd.
 var ErrNotConfined = errors.New("refusing to act on this machine's own systemd for a root prefix other than /")
 
-// For returns the connection a stage with root prefix prefix may use: with
+// For returns the client a stage with root prefix prefix may use: with
 // the prefix "/" this machine's systemd (or address when given); with any
 // other prefix only the systemd at address, which the caller gives
 // explicitly (--systemd-bus): a sandboxed run must never stop this
 // machine's units or machines. Without an address, every call fails with
 // an error wrapping ErrNotConfined, and nothing is dialled.
-func For(ctx context.Context, prefix, address string) *Lazy {
-	return &Lazy{Ctx: ctx, Address: address, Refused: Refusal(prefix, address)}
+func For(ctx context.Context, prefix, address string) *Client {
+	return &Client{Ctx: ctx, Address: address, Refused: Refusal(prefix, address)}
 }
 
 // Refusal is the error (wrapping ErrNotConfined) every systemd call of a
@@ -126,99 +135,20 @@ func Refusal(prefix, address string) error {
 // DialTimeout bounds connecting to systemd.
 const DialTimeout = 30 * time.Second
 
-var _ hostapi.Systemd = (*Lazy)(nil) // isolation.SystemdConn
+var _ hostapi.Systemd = (*Client)(nil) // isolation.SystemdConn
 
-func (l *Lazy) get(ctx context.Context) (*hostapi.DBus, error) {
-	if l.Refused != nil {
-		return nil, l.Refused
+func (c *Client) get(ctx context.Context) (*conn, error) {
+	if c.Refused != nil {
+		return nil, c.Refused
 	}
-	if l.Address != "" {
-		return l.once.Get(ctx, l.Ctx, func(life context.Context) (*hostapi.DBus, error) {
-			return hostapi.DialSystemdAt(life, l.Address)
-		})
-	}
-	return l.once.Get(ctx, l.Ctx, hostapi.DialSystemd)
+	return c.once.Get(ctx, c.Ctx, func(life context.Context) (*conn, error) {
+		return dial(life, c.Address, c.NoMachined)
+	})
 }
 
 // Close closes the connection if one was made.
-func (l *Lazy) Close() {
-	if c, ok := l.once.Made(); ok {
-		c.Close()
+func (c *Client) Close() {
+	if cn, ok := c.once.Made(); ok {
+		cn.close()
 	}
-}
-
-// The methods below implement hostapi.Systemd over the lazily made
-// connection.
-
-// StartUnit starts a unit and waits for its job.
-func (l *Lazy) StartUnit(ctx context.Context, name string) error {
-	c, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return c.StartUnit(ctx, name)
-}
-
-// StopUnit stops a unit and waits for its job.
-func (l *Lazy) StopUnit(ctx context.Context, name string) error {
-	c, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return c.StopUnit(ctx, name)
-}
-
-// Reload is a daemon-reload.
-func (l *Lazy) Reload(ctx context.Context) error {
-	c, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return c.Reload(ctx)
-}
-
-// UnitState returns ActiveState and SubState.
-func (l *Lazy) UnitState(ctx context.Context, name string) (string, string, error) {
-	c, err := l.get(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	return c.UnitState(ctx, name)
-}
-
-// ResetFailed clears a failed state.
-func (l *Lazy) ResetFailed(ctx context.Context, name string) error {
-	c, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return c.ResetFailed(ctx, name)
-}
-
-// Machine asks machined about a machine.
-func (l *Lazy) Machine(ctx context.Context, name string) (hostapi.Machine, error) {
-	c, err := l.get(ctx)
-	if err != nil {
-		return hostapi.Machine{}, err
-	}
-	return c.Machine(ctx, name)
-}
-
-// TerminateMachine kills a machine at once.
-func (l *Lazy) TerminateMachine(ctx context.Context, name string) error {
-	c, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return c.TerminateMachine(ctx, name)
-}
-
-// ListUnitsByPatterns lists the loaded units matching the glob patterns
-// (lib/reset.UnitLister).
-func (l *Lazy) ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error) {
-	c, err := l.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.ListUnitsByPatterns(ctx, patterns)
 }

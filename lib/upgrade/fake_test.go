@@ -23,6 +23,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -45,7 +46,7 @@ type fakeSystemd struct {
 	restarts int
 	resets   int
 	rel      string // release of the running (or crashing) watcher
-	st       UnitStatus
+	st       systemdconn.ServiceStatus
 	exe      map[uint32]string
 	inv      int
 	reads    int
@@ -55,7 +56,7 @@ func newFakeSystemd(t *testing.T, root *hostroot.Root) *fakeSystemd {
 	return &fakeSystemd{t: t, root: root, crash: map[string]bool{}, flaky: map[string]int{}, exe: map[uint32]string{}}
 }
 
-func (f *fakeSystemd) DaemonReload(context.Context) error {
+func (f *fakeSystemd) Reload(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reloads++
@@ -113,7 +114,7 @@ func (f *fakeSystemd) launch() {
 	f.st.ActiveState, f.st.SubState, f.st.MainPID = "active", "running", pid
 }
 
-func (f *fakeSystemd) Unit(_ context.Context, name string) (UnitStatus, error) {
+func (f *fakeSystemd) ServiceStatus(_ context.Context, name string) (systemdconn.ServiceStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.pending {
@@ -126,7 +127,7 @@ func (f *fakeSystemd) Unit(_ context.Context, name string) (UnitStatus, error) {
 		}
 	}
 	if f.st.InvocationID == "" {
-		return UnitStatus{ActiveState: "inactive", SubState: "dead"}, nil
+		return systemdconn.ServiceStatus{ActiveState: "inactive", SubState: "dead"}, nil
 	}
 	f.reads++
 	if cur, err := release.Current(f.root); err == nil && f.reexec && cur != f.rel && f.st.ActiveState == "active" {
@@ -218,7 +219,7 @@ func newEnv(t *testing.T) *env {
 	if err := e.sd.RestartUnit(t.Context(), WatcherUnit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sd.Unit(t.Context(), WatcherUnit); err != nil { // runs the queued job
+	if _, err := e.sd.ServiceStatus(t.Context(), WatcherUnit); err != nil { // runs the queued job
 		t.Fatal(err)
 	}
 	e.sd.restarts = 0

@@ -15,6 +15,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/lib/unitinstall"
 	"github.com/kubeslot/kubeslot/units"
 )
@@ -231,7 +232,7 @@ func installReleaseUnits(ctx context.Context, d *Deps, rec *ownership.Record, di
 	log.Info("unit files installed", "changed", changed, "removed", dropped)
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	return d.Systemd.DaemonReload(rctx)
+	return d.Systemd.Reload(rctx)
 }
 
 // releaseUnits renders the unit templates of release directory dir for
@@ -264,7 +265,7 @@ type handover struct {
 	// reexeced: the running watcher re-executed the new binary itself; st
 	// is the unit then, so every later restart or failure counts.
 	reexeced bool
-	st       UnitStatus
+	st       systemdconn.ServiceStatus
 	// before is the invocation restarted (restart path): its states are not
 	// held against the new watcher.
 	before string
@@ -299,7 +300,7 @@ func (t *txn) handOver(ctx context.Context, toDir string) (handover, error) {
 	}
 	var h handover
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	st, err := d.Systemd.Unit(cctx, WatcherUnit)
+	st, err := d.Systemd.ServiceStatus(cctx, WatcherUnit)
 	cancel()
 	if err == nil {
 		h.before = st.InvocationID
@@ -333,12 +334,12 @@ func watcherUnitChanged(d *Deps, from, toDir string) (bool, error) {
 // awaitReexec waits, within timeout, until the running watcher runs dir's
 // binary. It gives up at once when the watcher is not running: nothing
 // would re-execute.
-func awaitReexec(ctx context.Context, d *Deps, dir string, timeout time.Duration) (UnitStatus, bool, error) {
+func awaitReexec(ctx context.Context, d *Deps, dir string, timeout time.Duration) (systemdconn.ServiceStatus, bool, error) {
 	want := watcherBinary(dir)
 	deadline := d.now().Add(timeout)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		st, err := d.Systemd.Unit(cctx, WatcherUnit)
+		st, err := d.Systemd.ServiceStatus(cctx, WatcherUnit)
 		cancel()
 		if err == nil {
 			if st.ActiveState != "active" && st.ActiveState != "reloading" || st.MainPID == 0 {
@@ -398,7 +399,7 @@ func waitActive(ctx context.Context, d *Deps, dir string, timeout time.Duration)
 // watch is the gate (strict) and the rollback's wait. seen, when set, is the
 // unit already running dir's binary: its invocation and restart counter
 // are the baseline from the start.
-func watch(ctx context.Context, d *Deps, dir, before string, seen *UnitStatus, window, timeout time.Duration, strict bool) (string, error) {
+func watch(ctx context.Context, d *Deps, dir, before string, seen *systemdconn.ServiceStatus, window, timeout time.Duration, strict bool) (string, error) {
 	want := watcherBinary(dir)
 	deadline := d.now().Add(timeout)
 	var (
@@ -406,7 +407,7 @@ func watch(ctx context.Context, d *Deps, dir, before string, seen *UnitStatus, w
 		base     uint32 // its restart counter
 		pid      uint32
 		since    time.Time
-		last     UnitStatus
+		last     systemdconn.ServiceStatus
 		lastErr  error
 		lastExe  string
 		restarts uint32
@@ -416,7 +417,7 @@ func watch(ctx context.Context, d *Deps, dir, before string, seen *UnitStatus, w
 	}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		st, err := d.Systemd.Unit(cctx, WatcherUnit)
+		st, err := d.Systemd.ServiceStatus(cctx, WatcherUnit)
 		cancel()
 		now := d.now()
 		if err != nil {

@@ -55,6 +55,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 // Phase names a step of the upgrade, as it appears in statuses, the signal
@@ -110,27 +111,20 @@ const (
 	callTimeout = 25 * time.Second
 )
 
-// UnitStatus is what the health gate reads of a unit.
-type UnitStatus struct {
-	ActiveState  string // active, activating, failed, ...
-	SubState     string // running, auto-restart, ...
-	MainPID      uint32
-	NRestarts    uint32 // automatic restarts (Restart=)
-	InvocationID string // hex; a new one per start, automatic restarts included
-}
-
 // Systemd is what the upgrade asks of systemd. RestartUnit only queues the
 // job (it also starts an inactive unit): the health gate watches the unit
 // itself, since the start job of a unit that crash-loops need not finish
-// within any bound.
+// within any bound. The real implementation is lib/systemdconn.Client
+// (with NoMachined).
 type Systemd interface {
-	DaemonReload(ctx context.Context) error
+	// Reload is a daemon-reload.
+	Reload(ctx context.Context) error
 	RestartUnit(ctx context.Context, name string) error
 	// StopUnit stops a unit and waits for the job; a unit systemd does not
 	// know is stopped already.
 	StopUnit(ctx context.Context, name string) error
 	ResetFailed(ctx context.Context, name string) error
-	Unit(ctx context.Context, name string) (UnitStatus, error)
+	ServiceStatus(ctx context.Context, name string) (systemdconn.ServiceStatus, error)
 }
 
 // Fetcher brings a bundle into the artifact cache.

@@ -1,7 +1,8 @@
 // Package hostapi holds what every isolation backend is built from: the
 // narrow interfaces over the host's systemd (units over D-Bus, machines over
-// machine1) and over running commands, their real implementations, and the
-// Deps bundle a backend is bound to.
+// machine1) and over running commands, the real command runner, and the
+// Deps bundle a backend is bound to. The real Systemd is kubeslot's one
+// systemd client, lib/systemdconn.Client.
 //
 // It is a leaf so that both lib/isolation (the mode composition table) and
 // the mode packages (lib/isolation/nspawn) can import it without a cycle.
@@ -33,11 +34,12 @@ type Machine struct {
 }
 
 // Systemd is the part of the host's service manager a backend uses. Every
-// method is bounded by ctx. The real implementation is *DBus.
+// method is bounded by ctx. The real implementation is
+// lib/systemdconn.Client; lib/systemdconn/sdtest is a fake.
 type Systemd interface {
 	// StartUnit and StopUnit queue a job (mode "replace") and wait for its
 	// result; a result other than "done" is an error naming the unit and
-	// the result.
+	// the result. A unit systemd does not know is stopped already.
 	StartUnit(ctx context.Context, name string) error
 	StopUnit(ctx context.Context, name string) error
 	// Reload is a daemon-reload; it returns once systemd has reloaded.

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	godbus "github.com/godbus/dbus/v5"
 )
 
 func TestExecRunner(t *testing.T) {
@@ -57,17 +55,5 @@ func TestTail(t *testing.T) {
 	}
 	if got := Tail([]byte("  abcdefghij\n"), 4); got != "...ghij" {
 		t.Errorf("long: %q", got)
-	}
-}
-
-func TestMachinedErrors(t *testing.T) {
-	for _, name := range []string{noSuchMachine, "org.freedesktop.DBus.Error.UnknownObject"} {
-		err := machinedError("machine a", godbus.Error{Name: name})
-		if !errors.Is(err, ErrNoMachine) || !strings.Contains(err.Error(), "machine a") {
-			t.Errorf("%s: %v", name, err)
-		}
-	}
-	if err := machinedError("machine a", godbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}); errors.Is(err, ErrNoMachine) {
-		t.Errorf("access denied taken for no machine: %v", err)
 	}
 }

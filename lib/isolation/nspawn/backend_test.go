@@ -63,8 +63,8 @@ func TestProvisionConfigureJournalBeforeCreate(t *testing.T) {
 	if rec, err := ownership.Load(e.root); err != nil || len(rec.Journal) != len(want) {
 		t.Errorf("saved record: %v, %d entries", err, len(rec.Journal))
 	}
-	if e.sd.reloads != 1 {
-		t.Errorf("%d reloads after the first configure, want 1", e.sd.reloads)
+	if e.sd.Reloads != 1 {
+		t.Errorf("%d reloads after the first configure, want 1", e.sd.Reloads)
 	}
 
 	// Idempotent: nothing rewritten, no reload, no new journal entries.
@@ -74,8 +74,8 @@ func TestProvisionConfigureJournalBeforeCreate(t *testing.T) {
 	if err := b.Configure(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if e.sd.reloads != 1 || len(e.rec.Journal) != len(want) {
-		t.Errorf("second run: %d reloads, %d journal entries", e.sd.reloads, len(e.rec.Journal))
+	if e.sd.Reloads != 1 || len(e.rec.Journal) != len(want) {
+		t.Errorf("second run: %d reloads, %d journal entries", e.sd.Reloads, len(e.rec.Journal))
 	}
 }
 
@@ -125,8 +125,8 @@ func TestHostSideSettings(t *testing.T) {
 	if s := e.read("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf"); strings.Contains(s, "SYSTEMD_NSPAWN_API_VFS_WRITABLE") {
 		t.Errorf("ReadOnlyNetSysctl ignored:\n%s", s)
 	}
-	if e.sd.reloads != 2 {
-		t.Errorf("%d reloads, want 2 (the drop-in changed once)", e.sd.reloads)
+	if e.sd.Reloads != 2 {
+		t.Errorf("%d reloads, want 2 (the drop-in changed once)", e.sd.Reloads)
 	}
 }
 
@@ -178,11 +178,11 @@ func TestProvisionRebuildsForOtherArtifacts(t *testing.T) {
 	})
 	b2 := e.backend(cfg2)
 	// Not while its node runs.
-	e.sd.units[unitName("a")] = "active"
+	e.sd.Units[unitName("a")] = "active"
 	if err := b2.Provision(t.Context(), "a"); err == nil || !strings.Contains(err.Error(), "stop it first") {
 		t.Fatalf("rebuild of a running slot: %v", err)
 	}
-	e.sd.units[unitName("a")] = "inactive"
+	e.sd.Units[unitName("a")] = "inactive"
 	if err := b2.Provision(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestRemoveIdempotent(t *testing.T) {
 	if err := b.Stop(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	reloads := e.sd.reloads
+	reloads := e.sd.Reloads
 	for i := range 2 {
 		if err := b.Remove(ctx, "a"); err != nil {
 			t.Fatalf("remove %d: %v", i+1, err)
@@ -229,8 +229,8 @@ func TestRemoveIdempotent(t *testing.T) {
 			t.Errorf("%s left after remove", p)
 		}
 	}
-	if e.sd.reloads != reloads+1 {
-		t.Errorf("%d reloads for two removes, want 1", e.sd.reloads-reloads)
+	if e.sd.Reloads != reloads+1 {
+		t.Errorf("%d reloads for two removes, want 1", e.sd.Reloads-reloads)
 	}
 	if !e.exists("/opt/kubeslot/identity") {
 		t.Error("remove took the node identity")
@@ -309,7 +309,7 @@ func TestStopFallsBackToTerminate(t *testing.T) {
 	if err := b.Start(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	e.sd.stopErr = errors.New("job timeout")
+	e.sd.StopErr = errors.New("job timeout")
 	if err := b.Stop(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestStartFailsFastWhenTheUnitFails(t *testing.T) {
 	if err := b.Configure(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	e.sd.noBoot = true
+	e.sd.NoBoot = true
 	err := b.Start(ctx, "a")
 	if err == nil || !strings.Contains(err.Error(), "did not come up") {
 		t.Fatalf("got %v", err)
@@ -362,7 +362,7 @@ func TestKubeletHealthy(t *testing.T) {
 	if err := b.KubeletHealthy(ctx, "a"); err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Errorf("slot not running: %v", err)
 	}
-	e.sd.machines["a"] = machineRunning("a")
+	e.sd.Machines["a"] = machineRunning("a")
 	if err := b.KubeletHealthy(ctx, "a"); err == nil || !strings.Contains(err.Error(), "500") {
 		t.Errorf("unhealthy kubelet: %v", err)
 	}
@@ -403,8 +403,8 @@ func TestOperatorHooksAndTheRepaversSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.EnsureHooks(ctx); err != nil || e.exists("/etc/systemd/nspawn/a.nspawn") || e.sd.reloads != 0 {
-		t.Fatalf("hooks with no provisioned slot: %v, reloads %d", err, e.sd.reloads)
+	if err := o.EnsureHooks(ctx); err != nil || e.exists("/etc/systemd/nspawn/a.nspawn") || e.sd.Reloads != 0 {
+		t.Fatalf("hooks with no provisioned slot: %v, reloads %d", err, e.sd.Reloads)
 	}
 	b := o.Backend()
 	if err := b.Provision(ctx, "a"); err != nil {
@@ -416,13 +416,13 @@ func TestOperatorHooksAndTheRepaversSteps(t *testing.T) {
 	if err := b.Start(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	reloads, calls := e.sd.reloads, len(e.sd.Calls())
-	if err := o.EnsureHooks(ctx); err != nil || e.sd.reloads != reloads {
-		t.Errorf("hooks unchanged: %v, reloads %d -> %d", err, reloads, e.sd.reloads)
+	reloads, calls := e.sd.Reloads, len(e.sd.Calls())
+	if err := o.EnsureHooks(ctx); err != nil || e.sd.Reloads != reloads {
+		t.Errorf("hooks unchanged: %v, reloads %d -> %d", err, reloads, e.sd.Reloads)
 	}
 	e.put("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf", []byte("[Service]\n"))
-	if err := o.EnsureHooks(ctx); err != nil || e.sd.reloads != reloads+1 {
-		t.Errorf("hooks repaired: %v, reloads %d -> %d", err, reloads, e.sd.reloads)
+	if err := o.EnsureHooks(ctx); err != nil || e.sd.Reloads != reloads+1 {
+		t.Errorf("hooks repaired: %v, reloads %d -> %d", err, reloads, e.sd.Reloads)
 	}
 	for _, c := range e.sd.Calls()[calls:] {
 		if c != "reload" {
@@ -455,7 +455,7 @@ func TestOperatorHooksAndTheRepaversSteps(t *testing.T) {
 func TestExecRefusesBadCommands(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend(nil)
-	e.sd.machines["a"] = machineRunning("a")
+	e.sd.Machines["a"] = machineRunning("a")
 	for _, args := range [][]string{nil, {""}, {"A=B", "sh"}} {
 		if _, err := b.Exec(context.Background(), "a", args...); err == nil {
 			t.Errorf("Exec(%q) accepted", args)

@@ -26,109 +26,15 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
 )
 
-// fakeSystemd is a host systemd with machined: starting a node unit
-// registers a running machine, stopping it unregisters it.
-type fakeSystemd struct {
-	mu       sync.Mutex
-	units    map[string]string // unit -> ActiveState
-	machines map[string]hostapi.Machine
-	calls    []string
-	reloads  int
-	stopErr  error // StopUnit fails with it (the machine stays)
-	startErr error
-	noBoot   bool // StartUnit "succeeds" but the unit fails and no machine appears
-}
-
-func newFakeSystemd() *fakeSystemd {
-	return &fakeSystemd{units: map[string]string{}, machines: map[string]hostapi.Machine{}}
-}
-
-func (f *fakeSystemd) record(s string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, s)
-}
-
-func (f *fakeSystemd) Calls() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
-}
+// newFakeSystemd is the shared fake systemd with machined: starting a node
+// unit registers its slot's machine running, stopping it unregisters it.
+func newFakeSystemd() *sdtest.Systemd { return sdtest.New(slotOf) }
 
 func slotOf(unit string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(unit, "systemd-nspawn@"), ".service")
-}
-
-func (f *fakeSystemd) StartUnit(ctx context.Context, name string) error {
-	f.record("start " + name)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.startErr != nil {
-		return f.startErr
-	}
-	if f.noBoot {
-		f.units[name] = "failed"
-		return nil
-	}
-	f.units[name] = "active"
-	f.machines[slotOf(name)] = hostapi.Machine{Name: slotOf(name), State: "running", Leader: 4242, Class: "container"}
-	return nil
-}
-
-func (f *fakeSystemd) StopUnit(ctx context.Context, name string) error {
-	f.record("stop " + name)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopErr != nil {
-		return f.stopErr
-	}
-	f.units[name] = "inactive"
-	delete(f.machines, slotOf(name))
-	return nil
-}
-
-func (f *fakeSystemd) Reload(ctx context.Context) error {
-	f.record("reload")
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reloads++
-	return nil
-}
-
-func (f *fakeSystemd) UnitState(ctx context.Context, name string) (string, string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.units[name]
-	if s == "" {
-		s = "inactive"
-	}
-	return s, "x", nil
-}
-
-func (f *fakeSystemd) ResetFailed(ctx context.Context, name string) error {
-	f.record("reset-failed " + name)
-	return nil
-}
-
-func (f *fakeSystemd) Machine(ctx context.Context, name string) (hostapi.Machine, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m, ok := f.machines[name]
-	if !ok {
-		return m, fmt.Errorf("machine %s: %w", name, hostapi.ErrNoMachine)
-	}
-	return m, nil
-}
-
-func (f *fakeSystemd) TerminateMachine(ctx context.Context, name string) error {
-	f.record("terminate " + name)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.machines, name)
-	f.units[unitName(name)] = "failed"
-	return nil
 }
 
 // fakeRunner records commands; answer gives the output for a command line.
@@ -173,7 +79,7 @@ func (r *fakeRunner) Inner() []string {
 type env struct {
 	t       *testing.T
 	root    *hostroot.Root
-	sd      *fakeSystemd
+	sd      *sdtest.Systemd
 	run     *fakeRunner
 	rec     *ownership.Record
 	ca      string
@@ -387,5 +293,5 @@ func testCA(t *testing.T) string {
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 func machineRunning(slot string) hostapi.Machine {
-	return hostapi.Machine{Name: slot, State: "running", Leader: 4242, Class: "container"}
+	return hostapi.Machine{Name: slot, State: "running", Leader: 4242, Class: "container", Service: unitName(slot)}
 }

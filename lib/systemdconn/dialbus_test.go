@@ -1,8 +1,9 @@
-package hostapi
+package systemdconn
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -81,5 +82,25 @@ func TestDialBusBoundedByContext(t *testing.T) {
 	}
 	if _, err := DialBus(ctx, "unix:path="+sock); err == nil {
 		t.Fatal("an ended context dialled")
+	}
+}
+
+// A client with NoMachined connects to systemd only: its machine calls fail
+// without dialling machined.
+func TestNoMachined(t *testing.T) {
+	addr := testBus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &Client{Ctx: ctx, Address: addr, NoMachined: true}
+	defer c.Close()
+	if _, err := c.Machine(ctx, "a"); !errors.Is(err, errNoMachined) {
+		t.Errorf("Machine: %v, want errNoMachined", err)
+	}
+	if err := c.TerminateMachine(ctx, "a"); !errors.Is(err, errNoMachined) {
+		t.Errorf("TerminateMachine: %v, want errNoMachined", err)
+	}
+	cn, made := c.once.Made()
+	if !made || cn.bus != nil {
+		t.Errorf("made %v, machined connection %v: want systemd's only", made, cn)
 	}
 }
