@@ -33,7 +33,7 @@ var workerServices = []string{"kubeslot-restart.service", "kubeslot-upgrade.serv
 
 // UnitLister lists the units systemd has loaded whose names match glob
 // patterns. The Deps.Systemd of a real run implements it
-// (systemdconn.Lazy); without it only the known instances are stopped.
+// (systemdconn.Client); without it only the known instances are stopped.
 type UnitLister interface {
 	ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error)
 }
