@@ -7,7 +7,8 @@
 //
 // The record lives at <base>/ownership.json and is only ever replaced
 // atomically. Writers must hold the installation lock (Acquire) from before
-// they read the record until after their last write; readers that only
+// they read the record until after their last write; the stages take both
+// through Begin (prologue.go), the one prologue they share. Readers that only
 // report (kubeslot status) may read without it, because every write is a
 // whole-file atomic replacement.
 package ownership
