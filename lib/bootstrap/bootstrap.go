@@ -7,10 +7,9 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap, and by cmd/kubeslot-repaver for the
-// sandbox image check and Stage; never by another lib/
-// package (the node's own client, which the repaver shares, is
-// lib/nodeclient). Never by the watcher: this package links client-go's
+// Imported by cmd/kubeslot-bootstrap, and by lib/repave (the repaver's
+// stage) for the sandbox image check and Stage; by no other lib/ package
+// (the node's own client, which the repaver shares, is lib/nodeclient). Never by the watcher: this package links client-go's
 // typed clientset, which the watcher must stay without (issue #6); what the
 // stages share with it lives in lib/sandbox, lib/systemdconn and
 // lib/nodeidentity.
