@@ -6,8 +6,8 @@
 // It sits apart from lib/bootstrap so that the watcher can read the settings
 // without linking the bootstrap's typed Kubernetes clientset (issue #6: the
 // watcher's resident memory). It imports lib/hostroot, lib/state and
-// lib/isolation/hostapi only. Imported by the stage packages that start a
-// node (lib/bootstrap, lib/repave, lib/watcher) and cmd/kubeslot-bootstrap.
+// lib/isolation/hostapi only. Imported by the stage packages lib/bootstrap,
+// lib/repave and lib/watcher.
 package sandbox
 
 import (
