@@ -9,10 +9,10 @@
 //
 // Imported by cmd/kubeslot-bootstrap, and by lib/repave (the repaver's
 // stage) for the sandbox image check and Stage; by no other lib/ package
-// (the node's own client, which the repaver shares, is lib/nodeclient). Never by the watcher: this package links client-go's
-// typed clientset, which the watcher must stay without (issue #6); what the
-// stages share with it lives in lib/sandbox, lib/systemdconn and
-// lib/nodeidentity.
+// (the node's own client, which the repaver shares, is lib/nodeclient).
+// Never by the watcher: this package links client-go's typed clientset,
+// which the watcher must stay without (issue #6); what the stages share
+// with it lives in lib/sandbox, lib/systemdconn and lib/nodeidentity.
 //
 // The bootstrap, step by step (moved here from DESIGN.md, which keeps the
 // rules and the state machine):

@@ -66,9 +66,10 @@ func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	return res, err
 }
 
-// begin checks the dependencies, then runs the stage prologue (lib/
-// ownership): the installation lock and the ownership record; an incomplete
-// installation defers (69) with why. The caller releases the lock.
+// begin checks the dependencies, then runs the stage prologue
+// (ownership.Begin): the installation lock and the ownership record; an
+// incomplete installation defers (69) with why. The caller releases the
+// lock.
 func begin(ctx context.Context, d *Deps, j Job, incomplete string) (*txn, error) {
 	if err := d.check(); err != nil {
 		return nil, err
