@@ -2,7 +2,8 @@
 // slot a. It is safe to run on every boot: the ownership record decides
 // whether to install, resume from a checkpoint, or (on a complete host) only
 // verify and repair the units from the applied configuration. The phases
-// are in lib/bootstrap; this file wires them to the real host.
+// are in lib/bootstrap (Command); this file only turns flags into its
+// input.
 //
 // Exit codes: 0 done or nothing to do; 1 failed (invalid configuration, a
 // different installation owns the host, a phase failed); 2 usage; 69 the
@@ -18,7 +19,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -28,10 +28,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/kuberelease"
-	"github.com/kubeslot/kubeslot/lib/ownership"
-	"github.com/kubeslot/kubeslot/lib/sandbox"
-	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 const name = "kubeslot-bootstrap"
@@ -55,10 +51,10 @@ func run(args []string, stdio cli.IO) int {
 	})
 }
 
-// stage is the top-down list of what the binary does.
+// stage loads the configuration and protects its file, before anything
+// on the host is touched, and runs the stage (lib/bootstrap).
 func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
 	t0 := time.Now()
-	// 1. The configuration, before anything on the host is touched.
 	cfg, err := config.LoadForStage(f.Config)
 	if err != nil {
 		return err
@@ -68,50 +64,10 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err := bootstrap.ProtectConfig(f.Config, cfg, !f.Preflight, log); err != nil {
 		return err
 	}
-	// 2. The host root and the test/sandbox settings.
 	root, err := f.Root()
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	// Recorded by an earlier run on this host, the environment overriding.
-	sb, err := sandbox.Load(root, getenv)
-	if err != nil {
-		return exitcode.UsageError(err)
-	}
-	settings := sandbox.BackendSettings(sb)
-	pauseAt, err := bootstrap.PauseFromEnv(getenv)
-	if err != nil {
-		return exitcode.UsageError(err)
-	}
-	d := bootstrap.Deps{
-		Root:         root,
-		Log:          log,
-		Host:         bootstrap.HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
-		Cluster:      &bootstrap.NodeCluster{Root: root, Log: log},
-		Releaser:     bootstrap.ReleaseFromExe{Root: root, Log: log},
-		PauseAt:      pauseAt,
-		Sandbox:      sb,
-		ResolveImage: bootstrap.ResolveImage,
-		Releases:     kuberelease.Pinner{Root: root},
-		Paused: func(cp ownership.Checkpoint) {
-			fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", cp, os.Getpid())
-		},
-	}
-	// 3. --preflight: report, change nothing.
-	if f.Preflight {
-		return bootstrap.Preflight(ctx, d, cfg, stdio.Stdout)
-	}
-	// 4. systemd over D-Bus, connected on first use (after admission).
-	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
-	defer sd.Close()
-	d.Systemd = sd
-	d.NewIsolation = bootstrap.Isolation(root, sd, settings, log)
-	// 5. Lock, admission, phases (or verify and repair a complete host).
-	res, err := bootstrap.Run(ctx, d, cfg)
-	if err != nil {
-		return err
-	}
-	log.Info("bootstrap run finished", "decision", res.Decision, "install_id", res.InstallID,
-		"phases", res.Phases, "repaired", res.Repaired, "took", time.Since(t0).Round(time.Millisecond))
-	return nil
+	return bootstrap.Command{Root: root, SystemdBus: f.SystemdBus, Config: cfg, Preflight: f.Preflight,
+		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

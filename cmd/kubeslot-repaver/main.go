@@ -1,6 +1,6 @@
 // Command kubeslot-repaver moves the node onto the other slot (repave), or
-// restarts it in place. The transition is in lib/repave; this file wires it
-// to the real host.
+// restarts it in place. The stage is in lib/repave (Command); this file
+// only turns flags and environment into its input.
 //
 // What it does, in order: take the installation lock (busy → exit 69, the
 // request stays for the path unit); defer (69) unless the installation is
@@ -35,24 +35,14 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
-	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/isolation"
-	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
-	"github.com/kubeslot/kubeslot/lib/kuberelease"
-	"github.com/kubeslot/kubeslot/lib/nodeclient"
-	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/repave"
 	"github.com/kubeslot/kubeslot/lib/requests"
-	"github.com/kubeslot/kubeslot/lib/sandbox"
-	"github.com/kubeslot/kubeslot/lib/state"
-	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
-const name = "kubeslot-repaver"
+const name = repave.Stage
 
 // Environment set by the worker units (lib/requests).
 const (
@@ -110,10 +100,10 @@ func job(f *flags, getenv func(string) string) (repave.Job, error) {
 	return j, nil
 }
 
-// stage is the top-down list of what the binary does.
+// stage checks the input, before anything on the host is touched, and
+// runs the stage (lib/repave).
 func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
 	t0 := time.Now()
-	// 1. Input, before anything on the host is touched.
 	j, err := job(f, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
@@ -122,73 +112,10 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	sb, err := sandbox.Load(root, getenv)
-	if err != nil {
-		return exitcode.UsageError(err)
-	}
-	settings := sandbox.BackendSettings(sb)
 	hook, err := cli.PauseHook(getenv, stdio, "repave", repave.Phase.Valid)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	// 2. The installation lock, bounded; busy means deferred.
-	lctx, cancel := context.WithTimeout(ctx, f.LockWait)
-	lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
-	cancel()
-	if errors.Is(err, ownership.ErrLockTimeout) {
-		return exitcode.Defer(err)
-	}
-	if err != nil {
-		return err
-	}
-	defer lock.Release()
-	// 3. Only a complete installation is repaved or restarted.
-	rec, err := ownership.Load(root)
-	if err != nil {
-		return err
-	}
-	if rec == nil || rec.Checkpoint != ownership.CheckpointComplete {
-		return exitcode.Defer(errors.New("the installation is not complete (bootstrap still to run)"))
-	}
-	if err := lock.SetInstallID(rec.InstallID); err != nil {
-		log.Warn("could not name the installation in the lock", "err", err)
-	}
-	// 4. Real collaborators: systemd over D-Bus on first use.
-	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
-	defer sd.Close()
-	d := &repave.Deps{
-		Root: root, Log: log, Store: state.NewStore(root), Requests: requests.New(root),
-		Isolation: func(m isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error) {
-			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
-				Log: log, Record: rec, Settings: settings})
-		},
-		// Named as the bootstrap's requests, as the repaver's Node requests
-		// always were (they went through lib/bootstrap's client).
-		Cluster:  &nodeclient.Client{Root: root, Log: log, Stage: bootstrap.Stage},
-		Releases: kuberelease.Pinner{Root: root},
-		SandboxImage: func(ctx context.Context, cfg *config.Config) error {
-			skip := ""
-			if sb.SkipSandboxImageCheck {
-				skip = "sandbox setting " + sandbox.EnvSkipSandboxImageCheck
-			}
-			line, err := bootstrap.CheckSandboxImage(ctx, cfg, bootstrap.ResolveImage, skip)
-			if err == nil {
-				log.Info("sandbox image", "check", line)
-			}
-			return err
-		},
-		Boot:         &repave.BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
-		AgentVersion: buildinfo.Version,
-		Hook:         hook,
-	}
-	// 5. Resume, claim, or work by hand.
-	s, err := repave.Execute(ctx, d, lock, j)
-	if s != nil {
-		fmt.Fprintf(stdio.Stdout, "%s %s: %s (active slot %s, node downtime %s, took %s)\n", s.Kind, s.RequestID, s.Phase,
-			s.ActiveSlot, s.Downtime.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
-		if s.Message != "" {
-			fmt.Fprintf(stdio.Stdout, "  %s\n", s.Message)
-		}
-	}
-	return err
+	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait, Hook: hook,
+		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

@@ -1,8 +1,8 @@
 // Command kubeslot-resetter removes kubeslot from this host, leaving it as it
 // was before bootstrap: every kubeslot unit, node machine, nspawn setting,
 // slot rootfs and host change the ownership journal records, then the host
-// root and, last, the ownership record. The steps are in lib/reset; this file
-// wires them to the real host.
+// root and, last, the ownership record. The stage is in lib/reset
+// (Command); this file only turns flags and environment into its input.
 //
 // Entry points: by hand (asks for confirmation on stdin unless --yes;
 // --dry-run lists what would be removed and changes nothing); from an
@@ -26,11 +26,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -39,9 +36,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/reset"
-	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
 const name = "kubeslot-resetter"
@@ -77,10 +72,10 @@ func runEnv(args []string, stdio cli.IO, getenv func(string) string) int {
 	})
 }
 
-// stage is the top-down list of what the binary does.
+// stage checks the input, before anything on the host is touched, and
+// runs the stage (lib/reset).
 func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
 	t0 := time.Now()
-	// 1. Mode, host root, test hook: all checked before anything is touched.
 	request := false
 	switch v := getenv(envRequest); v {
 	case "":
@@ -97,83 +92,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if pauseAt != "" && !reset.ValidStep(pauseAt) {
 		return exitcode.UsageError(fmt.Errorf("%s=%q: not a reset step (%s)", reset.EnvPauseAt, pauseAt, strings.Join(reset.StepNames(), ", ")))
 	}
-	// 2. --dry-run: report, change nothing.
-	if f.DryRun {
-		_, err := reset.Plan(root, stdio.Stdout, f.Force)
-		return err
-	}
-	// 3. By hand: show the plan and ask (not to finish one under way).
-	if !request && !f.Yes && !f.Resume {
-		// A forced reset shows its plan (what is salvaged and what is
-		// lost) before asking.
-		planOut := io.Discard
-		if f.Force {
-			planOut = stdio.Stdout
-		}
-		found, err := reset.Plan(root, planOut, f.Force)
-		if err != nil {
-			return err
-		}
-		if !found {
-			fmt.Fprintln(stdio.Stdout, "nothing to reset: no installation owns this host")
-			return nil
-		}
-		if err := confirm(root.Base(), stdio); err != nil {
-			return err
-		}
-	}
-	// 4. systemd over D-Bus, connected on first use.
-	sd := systemdconn.For(ctx, root.Prefix(), f.SystemdBus)
-	defer sd.Close()
-	// The resetting unit runs a copy of this binary.
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("path of this binary: %w", err)
-	}
-	d := reset.Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: request,
-		LockWait: f.LockWait, PublishWait: f.PublishWait, Force: f.Force, Resume: f.Resume, Self: self}
-	if pauseAt != "" {
-		d.Before = reset.PauseHook(pauseAt, func(s string) {
-			fmt.Fprintf(stdio.Stdout, "paused before %s (pid %d)\n", s, os.Getpid())
-		})
-	}
-	// 5. Lock, record, steps.
-	res, err := reset.Run(ctx, d)
-	if err != nil {
-		return err
-	}
-	switch {
-	case res.HandedOver:
-		fmt.Fprintf(stdio.Stdout, "reset request %s handed over to kubeslot-resetting.service\n", res.RequestID)
-	case res.Nothing && f.Resume:
-		fmt.Fprintln(stdio.Stdout, "no reset under way")
-	case res.Nothing && request:
-		fmt.Fprintln(stdio.Stdout, "no reset request to serve: nothing was changed")
-	case res.Nothing:
-		fmt.Fprintln(stdio.Stdout, "nothing to reset: no installation owns this host")
-	default:
-		fmt.Fprintf(stdio.Stdout, "kubeslot removed from this host (installation %s) in %s\n", res.InstallID, time.Since(t0).Round(time.Millisecond))
-		log.Info("reset finished", "install_id", res.InstallID, "resumed", res.Resumed, "request", res.RequestID,
-			"took", time.Since(t0).Round(time.Millisecond))
-	}
-	return nil
-}
-
-// confirm asks on stdin; only "yes" goes on.
-func confirm(base string, stdio cli.IO) error {
-	fmt.Fprintf(stdio.Stdout, "This removes kubeslot from this host: its node, units, %s and every host change it made.\n"+
-		"(kubeslot-resetter --dry-run lists them.) Type yes to go on: ", base)
-	line, err := bufio.NewReader(stdio.Stdin).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return exitcode.UsageError(fmt.Errorf("read the confirmation: %w", err))
-	}
-	switch strings.TrimSpace(line) {
-	case "yes":
-		return nil
-	case "":
-		if errors.Is(err, io.EOF) {
-			return exitcode.UsageError(errors.New("no confirmation on stdin: pass --yes to reset without asking; nothing was changed"))
-		}
-	}
-	return exitcode.UsageError(errors.New("not confirmed: nothing was changed"))
+	return reset.Command{Root: root, SystemdBus: f.SystemdBus, Request: request, Yes: f.Yes, DryRun: f.DryRun, Force: f.Force,
+		Resume: f.Resume, LockWait: f.LockWait, PublishWait: f.PublishWait, PauseAt: pauseAt,
+		Stdin: stdio.Stdin, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

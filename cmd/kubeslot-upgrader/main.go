@@ -1,7 +1,7 @@
 // Command kubeslot-upgrader replaces kubeslot itself (every binary and unit
 // file, as one bundle) on a running host, and `kubeslot-upgrader recover`
-// falls back to the last good release. The transition is in lib/upgrade;
-// this file wires it to the real host.
+// falls back to the last good release. The stage is in lib/upgrade
+// (Command); this file only turns flags and environment into its input.
 //
 // Upgrade (the default command), in order: take the installation lock (busy
 // → exit 69, the request stays for the path unit); defer (69) unless the
@@ -35,14 +35,10 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/kubeslot/kubeslot/lib/artifact"
-	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
-	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/lib/upgrade"
 )
 
@@ -50,12 +46,6 @@ const name = "kubeslot-upgrader"
 
 // envRequest is set by the worker unit (lib/requests).
 const envRequest = "KUBESLOT_REQUEST"
-
-// Bounds of a bundle download.
-const (
-	maxBundle       = 1 << 30
-	downloadTimeout = 10 * time.Minute
-)
 
 type upgradeCmd struct {
 	Bundle        string        `help:"Upgrade by hand from this bundle file instead of the pending request." type:"path" placeholder:"FILE"`
@@ -123,21 +113,9 @@ func job(f *flags, getenv func(string) string) (upgrade.Job, error) {
 	return j, nil
 }
 
-// deps are the real collaborators; systemd over D-Bus on first use.
-func deps(ctx context.Context, root *hostroot.Root, bus string, log *slog.Logger) (*upgrade.Deps, func()) {
-	sd := systemdconn.For(ctx, root.Prefix(), bus)
-	sd.NoMachined = true
-	return &upgrade.Deps{
-		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
-		Fetcher: upgrade.CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
-		Bundles: upgrade.BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
-		Exec:    upgrade.ExecRunner{}, Exe: upgrade.ProcExe, Arch: buildinfo.Arch,
-	}, sd.Close
-}
-
-// upgradeStage is the top-down list of what the default command does.
+// upgradeStage checks the input, before anything on the host is touched,
+// and runs the stage (lib/upgrade).
 func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
-	// 1. Input, before anything on the host is touched.
 	j, err := job(f, getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
@@ -150,27 +128,8 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	d, closeBus := deps(ctx, root, f.SystemdBus, log)
-	defer closeBus()
-	d.Hook = hook
-	// 2. Preflight: report and change nothing.
-	if f.Upgrade.Preflight {
-		p, err := upgrade.PreflightPlan(ctx, d, j)
-		if err != nil {
-			return err
-		}
-		if f.Upgrade.JSON {
-			return p.WriteJSON(stdio.Stdout)
-		}
-		p.WriteText(stdio.Stdout)
-		return nil
-	}
-	// 3. Lock, admission, resume or claim, the phases, the health gate or
-	// the rollback: lib/upgrade.
-	res, err := upgrade.Run(ctx, d, j)
-	// 4. Report.
-	report(stdio, res)
-	return err
+	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, Preflight: f.Upgrade.Preflight, JSON: f.Upgrade.JSON,
+		Hook: hook, Stdout: stdio.Stdout, Log: log}.Run(ctx)
 }
 
 // recoverStage is the recovery unit's command.
@@ -182,33 +141,6 @@ func recoverStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	d, closeBus := deps(ctx, root, f.SystemdBus, log)
-	defer closeBus()
-	res, err := upgrade.Recover(ctx, d, upgrade.Job{Stage: name + " recover", LockWait: f.Recover.LockWait})
-	report(stdio, res)
-	return err
-}
-
-func report(stdio cli.IO, res *upgrade.Result) {
-	if res == nil {
-		return
-	}
-	fmt.Fprintf(stdio.Stdout, "%s", res.Outcome)
-	if res.RequestID != "" {
-		fmt.Fprintf(stdio.Stdout, " %s", res.RequestID)
-	}
-	if res.FromVersion != "" || res.ToVersion != "" {
-		fmt.Fprintf(stdio.Stdout, ": %s (%s) -> %s (%s)", res.FromVersion, res.FromRelease, res.ToVersion, res.ToRelease)
-	}
-	fmt.Fprintf(stdio.Stdout, " (took %s", res.Took.Round(time.Millisecond))
-	if res.Healthy > 0 {
-		fmt.Fprintf(stdio.Stdout, ", switch to healthy %s", res.Healthy.Round(time.Millisecond))
-	}
-	if res.RolledBack > 0 {
-		fmt.Fprintf(stdio.Stdout, ", switch to rolled back %s", res.RolledBack.Round(time.Millisecond))
-	}
-	fmt.Fprintln(stdio.Stdout, ")")
-	if res.Message != "" {
-		fmt.Fprintf(stdio.Stdout, "  %s\n", res.Message)
-	}
+	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Recover: true,
+		Job: upgrade.Job{Stage: name + " recover", LockWait: f.Recover.LockWait}, Stdout: stdio.Stdout, Log: log}.Run(ctx)
 }

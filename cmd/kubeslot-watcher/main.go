@@ -1,6 +1,8 @@
 // Command kubeslot-watcher is the long-running stage: it follows this host's
 // Machine, its MachineOperations and its Node in the cluster, drops request
-// files for the worker stages, and publishes their results (lib/watcher).
+// files for the worker stages, and publishes their results. The stage, its
+// start-up and its supervision included, is lib/watcher's Command; this file
+// only turns flags and environment into its input.
 //
 // Phases, top-down: parse flags → logger → host root → installation lock
 // (bounded) → defer (exit 69, no error line) unless the installation is
@@ -37,13 +39,13 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/watcher"
 )
 
-const name = "kubeslot-watcher"
+const name = watcher.Stage
 
 type flags struct {
 	cli.Globals
@@ -59,28 +61,6 @@ type flags struct {
 // that long after it started stands in for a broken release.
 const EnvTestExitAfter = "KUBESLOT_TEST_WATCHER_EXIT_AFTER"
 
-// EnvTestReadGate is the rig tests' gate on the applied-state read.
-const EnvTestReadGate = "KUBESLOT_TEST_WATCHER_READ_GATE"
-
-// readGate is the EnvTestReadGate hook for the gate file p: nil when unset.
-func readGate(p string, log *slog.Logger) func() {
-	if p == "" {
-		return nil
-	}
-	return func() {
-		if _, err := os.Stat(p); err != nil {
-			return
-		}
-		log.Warn("test hook: holding the applied-state read between active and the slot's configuration", "gate", p)
-		for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			if _, err := os.Stat(p); err != nil {
-				break
-			}
-		}
-		log.Warn("test hook: applied-state read released", "gate", p)
-	}
-}
-
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
 
 func run(args []string, stdio cli.IO) int {
@@ -91,7 +71,8 @@ func run(args []string, stdio cli.IO) int {
 	})
 }
 
-// stage is the top-down list of what the binary does.
+// stage checks the flags, arms the exit test hook and runs the stage
+// (lib/watcher).
 func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error {
 	if f.UpgradeSettle <= 0 {
 		return exitcode.UsageError(fmt.Errorf("--upgrade-settle %s: want a positive duration", f.UpgradeSettle))
@@ -112,17 +93,8 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 	if err != nil {
 		return err
 	}
-	st, err := start(ctx, root, *f, log)
-	if err != nil {
-		if exitcode.Of(err) == exitcode.Deferred {
-			// A Type=notify service that exits before READY=1 is a protocol
-			// failure whatever its exit status: say READY first, so 69 leaves
-			// the unit inactive and not failed.
-			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=deferred: "+err.Error())
-		}
-		return err
-	}
-	return serve(ctx, st, *f, log, t0)
+	return watcher.Command{Root: root, SystemdBus: f.SystemdBus, Kubeconfig: f.Kubeconfig, LockWait: f.LockWait,
+		ReadyAfter: f.ReadyAfter, UpgradeSettle: f.UpgradeSettle, Getenv: os.Getenv, Log: log, Started: t0}.Run(ctx)
 }
 
 // testExitAfter parses the EnvTestExitAfter hook: nil when unset.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -85,26 +83,25 @@ func TestDeferral(t *testing.T) {
 	}
 }
 
-// TestStoppedWhileWaitingForTheLock: a watcher stopped (SIGTERM) while it
-// waits for the lock exits 69, not 1: a failure would start the recovery
-// unit (OnFailure=) and roll an upgrade back (found on the rig: the
-// upgrader restarts the watcher while it holds the lock).
-func TestStoppedWhileWaitingForTheLock(t *testing.T) {
-	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
+func TestTestExitAfter(t *testing.T) {
+	t.Setenv(EnvTestExitAfter, "0s")
+	if code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir()); code != exitcode.Failure || !strings.Contains(errs, "WARN") || !strings.Contains(errs, EnvTestExitAfter) {
+		t.Errorf("%s=0s: exit %d, stderr %q; want 1 and a warning naming the variable", EnvTestExitAfter, code, errs)
 	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
+	t.Setenv(EnvTestExitAfter, "soon")
+	if code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir()); code != exitcode.Usage || !strings.Contains(errs, EnvTestExitAfter) || !strings.Contains(errs, "soon") {
+		t.Errorf("%s=soon: exit %d, stderr %q; want %d naming the variable and value", EnvTestExitAfter, code, errs, exitcode.Usage)
 	}
-	lockFor(t, root)
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond) // the SIGTERM
-	defer cancel()
-	f := flags{LockWait: time.Second}
-	_, err = start(ctx, root, f, slog.New(slog.DiscardHandler))
-	if exitcode.Of(err) != exitcode.Deferred {
-		t.Errorf("stopped while waiting: %v (exit %d), want %d", err, exitcode.Of(err), exitcode.Deferred)
+	for _, v := range []string{"", "5s", "-1s"} {
+		d, err := testExitAfter(v)
+		switch {
+		case v == "" && (d != nil || err != nil):
+			t.Errorf("unset: %v %v", d, err)
+		case v == "5s" && (d == nil || *d != 5*time.Second || err != nil):
+			t.Errorf("5s: %v %v", d, err)
+		case v == "-1s" && exitcode.Of(err) != exitcode.Usage:
+			t.Errorf("-1s: %v, want a usage error", err)
+		}
 	}
 }
 

@@ -17,8 +17,8 @@
 //
 // Imported by the packages that fetch or verify an artifact (Ensure,
 // Verify): lib/bootstrap, the nspawn backend (which builds the repaver's
-// slots), lib/kuberelease, lib/oci, lib/upgrade, cmd/kubeslot and
-// cmd/kubeslot-upgrader; and by lib/cachekeep (Prune, RemoveStale).
+// slots), lib/kuberelease, lib/oci, lib/upgrade and cmd/kubeslot; and by
+// lib/cachekeep (Prune, RemoveStale).
 package artifact
 
 import (

@@ -7,13 +7,12 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap, and by cmd/kubeslot-repaver for the
-// sandbox image check and Stage; never by another lib/
-// package (the node's own client, which the repaver shares, is
-// lib/nodeclient). Never by the watcher: this package links client-go's
-// typed clientset, which the watcher must stay without (issue #6); what the
-// stages share with it lives in lib/sandbox, lib/systemdconn and
-// lib/nodeidentity.
+// Imported by cmd/kubeslot-bootstrap, and by lib/repave (the repaver's
+// stage) for the sandbox image check and Stage; by no other lib/ package
+// (the node's own client, which the repaver shares, is lib/nodeclient).
+// Never by the watcher: this package links client-go's typed clientset,
+// which the watcher must stay without (issue #6); what the stages share
+// with it lives in lib/sandbox, lib/systemdconn and lib/nodeidentity.
 //
 // The bootstrap, step by step (moved here from DESIGN.md, which keeps the
 // rules and the state machine):
@@ -68,7 +67,6 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -81,7 +79,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/cachekeep"
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
@@ -236,49 +233,18 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 
 // locked is the part of Run that holds the installation lock.
 func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
-	log := d.Log
-	lctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Lock.Duration)
-	lock, err := ownership.Acquire(lctx, d.Root, ownership.Holder{Stage: Stage}, log)
-	cancel()
+	res := &Result{}
+	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: Stage, Wait: cfg.Timeouts.Lock.Duration, WaitName: "timeouts.lock",
+		Admit: func(rec *ownership.Record, err error) (*ownership.Record, error) {
+			rec, res.Decision, err = admit(d, cfg, rec, err)
+			return rec, err
+		}, Log: d.Log})
 	if err != nil {
-		if errors.Is(err, ownership.ErrLockTimeout) {
-			return nil, exitcode.Defer(fmt.Errorf("%w (timeouts.lock %s)", err, cfg.Timeouts.Lock.Duration))
-		}
 		return nil, err
 	}
-	defer func() {
-		if err := lock.Release(); err != nil {
-			log.Warn("release the installation lock", "err", err)
-		}
-	}()
-
-	decision, rec, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint())
-	if err != nil {
-		return nil, fmt.Errorf("admission refused, nothing was changed: %w", err)
-	}
-	res := &Result{Decision: decision}
-	switch decision {
-	case ownership.Fresh:
-		if err := d.Root.EnsureLayout(); err != nil {
-			return nil, err
-		}
-		if rec, err = ownership.New(cfg.Machine.Name, cfg.Fingerprint(), buildinfo.Version); err != nil {
-			return nil, err
-		}
-		if err := ownership.Save(d.Root, rec); err != nil {
-			return nil, err
-		}
-		log.Info("fresh installation", "install_id", rec.InstallID, "machine", rec.Machine)
-	case ownership.Resume:
-		if err := d.Root.EnsureLayout(); err != nil {
-			return nil, err
-		}
-		log.Info("resuming installation", "install_id", rec.InstallID, "checkpoint", rec.Checkpoint)
-	}
+	defer held.Release()
+	rec, decision := held.Record, res.Decision
 	res.InstallID = rec.InstallID
-	if err := lock.SetInstallID(rec.InstallID); err != nil {
-		log.Warn("write install ID into the lock", "err", err)
-	}
 	if err := recordSandbox(d); err != nil {
 		return res, err
 	}
@@ -288,10 +254,43 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 		res.Repaired, res.Checkpoint = repaired, rec.Checkpoint
 		return res, err
 	}
-	r := &runner{d: d, cfg: cfg, rec: rec, log: log.With("install_id", rec.InstallID)}
+	r := &runner{d: d, cfg: cfg, rec: rec, log: d.Log.With("install_id", rec.InstallID)}
 	err = r.phases(ctx, res)
 	res.Checkpoint = rec.Checkpoint
 	return res, err
+}
+
+// admit is the bootstrap's admission (ownership.Prologue.Admit): the
+// record decides (ownership.Decide) between installing afresh, resuming and
+// verifying a complete host; a refusal changes nothing. A fresh
+// installation's record is made here, before its first host change.
+func admit(d Deps, cfg *config.Config, rec *ownership.Record, err error) (*ownership.Record, ownership.Decision, error) {
+	var decision ownership.Decision
+	if err == nil {
+		decision, err = ownership.Decide(d.Root, rec, cfg.Machine.Name, cfg.Fingerprint())
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("admission refused, nothing was changed: %w", err)
+	}
+	switch decision {
+	case ownership.Fresh:
+		if err := d.Root.EnsureLayout(); err != nil {
+			return nil, 0, err
+		}
+		if rec, err = ownership.New(cfg.Machine.Name, cfg.Fingerprint(), buildinfo.Version); err != nil {
+			return nil, 0, err
+		}
+		if err := ownership.Save(d.Root, rec); err != nil {
+			return nil, 0, err
+		}
+		d.Log.Info("fresh installation", "install_id", rec.InstallID, "machine", rec.Machine)
+	case ownership.Resume:
+		if err := d.Root.EnsureLayout(); err != nil {
+			return nil, 0, err
+		}
+		d.Log.Info("resuming installation", "install_id", rec.InstallID, "checkpoint", rec.Checkpoint)
+	}
+	return rec, decision, nil
 }
 
 // tidyCache removes, under the lock, what killed downloads left in the

@@ -7,8 +7,9 @@
 // host units (the unit that runs a slot's node, its boot links), which the
 // stages ask of the Mode instead of spelling them.
 //
-// Imported by the stage binaries (bootstrap, repaver, resetter) and the
-// watcher; the mode packages (lib/isolation/nspawn) are imported only here.
+// Imported by the stage packages (lib/bootstrap, lib/repave, lib/reset,
+// lib/watcher); the mode packages (lib/isolation/nspawn) are imported only
+// here.
 package isolation
 
 import (

@@ -7,7 +7,7 @@
 // identity yet).
 //
 // Imported by the stages that start a node and check it: lib/bootstrap and
-// lib/repave (and cmd/kubeslot-repaver, which builds the repaver's client).
+// lib/repave (which builds the repaver's client).
 // Never by the watcher: it links the typed clientset, which the watcher must
 // stay without (issue #6).
 package nodeclient

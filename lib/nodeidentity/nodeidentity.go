@@ -5,8 +5,8 @@
 // bootstrap is made as system:node:<name>, never with the join token.
 //
 // It imports client-go's rest only, never the typed clientset, so the
-// watcher can use it and stay small (issue #6). Imported by lib/bootstrap
-// and cmd/kubeslot-watcher.
+// watcher can use it and stay small (issue #6). Imported by lib/bootstrap,
+// lib/nodeclient, lib/watcher and the fleet benchmark (integration/fleet).
 package nodeidentity
 
 import (

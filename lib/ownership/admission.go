@@ -62,20 +62,30 @@ func Admit(root *hostroot.Root, machine, fingerprint string) (Decision, *Record,
 	if err != nil {
 		return 0, nil, err
 	}
+	d, err := Decide(root, r, machine, fingerprint)
+	return d, r, err
+}
+
+// Decide is Admit for the record r already loaded (nil: none), as a stage's
+// prologue has it (Begin).
+func Decide(root *hostroot.Root, r *Record, machine, fingerprint string) (Decision, error) {
+	if err := checkIdentity(machine, fingerprint); err != nil {
+		return 0, fmt.Errorf("admit installation: %w", err)
+	}
 	if r == nil {
-		return Fresh, nil, nil
+		return Fresh, nil
 	}
 	p, _ := RecordPath(root)
 	if r.Checkpoint == CheckpointResetting {
-		return 0, r, fmt.Errorf("installation %s (machine %q, fingerprint %s) is being reset since %s (%s): finish the reset first: run kubeslot-resetter again: %w",
+		return 0, fmt.Errorf("installation %s (machine %q, fingerprint %s) is being reset since %s (%s): finish the reset first: run kubeslot-resetter again: %w",
 			r.InstallID, r.Machine, ShortFingerprint(r.Fingerprint), r.UpdatedAt.Format(time.RFC3339), p, ErrResetInProgress)
 	}
 	if r.Machine != machine || r.Fingerprint != fingerprint {
-		return 0, r, fmt.Errorf("host is owned by installation %s of machine %q with config fingerprint %s (%s); this run is for machine %q with fingerprint %s: a different installation needs a reset first: run kubeslot-resetter, then install again: %w",
+		return 0, fmt.Errorf("host is owned by installation %s of machine %q with config fingerprint %s (%s); this run is for machine %q with fingerprint %s: a different installation needs a reset first: run kubeslot-resetter, then install again: %w",
 			r.InstallID, r.Machine, ShortFingerprint(r.Fingerprint), p, machine, ShortFingerprint(fingerprint), ErrDifferentInstallation)
 	}
 	if r.Checkpoint == CheckpointComplete {
-		return Complete, r, nil
+		return Complete, nil
 	}
-	return Resume, r, nil
+	return Resume, nil
 }

@@ -28,8 +28,8 @@ const lockPoll = 50 * time.Millisecond
 const maxHolderSize = 4 << 10
 
 // ErrLockTimeout is returned (wrapped, as *LockTimeoutError) when the
-// installation lock stayed busy until the context ended. Stage binaries map
-// it to exitcode.Defer: another stage owns the host for now.
+// installation lock stayed busy until the context ended. Begin maps it to
+// exitcode.Defer: another stage owns the host for now.
 var ErrLockTimeout = errors.New("installation lock busy")
 
 // Holder says who holds the installation lock; the holder writes it into the

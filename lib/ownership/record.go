@@ -1,13 +1,15 @@
 // Package ownership records which installation owns this host, how far it
 // got, and every change it made outside the host root, and serialises the
 // stages that mutate the host. Imported by every package that changes the
-// host or waits for the lock: the stage packages and their cmd/ mains, the
-// packages that change the host for them (lib/hostprep, lib/unitinstall, the
-// isolation backends), lib/requests, and the kubeslot CLI (status).
+// host or waits for the lock: the stage packages (lib/bootstrap, lib/repave,
+// lib/upgrade, lib/reset, lib/watcher), the packages that change the host
+// for them (lib/hostprep, lib/unitinstall, the isolation backends),
+// lib/requests, and the kubeslot CLI (status).
 //
 // The record lives at <base>/ownership.json and is only ever replaced
 // atomically. Writers must hold the installation lock (Acquire) from before
-// they read the record until after their last write; readers that only
+// they read the record until after their last write; the stages take both
+// through Begin (prologue.go), the one prologue they share. Readers that only
 // report (kubeslot status) may read without it, because every write is a
 // whole-file atomic replacement.
 package ownership

@@ -46,7 +46,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
@@ -248,44 +247,13 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
-	lockWait := d.wait(d.LockWait, DefaultLockWait)
-	lctx, cancel := context.WithTimeout(ctx, lockWait)
-	lock, err := ownership.Acquire(lctx, d.Root, ownership.Holder{Stage: Stage}, d.Log)
-	cancel()
+	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: Stage, Wait: d.wait(d.LockWait, DefaultLockWait),
+		WaitName: "lock wait", Admit: d.admit, Log: d.Log})
 	if err != nil {
-		if errors.Is(err, ownership.ErrLockTimeout) {
-			return nil, exitcode.Defer(fmt.Errorf("%w (lock wait %s)", err, lockWait))
-		}
 		return nil, err
 	}
-	defer func() {
-		if err := lock.Release(); err != nil {
-			d.Log.Warn("release the installation lock", "err", err)
-		}
-	}()
-	rec, err := ownership.Load(d.Root)
-	if errors.Is(err, ownership.ErrDamagedRecord) && d.Force {
-		var lost []string
-		if rec, lost, err = ownership.Salvage(d.Root); err != nil {
-			return nil, fmt.Errorf("--force: %w", err)
-		}
-		for _, l := range lost {
-			d.Log.Warn("forced reset of a damaged ownership record: not undone", "lost", l)
-		}
-		// The salvaged record replaces the damaged one (marked resetting),
-		// so a re-run resumes like any interrupted reset.
-		if err := ownership.Save(d.Root, rec); err != nil {
-			return nil, fmt.Errorf("--force: replace the damaged ownership record: %w", err)
-		}
-		d.Log.Warn("forced reset: the damaged ownership record was replaced by what could be salvaged", "install_id", rec.InstallID,
-			"journal_entries_kept", len(rec.Journal), "lost", len(lost))
-	}
-	if err != nil {
-		if errors.Is(err, ownership.ErrDamagedRecord) {
-			return nil, fmt.Errorf("cannot reset from the ownership record: %w; kubeslot-resetter --dry-run --force shows what a forced reset would do", err)
-		}
-		return nil, fmt.Errorf("cannot reset from the ownership record: %w", err)
-	}
+	defer held.Release()
+	lock, rec := held.Lock, held.Record
 	res := &Result{}
 	if rec == nil {
 		res.Nothing = true
@@ -295,7 +263,6 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 		}
 		return res, nil
 	}
-	_ = lock.SetInstallID(rec.InstallID)
 	res.InstallID, res.Resumed = rec.InstallID, rec.Checkpoint == ownership.CheckpointResetting
 	r := &runner{d: d, rec: rec, lock: lock, log: d.Log.With("install_id", rec.InstallID)}
 	switch {
@@ -338,6 +305,35 @@ func Run(ctx context.Context, d Deps) (*Result, error) {
 	steps, err := r.runSteps(ctx, StepsFor(d.Request))
 	res.Steps = steps
 	return res, err
+}
+
+// admit is the reset's admission (ownership.Prologue.Admit): any record is
+// reset, and none means nothing to do; a damaged one only with Force, from
+// what ownership.Salvage keeps of it.
+func (d *Deps) admit(rec *ownership.Record, err error) (*ownership.Record, error) {
+	if errors.Is(err, ownership.ErrDamagedRecord) && d.Force {
+		var lost []string
+		if rec, lost, err = ownership.Salvage(d.Root); err != nil {
+			return nil, fmt.Errorf("--force: %w", err)
+		}
+		for _, l := range lost {
+			d.Log.Warn("forced reset of a damaged ownership record: not undone", "lost", l)
+		}
+		// The salvaged record replaces the damaged one (marked resetting),
+		// so a re-run resumes like any interrupted reset.
+		if err := ownership.Save(d.Root, rec); err != nil {
+			return nil, fmt.Errorf("--force: replace the damaged ownership record: %w", err)
+		}
+		d.Log.Warn("forced reset: the damaged ownership record was replaced by what could be salvaged", "install_id", rec.InstallID,
+			"journal_entries_kept", len(rec.Journal), "lost", len(lost))
+	}
+	if errors.Is(err, ownership.ErrDamagedRecord) {
+		return nil, fmt.Errorf("cannot reset from the ownership record: %w; kubeslot-resetter --dry-run --force shows what a forced reset would do", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot reset from the ownership record: %w", err)
+	}
+	return rec, nil
 }
 
 // runSteps runs steps through the stage runner (lib/transition): for each,

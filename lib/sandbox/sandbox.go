@@ -6,9 +6,8 @@
 // It sits apart from lib/bootstrap so that the watcher can read the settings
 // without linking the bootstrap's typed Kubernetes clientset (issue #6: the
 // watcher's resident memory). It imports lib/hostroot, lib/state and
-// lib/isolation/hostapi only. Imported by lib/bootstrap and the stage
-// binaries (cmd/kubeslot-bootstrap, cmd/kubeslot-repaver,
-// cmd/kubeslot-watcher).
+// lib/isolation/hostapi only. Imported by the stage packages lib/bootstrap,
+// lib/repave and lib/watcher.
 package sandbox
 
 import (

@@ -7,8 +7,7 @@
 // sidecar is missing or disagrees is an error that names the file and says
 // what to do; it is never trusted silently. Imported by any package that
 // reads or writes the applied configuration or the active slot: the stage
-// packages and their cmd/ mains, lib/isolation, lib/sandbox, lib/cachekeep
-// and the kubeslot CLI.
+// packages, lib/isolation, lib/sandbox, lib/cachekeep and the kubeslot CLI.
 package state
 
 import (

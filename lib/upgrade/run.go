@@ -22,9 +22,12 @@ import (
 
 // txn is one run of the upgrade transition.
 type txn struct {
-	d    *Deps
-	j    Job
-	log  *slog.Logger
+	d   *Deps
+	j   Job
+	log *slog.Logger
+	// held is the prologue's hold; lock is its lock while held (nil while
+	// let go around the watcher's restart).
+	held *ownership.Held
 	lock *ownership.Lock
 	rec  *ownership.Record
 	req  *requests.Request
@@ -56,10 +59,6 @@ func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	if err := cachekeep.Prune(d.Root, t.log); err != nil {
 		t.log.Warn("artifact cache not tidied", "err", err.Error())
 	}
-	rec := t.rec
-	if err := t.lock.SetInstallID(rec.InstallID); err != nil {
-		t.log.Warn("could not name the installation in the lock", "err", err)
-	}
 	res, err := t.dispatch(ctx)
 	if res != nil {
 		res.Took = d.now().Sub(t.t0)
@@ -67,27 +66,22 @@ func Run(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	return res, err
 }
 
-// begin checks the dependencies, takes the installation lock and loads the
-// ownership record; an incomplete installation defers (69) with why. The
-// caller releases the lock.
+// begin checks the dependencies, then runs the stage prologue
+// (ownership.Begin): the installation lock and the ownership record; an
+// incomplete installation defers (69) with why. The caller releases the
+// lock.
 func begin(ctx context.Context, d *Deps, j Job, incomplete string) (*txn, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
 	j.defaults()
 	t := &txn{d: d, j: j, log: d.Log, t0: d.now()}
-	if err := t.acquire(ctx); err != nil {
-		return nil, err
-	}
-	rec, err := ownership.Load(d.Root)
-	if err == nil && (rec == nil || rec.Checkpoint != ownership.CheckpointComplete) {
-		err = exitcode.Defer(errors.New(incomplete))
-	}
+	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: j.Stage, Wait: j.LockWait,
+		Admit: ownership.RequireComplete(incomplete), Log: t.log})
 	if err != nil {
-		t.release()
 		return nil, err
 	}
-	t.rec = rec
+	t.held, t.lock, t.rec = held, held.Lock, held.Record
 	return t, nil
 }
 
@@ -196,39 +190,19 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	return t.fresh(ctx)
 }
 
-func (t *txn) acquire(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, t.j.LockWait)
-	defer cancel()
-	l, err := ownership.Acquire(lctx, t.d.Root, ownership.Holder{Stage: t.j.Stage}, t.log)
-	if errors.Is(err, ownership.ErrLockTimeout) {
-		return exitcode.Defer(err)
-	}
-	if err != nil {
-		return err
-	}
-	t.lock = l
-	if t.rec != nil {
-		_ = l.SetInstallID(t.rec.InstallID)
-	}
-	return nil
-}
-
 func (t *txn) release() {
-	if t.lock != nil {
-		if err := t.lock.Release(); err != nil {
-			t.log.Warn("release the installation lock", "err", err)
-		}
-		t.lock = nil
-	}
+	t.held.Release()
+	t.lock = nil
 }
 
 // relock takes the lock again after the restart; it is needed to finish
 // the request.
 func (t *txn) relock(ctx context.Context) error {
-	if t.lock != nil {
-		return nil
+	if err := t.held.Retake(ctx); err != nil {
+		return err
 	}
-	return t.acquire(ctx)
+	t.lock = t.held.Lock
+	return nil
 }
 
 // lockedFinish removes the claimed request (nothing for one by hand).

@@ -1,4 +1,4 @@
-package main
+package watcher
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/watcher"
 )
 
 // serve runs the watch loop until ctx ends. It runs the loop again with a
@@ -26,7 +25,8 @@ import (
 // re-executes, in this process, the binary its unit's path leads to when
 // that changes (an upgrade flipped current, the host root moved). It never
 // restarts its own unit: a child in the unit's cgroup would die with it.
-func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.Time) error {
+func (c Command) serve(ctx context.Context, st *started) error {
+	log := c.Log
 	fol := newFollower(st.root)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -55,8 +55,8 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 	ready := func(status string) {
 		readyOnce.Do(func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status) })
 	}
-	readyTimer := time.AfterFunc(f.ReadyAfter, func() {
-		log.Warn("the cluster was not reached yet; telling systemd the watcher is up, and retrying", "after", f.ReadyAfter)
+	readyTimer := time.AfterFunc(c.ReadyAfter, func() {
+		log.Warn("the cluster was not reached yet; telling systemd the watcher is up, and retrying", "after", c.ReadyAfter)
 		ready("waiting for the cluster")
 	})
 	defer readyTimer.Stop()
@@ -89,10 +89,10 @@ func serve(ctx context.Context, st *started, f flags, log *slog.Logger, t0 time.
 		done := make(chan error, 1)
 		loopCfg := cfg
 		go func() {
-			done <- watcher.Run(loopCtx, watcher.Options{
+			done <- Run(loopCtx, Options{
 				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
-				AgentVersion: buildinfo.Version, Log: log, Started: t0, UpgradeSettle: f.UpgradeSettle, HooksErr: hooksErr,
-				BetweenReads: readGate(os.Getenv(EnvTestReadGate), log),
+				AgentVersion: buildinfo.Version, Log: log, Started: c.Started, UpgradeSettle: c.UpgradeSettle, HooksErr: hooksErr,
+				BetweenReads: readGate(c.getenv(EnvTestReadGate), log),
 				Synced:       func() { readyTimer.Stop(); ready("watching Machine " + st.machineName) },
 			})
 		}()
@@ -173,7 +173,7 @@ type follower struct {
 func newFollower(root *hostroot.Root) *follower {
 	f := &follower{self: ownBinary()}
 	// Not root.Path: that resolves the links this is about.
-	unitPath := filepath.Join(root.Prefix(), root.HostPath(hostroot.CurrentLink, name))
+	unitPath := filepath.Join(root.Prefix(), root.HostPath(hostroot.CurrentLink, Stage))
 	if len(os.Args) > 0 && filepath.Clean(os.Args[0]) == unitPath && f.self != "" {
 		f.argv0 = unitPath
 	}

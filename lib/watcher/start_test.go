@@ -1,4 +1,4 @@
-package main
+package watcher
 
 import (
 	"bytes"
@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
@@ -45,7 +44,7 @@ func (o *fakeOperator) Repave(context.Context, string, string) error {
 
 // completeHost lays down a complete installation with slot a active and a
 // node identity kubeconfig for node1.
-func completeHost(t *testing.T) (*hostroot.Root, flags) {
+func completeHost(t *testing.T) (*hostroot.Root, Command) {
 	t.Helper()
 	prefix := t.TempDir()
 	root, err := hostroot.New(prefix, "")
@@ -89,7 +88,7 @@ func completeHost(t *testing.T) (*hostroot.Root, flags) {
 	if err := os.WriteFile(kc, nodeKubeconfig(t, "node1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return root, flags{LockWait: 2 * time.Second}
+	return root, Command{Root: root, LockWait: 2 * time.Second, Getenv: os.Getenv, Log: slog.New(slog.DiscardHandler)}
 }
 
 func mustPath(t *testing.T, root *hostroot.Root, elem ...string) string {
@@ -156,11 +155,12 @@ func withOperator(t *testing.T, op *fakeOperator, buildErr error) *int {
 }
 
 func TestStartEnsuresHooks(t *testing.T) {
-	root, f := completeHost(t)
+	_, w := completeHost(t)
 	op := &fakeOperator{}
 	withOperator(t, op, nil)
 	var logs bytes.Buffer
-	st, err := start(context.Background(), root, f, slog.New(slog.NewTextHandler(&logs, nil)))
+	w.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	st, err := w.start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,10 +183,11 @@ func TestStartHooksFailureIsNotFatal(t *testing.T) {
 		{"no operator for the mode", &fakeOperator{}, errors.New("isolation mode \"vm\": unknown"), "unknown"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			root, f := completeHost(t)
+			_, w := completeHost(t)
 			withOperator(t, c.op, c.buildErr)
 			var logs bytes.Buffer
-			st, err := start(context.Background(), root, f, slog.New(slog.NewTextHandler(&logs, nil)))
+			w.Log = slog.New(slog.NewTextHandler(&logs, nil))
+			st, err := w.start(context.Background())
 			if err != nil {
 				t.Fatalf("start failed on a hooks failure: %v", err)
 			}
@@ -201,7 +202,7 @@ func TestStartHooksFailureIsNotFatal(t *testing.T) {
 }
 
 func TestStartNoHooksWithoutTrustedSlot(t *testing.T) {
-	root, f := completeHost(t)
+	root, w := completeHost(t)
 	p := mustPath(t, root, hostroot.AppliedDir, "a.json")
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -212,7 +213,7 @@ func TestStartNoHooksWithoutTrustedSlot(t *testing.T) {
 	}
 	op := &fakeOperator{}
 	built := withOperator(t, op, nil)
-	if _, err := start(context.Background(), root, f, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := w.start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if *built != 0 || op.calls != 0 {
@@ -221,41 +222,19 @@ func TestStartNoHooksWithoutTrustedSlot(t *testing.T) {
 }
 
 func TestStartBadSettingsIsUsageError(t *testing.T) {
-	root, f := completeHost(t)
+	_, w := completeHost(t)
 	withOperator(t, &fakeOperator{}, nil)
 	t.Setenv("KUBESLOT_NODE_KUBELET_PORT", "many")
-	_, err := start(context.Background(), root, f, slog.New(slog.DiscardHandler))
+	_, err := w.start(context.Background())
 	if exitcode.Of(err) != exitcode.Usage || !strings.Contains(fmt.Sprint(err), "many") {
 		t.Errorf("err %v (exit %d): want a usage error naming the value", err, exitcode.Of(err))
-	}
-}
-
-func TestTestExitAfter(t *testing.T) {
-	t.Setenv(EnvTestExitAfter, "0s")
-	if code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir()); code != exitcode.Failure || !strings.Contains(errs, "WARN") || !strings.Contains(errs, EnvTestExitAfter) {
-		t.Errorf("%s=0s: exit %d, stderr %q; want 1 and a warning naming the variable", EnvTestExitAfter, code, errs)
-	}
-	t.Setenv(EnvTestExitAfter, "soon")
-	if code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir()); code != exitcode.Usage || !strings.Contains(errs, EnvTestExitAfter) || !strings.Contains(errs, "soon") {
-		t.Errorf("%s=soon: exit %d, stderr %q; want %d naming the variable and value", EnvTestExitAfter, code, errs, exitcode.Usage)
-	}
-	for _, v := range []string{"", "5s", "-1s"} {
-		d, err := testExitAfter(v)
-		switch {
-		case v == "" && (d != nil || err != nil):
-			t.Errorf("unset: %v %v", d, err)
-		case v == "5s" && (d == nil || *d != 5*time.Second || err != nil):
-			t.Errorf("5s: %v %v", d, err)
-		case v == "-1s" && exitcode.Of(err) != exitcode.Usage:
-			t.Errorf("-1s: %v, want a usage error", err)
-		}
 	}
 }
 
 // A host being reset (a boot in the middle of an AgentReset) starts its
 // watcher, which publishes the reset's result, and leaves the node alone.
 func TestStartOnAHostBeingReset(t *testing.T) {
-	root, f := completeHost(t)
+	root, w := completeHost(t)
 	rec, err := ownership.Load(root)
 	if err != nil {
 		t.Fatal(err)
@@ -268,11 +247,31 @@ func TestStartOnAHostBeingReset(t *testing.T) {
 	}
 	op := &fakeOperator{}
 	built := withOperator(t, op, nil)
-	st, err := start(context.Background(), root, f, slog.New(slog.DiscardHandler))
+	st, err := w.start(context.Background())
 	if err != nil {
 		t.Fatalf("start on a host being reset: %v", err)
 	}
 	if st.nodeName != "node1" || *built != 0 || op.calls != 0 {
 		t.Errorf("node %q, operator built %d times, hooks ensured %d times; want node1 and the node left alone", st.nodeName, *built, op.calls)
+	}
+}
+
+// TestStoppedWhileWaitingForTheLock: a watcher stopped (SIGTERM) while it
+// waits for the lock exits 69, not 1: a failure would start the recovery
+// unit (OnFailure=) and roll an upgrade back (found on the rig: the
+// upgrader restarts the watcher while it holds the lock).
+func TestStoppedWhileWaitingForTheLock(t *testing.T) {
+	root, c := completeHost(t)
+	l, err := ownership.Acquire(context.Background(), root, ownership.Holder{Stage: "kubeslot-test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond) // the SIGTERM
+	defer cancel()
+	c.LockWait = time.Second
+	_, err = c.start(ctx)
+	if exitcode.Of(err) != exitcode.Deferred || !strings.Contains(fmt.Sprint(err), "stopped while waiting") {
+		t.Errorf("stopped while waiting: %v (exit %d), want %d", err, exitcode.Of(err), exitcode.Deferred)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package watcher
 
 import (
 	"context"
@@ -6,12 +6,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/coreos/go-systemd/v22/daemon"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -25,8 +25,76 @@ import (
 	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
-	"github.com/kubeslot/kubeslot/lib/watcher"
 )
+
+// Stage is the watcher's binary: the lock holder's name, and what its unit
+// runs from <base>/current.
+const Stage = "kubeslot-watcher"
+
+// EnvTestReadGate is the rig tests' gate on the applied-state read.
+const EnvTestReadGate = "KUBESLOT_TEST_WATCHER_READ_GATE"
+
+// Command is one run of the watcher binary, as its flags and environment
+// asked (cmd/kubeslot-watcher parses and checks them).
+type Command struct {
+	Root       *hostroot.Root
+	SystemdBus string // --systemd-bus; "" is the host's systemd
+	// Kubeconfig names the node identity; "" is <base>/identity/kubeconfig,
+	// else the identity the bootstrap left.
+	Kubeconfig string
+	// LockWait is one round of waiting for the installation lock.
+	LockWait time.Duration
+	// ReadyAfter: READY even when the cluster was never reached.
+	ReadyAfter time.Duration
+	// UpgradeSettle is Options.UpgradeSettle.
+	UpgradeSettle time.Duration
+	// Getenv reads the sandbox settings' overrides and EnvTestReadGate.
+	Getenv func(string) string
+	Log    *slog.Logger
+	// Started is when the process started (Options.Started).
+	Started time.Time
+}
+
+func (c Command) getenv(k string) string {
+	if c.Getenv == nil {
+		return ""
+	}
+	return c.Getenv(k)
+}
+
+// Run is the whole stage: start-up under the installation lock (start),
+// then serve until ctx ends. A deferral (69) tells systemd READY first: a
+// Type=notify service that exits before READY=1 is a protocol failure
+// whatever its exit status, and 69 must leave the unit inactive, not failed.
+func (c Command) Run(ctx context.Context) error {
+	st, err := c.start(ctx)
+	if err != nil {
+		if exitcode.Of(err) == exitcode.Deferred {
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=deferred: "+err.Error())
+		}
+		return err
+	}
+	return c.serve(ctx, st)
+}
+
+// readGate is the EnvTestReadGate hook for the gate file p: nil when unset.
+func readGate(p string, log *slog.Logger) func() {
+	if p == "" {
+		return nil
+	}
+	return func() {
+		if _, err := os.Stat(p); err != nil {
+			return
+		}
+		log.Warn("test hook: holding the applied-state read between active and the slot's configuration", "gate", p)
+		for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if _, err := os.Stat(p); err != nil {
+				break
+			}
+		}
+		log.Warn("test hook: applied-state read released", "gate", p)
+	}
+}
 
 // started is what the locked start-up phase found.
 type started struct {
@@ -51,61 +119,63 @@ func (st *started) rest() (*rest.Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tuneREST(cfg), nil
+		return TuneREST(cfg), nil
 	}
 	return loadREST(st.kubeconfig)
 }
 
-// waitLock takes the installation lock, however long another stage holds it
-// (a long repave resumed after a reboot): the watcher is the host's only
-// ear for its Machine, and a watcher that deferred (exit 69, never
-// restarted) would leave the host deaf until the next boot (issue 16, item
-// 4). Every round of wait it tells systemd it is alive and waiting (READY,
-// so the start job does not time out; WATCHDOG; STATUS names the holder)
-// and logs it. Only the end of ctx (SIGTERM) ends the wait.
-func waitLock(ctx context.Context, root *hostroot.Root, round time.Duration, log *slog.Logger) (*ownership.Lock, error) {
+// begin runs the stage prologue (lib/ownership), however long another
+// stage holds the lock (a long repave resumed after a reboot): the watcher
+// is the host's only ear for its Machine, and a watcher that deferred (exit
+// 69, never restarted) would leave the host deaf until the next boot (issue
+// 16, item 4). Every round of wait it tells systemd it is alive and waiting
+// (READY, so the start job does not time out; WATCHDOG; STATUS names the
+// holder) and logs it. Only the end of ctx (SIGTERM) ends the wait.
+func (c Command) begin(ctx context.Context) (*ownership.Held, error) {
+	p := ownership.Prologue{Stage: Stage, Wait: c.LockWait, Admit: admit, Log: c.Log}
 	for {
-		lctx, cancel := context.WithTimeout(ctx, round)
-		lock, err := ownership.Acquire(lctx, root, ownership.Holder{Stage: name}, log)
-		cancel()
-		if err != nil && ctx.Err() != nil {
+		held, err := ownership.Begin(ctx, c.Root, p)
+		if !errors.Is(err, ownership.ErrLockTimeout) {
+			return held, err
+		}
+		if ctx.Err() != nil {
 			// Stopped while waiting (SIGTERM: the upgrader restarts the
 			// unit, a shutdown): a clean exit, never a failure that would
 			// start the recovery unit (OnFailure=).
 			return nil, exitcode.Defer(fmt.Errorf("stopped while waiting for the installation lock: %w", err))
 		}
-		if err == nil || !errors.Is(err, ownership.ErrLockTimeout) {
-			return lock, err
-		}
-		log.Warn("installation lock still busy; waiting on", "err", err.Error())
+		c.Log.Warn("installation lock still busy; waiting on", "err", err.Error())
 		_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\n"+daemon.SdNotifyWatchdog+"\nSTATUS=waiting for the installation lock: "+err.Error())
 	}
 }
 
-// start runs the phases under the installation lock and releases it.
-func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) (*started, error) {
-	lock, err := waitLock(ctx, root, f.LockWait, log)
-	if err != nil {
+// admit is the watcher's admission (ownership.Prologue.Admit): it serves a
+// complete installation, and one being reset. A host being reset keeps its
+// watcher until the reset stops it: a boot in the middle of an AgentReset
+// starts it again, and only it can publish the reset's result (lib/reset).
+// Nothing it dispatches runs: every stage refuses a host marked resetting.
+func admit(rec *ownership.Record, err error) (*ownership.Record, error) {
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	defer lock.Release()
-
-	rec, err := ownership.Load(root)
-	if err != nil {
-		return nil, err
-	}
-	if rec == nil {
+	case rec == nil:
 		return nil, exitcode.Defer(errors.New("no installation owns this host yet: the bootstrap starts the watcher when it completes"))
-	}
-	// A host being reset keeps its watcher until the reset stops it: a boot
-	// in the middle of an AgentReset starts it again, and only it can
-	// publish the reset's result (lib/reset). Nothing it dispatches runs:
-	// every stage refuses a host marked resetting.
-	resetting := rec.Checkpoint == ownership.CheckpointResetting
-	if rec.Checkpoint != ownership.CheckpointComplete && !resetting {
+	case rec.Checkpoint != ownership.CheckpointComplete && rec.Checkpoint != ownership.CheckpointResetting:
 		return nil, exitcode.Defer(fmt.Errorf("installation %s is at checkpoint %q, not complete: the bootstrap starts the watcher when it completes", rec.InstallID, rec.Checkpoint))
 	}
-	_ = lock.SetInstallID(rec.InstallID)
+	return rec, nil
+}
+
+// start runs the phases under the installation lock and releases it.
+func (c Command) start(ctx context.Context) (*started, error) {
+	root, log := c.Root, c.Log
+	held, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer held.Release()
+	rec := held.Record
+	resetting := rec.Checkpoint == ownership.CheckpointResetting
 
 	// A damaged applied configuration is not fatal here: the loop reports it
 	// as Degraded and dispatches nothing, which is what an admin needs to see.
@@ -118,14 +188,14 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 		log.Info("the installation is being reset: serving only until the reset stops the watcher", "install_id", rec.InstallID)
 	}
 	if active != nil && !resetting {
-		settings, err := sandbox.LoadSettings(root, os.Getenv)
+		settings, err := sandbox.LoadSettings(root, c.getenv)
 		if err != nil {
 			return nil, exitcode.UsageError(err)
 		}
-		hooksErr = ensureHooks(ctx, root, f.SystemdBus, rec, active, settings, log)
+		hooksErr = ensureHooks(ctx, root, c.SystemdBus, rec, active, settings, log)
 	}
 
-	kc := f.Kubeconfig
+	kc := c.Kubeconfig
 	if kc == "" {
 		kc = root.HostPath(hostroot.IdentityDir, "kubeconfig")
 	}
@@ -134,7 +204,7 @@ func start(ctx context.Context, root *hostroot.Root, f flags, log *slog.Logger) 
 		return nil, err
 	}
 	st := &started{root: root, machineName: rec.Machine, kubeconfig: local, hooksErr: hooksErr}
-	if _, err := os.Stat(local); f.Kubeconfig == "" && errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(local); c.Kubeconfig == "" && errors.Is(err, os.ErrNotExist) {
 		// No kubeconfig file: use the node identity the bootstrap left.
 		applied, err := state.NewStore(root).ActiveApplied()
 		if err != nil || applied == nil {
@@ -211,11 +281,8 @@ func loadREST(path string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node identity kubeconfig %s: %w", path, err)
 	}
-	return tuneREST(cfg), nil
+	return TuneREST(cfg), nil
 }
-
-// tuneREST sets the watcher's user agent and rate limits.
-func tuneREST(cfg *rest.Config) *rest.Config { return watcher.TuneREST(cfg) }
 
 // nodeName reads the node from the client certificate's subject: the agent
 // acts as system:node:<name>, so the identity is the authority on it.

@@ -1,4 +1,4 @@
-package main
+package watcher
 
 import (
 	"os"
@@ -26,7 +26,7 @@ func TestFollower(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p := filepath.Join(dir, name)
+		p := filepath.Join(dir, Stage)
 		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -50,14 +50,14 @@ func TestFollower(t *testing.T) {
 
 	args := os.Args
 	t.Cleanup(func() { os.Args = args })
-	unitPath := filepath.Join(base, hostroot.CurrentLink, name)
+	unitPath := filepath.Join(base, hostroot.CurrentLink, Stage)
 	for _, c := range []struct {
 		argv0  string
 		follow bool
 	}{
 		{unitPath, true},             // as the unit starts it
 		{blue, false},                // the release's path itself
-		{"./" + name, false},         // by hand
+		{"./" + Stage, false},        // by hand
 		{unitPath + "-other", false}, // another name
 	} {
 		os.Args = []string{c.argv0}

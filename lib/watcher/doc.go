@@ -1,0 +1,59 @@
+// Package watcher is the logic of the kubeslot-watcher stage: Decide, a pure
+// function from what the watcher sees (the Machine, its Node, the applied
+// configuration, the operations that target it, the request files and
+// statuses on disk) to what it must do (write a request, publish a status,
+// report conditions, register the Machine); Run, the loop that feeds it
+// from client-go watches and fsnotify and carries out its actions; and
+// Command, the binary's start-up under the installation lock (start.go) and
+// its supervision of the loop (serve.go). Imported by cmd/kubeslot-watcher,
+// and by the integration tests (the watcher tests and the fleet
+// benchmark's in-process watchers).
+//
+// The watcher also applies spec.ttlSecondsAfterFinished: it deletes a
+// finished operation its Machine took part in once the TTL has passed
+// (ttl.go; Expiries decides, purely). The admission policy cannot compare
+// completionTime with the clock (CEL in admission has no now()), so the TTL
+// is kept by the watcher, not enforced by the cluster.
+//
+// The watcher, in more detail (moved here from DESIGN.md):
+//
+//   - Start-up (Command, start.go): the installation lock, waited for in
+//     rounds of --lock-wait (30 s) for as long as another stage holds it,
+//     telling systemd READY, WATCHDOG and who holds it after each (nothing
+//     would restart a watcher that deferred); defer (69) unless the
+//     installation is complete or being reset; the active applied
+//     configuration (a corrupt one is reported Degraded and nothing is
+//     dispatched); the lifecycle hooks of the active slot (a failure is
+//     reported Degraded/LifecycleHooksFailed); a client from the node
+//     identity, rebuilt when the kubelet rotates it; then serve until
+//     SIGTERM. READY (Type=notify) after the first sync, or after
+//     --ready-after (60 s) when the cluster cannot be reached.
+//   - Watches: its Machine and its Node by field selector; operations are the
+//     one cluster-wide watch (a selector-targeted operation cannot be filtered
+//     by the server). No polling: idle, it makes no request besides its open
+//     watches, each kept for the server-side timeout client-go asks; single
+//     requests are bounded (lib/nodeidentity), watches are not. Each event
+//     makes it decide again; a decision whose Machine status is already
+//     current writes nothing (compared on the informer's copy, times in whole
+//     seconds as the API keeps them).
+//   - Decide: desired (the Machine spec) against applied, pending operations
+//     and the files on disk. OnNodeDelete requests a repave only after the
+//     Node was deleted, Immediate as soon as the spec differs; paused holds
+//     everything but reset; a spec that fails the agent's own validation is
+//     reported Degraded with the field and value.
+//   - Reports: the Machine's status, the operation's status.machines entry
+//     for this Machine, and an Event per transition. It registers its Machine
+//     when missing.
+//   - Releases (serve.go): started as <base>/current/kubeslot-watcher, it
+//     follows that link: when an upgrade flips it, it stops its loop (every
+//     result is on disk) and re-executes the new binary in the same process.
+//     It never
+//     restarts its own unit. It turns the pending-upgrade signal into the
+//     upgrade's final status after its settle time (--upgrade-settle).
+//   - Errors: an action that fails is retried with capped, jittered backoff
+//     (2 s to 5 min), each error logged once.
+//   - Test hooks: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<duration> (exit 1 that
+//     long after start, as a broken release would) and
+//     KUBESLOT_TEST_WATCHER_READ_GATE=<file> (hold each read of the applied
+//     state between its two files while the file exists).
+package watcher
