@@ -16,6 +16,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // Secrets planted in the inputs; none may appear in any output.
@@ -170,7 +171,7 @@ func run(t *testing.T, c hcase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bins, c.bin), args...)
-	cmd.Env = append(cleanEnv(), c.environ...)
+	cmd.Env = append(testkit.CleanEnv(), c.environ...)
 	cmd.Stdin = strings.NewReader(c.stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -205,17 +206,6 @@ func run(t *testing.T, c hcase) {
 	if c.check != nil {
 		c.check(e, out)
 	}
-}
-
-// cleanEnv is this process's environment without kubeslot's own settings.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KUBESLOT_") && !strings.HasPrefix(kv, "INVOCATION_ID=") && !strings.HasPrefix(kv, "JOURNAL_STREAM=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 var allBinaries = []string{"kubeslot", "kubeslot-bootstrap", "kubeslot-watcher", "kubeslot-repaver", "kubeslot-upgrader", "kubeslot-resetter"}

@@ -2,16 +2,9 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +14,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // fakes records every call with the checkpoint on disk at that moment, so
@@ -44,10 +39,7 @@ type fakes struct {
 }
 
 func newFakes(t *testing.T) *fakes {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	return &fakes{t: t, root: root, active: map[string]string{}}
 }
 
@@ -196,50 +188,14 @@ type fakeReleaser struct{ f *fakes }
 
 func (r fakeReleaser) Ensure(context.Context) error { return r.f.call("release") }
 
-// testCA is a throwaway CA certificate, for a valid ca_pem.
-var testCA = func() string {
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		panic(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}()
-
-func testConfigText(machine string) string {
-	sum := strings.Repeat("ab", 32)
-	return fmt.Sprintf(`[machine]
-name = %q
-
-[cluster]
-server = "https://127.0.0.1:6443"
-ca_pem = %q
-bootstrap_token = "abcdef.0123456789abcdef"
-
-[kubernetes]
-version = "1.37.2"
-
-[rootfs]
-source = "http://127.0.0.1/rootfs.tar.gz"
-sha256 = %q
-
-[artifacts.kubelet]
-url = "http://127.0.0.1/kubelet"
-sha256 = %q
-
+// testConfig is a valid configuration for machine, with short lock and
+// node-ready timeouts. Its CA is testkit.SharedCA: a machine's
+// configurations have the same fingerprint.
+func testConfig(t *testing.T, machine string) *config.Config {
+	t.Helper()
+	return testhost.Config(t, testhost.Doc{Machine: machine, CA: testkit.SharedCA(), Tables: `
 [timeouts]
 lock = "1s"
 node_ready = "10s"
-`, machine, testCA, sum, sum)
-}
-
-func testConfig(t *testing.T, machine string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("test.toml", []byte(testConfigText(machine)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+`})
 }

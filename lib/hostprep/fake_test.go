@@ -14,6 +14,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // fakeSys is a System over in-memory state. Every mutating call is logged in
@@ -198,24 +200,11 @@ func (f *fakeSys) assertNoProblems() {
 // /etc/modules-load.d but no /etc/sysctl.d, like a minimal host.
 func testHost(t *testing.T) (*hostroot.Root, *ownership.Record) {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	mkdir(t, root, hostroot.ModulesDir)
 	mkdir(t, root, "/dev")
 	writeHostFile(t, root, "/dev/vdb", "swap area", 0o600)
-	rec, err := ownership.New("node-1", "abc123", "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
-	return root, rec
+	return root, testhost.Owned(t, root, "node-1", "abc123")
 }
 
 // freshFake is a host that needs everything: systemd-container missing,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 func TestCheckSkew(t *testing.T) {
@@ -86,10 +87,7 @@ func TestPinFromHTTPSMirrorWithItsCA(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	ctx := context.Background()
 	// Without the CA the mirror's certificate is not trusted.
 	plain, _ := NewMirror(root, config.Release{Mirror: srv.URL + "/release"})

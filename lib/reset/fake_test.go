@@ -19,6 +19,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -208,10 +209,7 @@ var foreignFiles = map[string]string{
 
 func newHost(t *testing.T) *host {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	h := &host{t: t, root: root, sd: newFakeSystemd(), sys: &fakeSys{packages: map[string]bool{"systemd-container": true}}}
 	// The running resetter the resetting unit gets a copy of.
 	h.self = filepath.Join(t.TempDir(), "kubeslot-resetter")
