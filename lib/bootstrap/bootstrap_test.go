@@ -334,7 +334,9 @@ func TestLockHeldDefers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release()
-	_, err = Run(t.Context(), f.deps(), testConfig(t, "worker-1"))
+	cfg := testConfig(t, "worker-1")
+	cfg.Timeouts.Lock.Duration = 100 * time.Millisecond // waited out in full: short
+	_, err = Run(t.Context(), f.deps(), cfg)
 	if exitcode.Of(err) != exitcode.Deferred || !strings.Contains(err.Error(), "kubeslot-repaver") {
 		t.Fatalf("err %v (exit %d), want 69 naming the holder", err, exitcode.Of(err))
 	}

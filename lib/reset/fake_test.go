@@ -21,6 +21,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
+	"time"
 )
 
 // fakeSystemd keeps unit states and machines in memory and records calls.
@@ -234,14 +235,12 @@ func newHost(t *testing.T) *host {
 	h.write("/etc/systemd/system/"+units.Bootstrap, string(bs))
 	h.link("/etc/systemd/system/multi-user.target.wants/"+units.Bootstrap, "/etc/systemd/system/"+units.Bootstrap)
 
-	// The bootstrap: record, then each change journalled before it is made.
+	// The bootstrap: record, then each change journalled before it is made
+	// (saved at the end).
 	if h.rec, err = ownership.New("m1", "abcdef", "test"); err != nil {
 		t.Fatal(err)
 	}
 	h.rec.SetCheckpoint(ownership.CheckpointComplete)
-	if err := ownership.Save(root, h.rec); err != nil {
-		t.Fatal(err)
-	}
 	h.journal(ownership.KindPackage, "systemd-container", func() {})
 	h.journal(ownership.KindPodNetwork, "cni0", func() {})
 	h.journal(ownership.KindModuleFile, "/etc/modules-load.d/kubeslot.conf", func() { h.write("/etc/modules-load.d/kubeslot.conf", "overlay\n") })
@@ -282,6 +281,9 @@ func newHost(t *testing.T) *host {
 	// A unit kubeslot replaced: its prior content comes back.
 	h.journal(ownership.KindUnit, "/etc/systemd/system/custom.service", func() { h.write("/etc/systemd/system/custom.service", "kubeslot's\n") })
 	h.write("/opt/kubeslot/applied/a.json", "{}")
+	if err := ownership.Save(root, h.rec); err != nil {
+		t.Fatal(err)
+	}
 	h.sd.active[units.Watcher] = "active"
 	h.sd.active[units.PathUnit("reset")] = "active"
 	h.sd.active[units.Bootstrap] = "active"
@@ -339,9 +341,11 @@ func (h *host) journal(kind ownership.Kind, target string, change func()) {
 		}
 		c.Path, c.Prior = target, prior
 	}
-	if err := h.rec.Record(h.root, c); err != nil {
-		h.t.Fatal(err)
-	}
+	// Journalled in memory, saved once by newHost: what a bootstrap
+	// leaves, without a synced save per change.
+	c.At = time.Now().UTC().Round(0)
+	h.rec.Journal = append(h.rec.Journal, c)
+	h.rec.UpdatedAt = c.At
 	change()
 }
 
