@@ -95,7 +95,7 @@ func TestFreshRunPhasesInOrder(t *testing.T) {
 	if _, ok := rec.Lookup(ownership.KindUnit, link); !ok {
 		t.Errorf("%s not journalled", link)
 	}
-	if f.reloads == 0 {
+	if f.sd.Reloads == 0 {
 		t.Errorf("no daemon-reload after installing units")
 	}
 	// Reports: running for each phase, then succeeded.
@@ -110,7 +110,7 @@ func TestFreshRunPhasesInOrder(t *testing.T) {
 	}
 	// The watcher is started only if this release has its unit.
 	_, hasWatcher := all[Watcher]
-	if got := slices.Contains(f.started, Watcher); got != hasWatcher {
+	if got := slices.Contains(f.started(), Watcher); got != hasWatcher {
 		t.Errorf("watcher started %v, unit in release %v", got, hasWatcher)
 	}
 }
@@ -200,7 +200,7 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	}
 	for name, data := range mustUnits(t) {
 		if enabled(name, data) && name != units.Bootstrap {
-			f.active[name] = "active"
+			f.sd.Units[name] = "active"
 		}
 	}
 	before := snapshot(t, f.root.Prefix())
@@ -218,8 +218,8 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	if got := f.Calls(); !slices.Equal(got, []string{"hostprep@complete", "release@complete", "hooks@complete"}) {
 		t.Errorf("calls on a complete host: %v", got)
 	}
-	if f.reloads != 0 || len(f.started) != 0 {
-		t.Errorf("complete re-run reloaded %d times, started %v", f.reloads, f.started)
+	if f.sd.Reloads != 0 || len(f.started()) != 0 {
+		t.Errorf("complete re-run reloaded %d times, started %v", f.sd.Reloads, f.started())
 	}
 	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("complete re-run changed the host:\n%s", diff)
@@ -239,8 +239,8 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Repaired) != 2 || f.reloads != 1 {
-		t.Errorf("repaired %v with %d reloads, want the unit and its link, one reload", res.Repaired, f.reloads)
+	if len(res.Repaired) != 2 || f.sd.Reloads != 1 {
+		t.Errorf("repaired %v with %d reloads, want the unit and its link, one reload", res.Repaired, f.sd.Reloads)
 	}
 	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("after repair the host differs from the complete install:\n%s", diff)
@@ -248,13 +248,13 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	// An inactive enabled unit is started (the watcher, once it exists).
 	for name, data := range mustUnits(t) {
 		if enabled(name, data) && name != units.Bootstrap {
-			delete(f.active, name)
+			delete(f.sd.Units, name)
 			f.reset()
 			if _, err := Run(t.Context(), f.deps(), cfg); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Contains(f.started, name) {
-				t.Errorf("inactive %s not started by a complete-host run (started %v)", name, f.started)
+			if !slices.Contains(f.started(), name) {
+				t.Errorf("inactive %s not started by a complete-host run (started %v)", name, f.started())
 			}
 		}
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
+	"strings"
 )
 
 // fakes records every call with the checkpoint on disk at that moment, so
@@ -27,9 +29,7 @@ type fakes struct {
 	mu      sync.Mutex
 	calls   []string
 	reports []Report
-	started []string
-	reloads int
-	active  map[string]string // unit → ActiveState
+	sd      *sdtest.Systemd // the host's systemd, with no machines
 
 	failOn string // a call name that fails
 	// kubeletVersion is what the slot's kubelet reports ("": 1.37.2);
@@ -40,7 +40,7 @@ type fakes struct {
 
 func newFakes(t *testing.T) *fakes {
 	root := testkit.Root(t)
-	return &fakes{t: t, root: root, active: map[string]string{}}
+	return &fakes{t: t, root: root, sd: sdtest.New(nil)}
 }
 
 func (f *fakes) call(name string) error {
@@ -68,7 +68,20 @@ func (f *fakes) Calls() []string {
 func (f *fakes) reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls, f.reports, f.started, f.reloads = nil, nil, nil, 0
+	f.calls, f.reports = nil, nil
+	f.sd.ForgetCalls()
+	f.sd.Reloads = 0
+}
+
+// started lists the units started, in order.
+func (f *fakes) started() []string {
+	var out []string
+	for _, c := range f.sd.Calls() {
+		if u, ok := strings.CutPrefix(c, "start "); ok {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func (f *fakes) deps() Deps {
@@ -76,7 +89,7 @@ func (f *fakes) deps() Deps {
 		Root:    f.root,
 		Log:     slog.New(slog.NewTextHandler(f.t.Output(), nil)),
 		Host:    fakeHost{f},
-		Systemd: fakeSystemd{f},
+		Systemd: f.sd,
 		NewIsolation: func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error) {
 			if cfg == nil || rec == nil {
 				return nil, nil, errors.New("no config or record")
@@ -135,36 +148,6 @@ func (b fakeBackend) RestartNode(_ context.Context, slot string) error {
 	return b.f.call("restart=" + slot)
 }
 func (b fakeBackend) Repave(context.Context, string, string) error { return b.f.call("repave") }
-
-type fakeSystemd struct{ f *fakes }
-
-func (s fakeSystemd) StartUnit(_ context.Context, name string) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	s.f.started = append(s.f.started, name)
-	s.f.active[name] = "active"
-	return nil
-}
-func (s fakeSystemd) StopUnit(context.Context, string) error { return nil }
-func (s fakeSystemd) Reload(context.Context) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	s.f.reloads++
-	return nil
-}
-func (s fakeSystemd) UnitState(_ context.Context, name string) (string, string, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	if a, ok := s.f.active[name]; ok {
-		return a, "running", nil
-	}
-	return "inactive", "dead", nil
-}
-func (s fakeSystemd) ResetFailed(context.Context, string) error { return nil }
-func (s fakeSystemd) Machine(context.Context, string) (isolation.Machine, error) {
-	return isolation.Machine{}, isolation.ErrNoMachine
-}
-func (s fakeSystemd) TerminateMachine(context.Context, string) error { return nil }
 
 type fakeCluster struct{ f *fakes }
 

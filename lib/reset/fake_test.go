@@ -8,115 +8,39 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
-	"time"
 )
 
-// fakeSystemd keeps unit states and machines in memory and records calls.
-type fakeSystemd struct {
-	mu       sync.Mutex
-	active   map[string]string // unit → ActiveState; missing means inactive
-	machines map[string]bool   // running machines
-	calls    []string
-	fail     map[string]error // "stop <unit>" → error
-}
-
-func newFakeSystemd() *fakeSystemd {
-	return &fakeSystemd{active: map[string]string{}, machines: map[string]bool{}, fail: map[string]error{}}
-}
-
-func (f *fakeSystemd) call(s string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, s)
-	return f.fail[s]
-}
-
-func (f *fakeSystemd) StartUnit(ctx context.Context, name string) error {
-	return f.call("start " + name)
-}
-
-func (f *fakeSystemd) StopUnit(ctx context.Context, name string) error {
-	if err := f.call("stop " + name); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.active[name] = "inactive"
-	if slot, ok := strings.CutPrefix(name, "systemd-nspawn@"); ok {
-		delete(f.machines, strings.TrimSuffix(slot, ".service"))
-	}
-	return nil
-}
-
-func (f *fakeSystemd) Reload(ctx context.Context) error { return f.call("reload") }
-
-func (f *fakeSystemd) UnitState(ctx context.Context, name string) (string, string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if a, ok := f.active[name]; ok {
-		return a, "", nil
-	}
-	return "inactive", "dead", nil
-}
-
-func (f *fakeSystemd) ResetFailed(ctx context.Context, name string) error { return nil }
-
-func (f *fakeSystemd) Machine(ctx context.Context, name string) (isolation.Machine, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.machines[name] {
-		return isolation.Machine{Name: name, State: "running", Leader: 42}, nil
-	}
-	return isolation.Machine{}, fmt.Errorf("machine %s: %w", name, isolation.ErrNoMachine)
-}
-
-func (f *fakeSystemd) TerminateMachine(ctx context.Context, name string) error {
-	if err := f.call("terminate " + name); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.machines, name)
-	return nil
-}
-
-// ListUnitsByPatterns implements UnitLister over the units with a state.
-func (f *fakeSystemd) ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error) {
-	if err := f.call(fmt.Sprintf("list %v", patterns)); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for n := range f.active {
-		for _, p := range patterns {
-			if ok, _ := path.Match(p, n); ok {
-				out = append(out, n)
-				break
-			}
+// newFakeSystemd is a host systemd whose machines are the nspawn units'
+// slots: stopping systemd-nspawn@S.service removes machine S.
+func newFakeSystemd() *sdtest.Systemd {
+	sd := sdtest.New(func(unit string) string {
+		if slot, ok := strings.CutPrefix(unit, "systemd-nspawn@"); ok {
+			return strings.TrimSuffix(slot, ".service")
 		}
-	}
-	sort.Strings(out)
-	return out, nil
+		return ""
+	})
+	sd.Fail = map[string]error{}
+	return sd
 }
 
-func (f *fakeSystemd) callList() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
+// machineRunning tells whether slot's machine is registered.
+func machineRunning(h *host, slot string) bool {
+	_, err := h.sd.Machine(context.Background(), slot)
+	return err == nil
 }
 
 // fakeSys is a hostprep.System with installed packages in memory.
@@ -173,7 +97,7 @@ type host struct {
 	t    *testing.T
 	root *hostroot.Root
 	rec  *ownership.Record
-	sd   *fakeSystemd
+	sd   *sdtest.Systemd
 	sys  *fakeSys
 	self string
 }
@@ -284,11 +208,11 @@ func newHost(t *testing.T) *host {
 	if err := ownership.Save(root, h.rec); err != nil {
 		t.Fatal(err)
 	}
-	h.sd.active[units.Watcher] = "active"
-	h.sd.active[units.PathUnit("reset")] = "active"
-	h.sd.active[units.Bootstrap] = "active"
-	h.sd.active["systemd-nspawn@a.service"] = "active"
-	h.sd.machines["a"] = true
+	h.sd.Units[units.Watcher] = "active"
+	h.sd.Units[units.PathUnit("reset")] = "active"
+	h.sd.Units[units.Bootstrap] = "active"
+	h.sd.Units["systemd-nspawn@a.service"] = "active"
+	h.sd.Machines["a"] = hostapi.Machine{Name: "a", State: "running", Leader: 42}
 	return h
 }
 
