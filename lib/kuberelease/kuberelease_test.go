@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
@@ -142,10 +141,7 @@ func TestPinFromHTTPSMirrorWithItsCA(t *testing.T) {
 
 func TestPinFromLocalMirror(t *testing.T) {
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	p := filepath.Join(prefix, "srv/k8s", KubeletPath("1.37.2", runtime.GOARCH)+".sha256")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
