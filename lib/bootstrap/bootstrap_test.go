@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -221,7 +221,7 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	if f.sd.Reloads != 0 || len(f.started()) != 0 {
 		t.Errorf("complete re-run reloaded %d times, started %v", f.sd.Reloads, f.started())
 	}
-	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+	if diff := testkit.TreeDiff(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("complete re-run changed the host:\n%s", diff)
 	}
 
@@ -242,7 +242,7 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	if len(res.Repaired) != 2 || f.sd.Reloads != 1 {
 		t.Errorf("repaired %v with %d reloads, want the unit and its link, one reload", res.Repaired, f.sd.Reloads)
 	}
-	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+	if diff := testkit.TreeDiff(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("after repair the host differs from the complete install:\n%s", diff)
 	}
 	// An inactive enabled unit is started (the watcher, once it exists).
@@ -302,7 +302,7 @@ func TestDifferentMachineRefusedHostUntouched(t *testing.T) {
 	if got := f.Calls(); len(got) != 0 {
 		t.Errorf("refused run called %v", got)
 	}
-	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+	if diff := testkit.TreeDiff(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("refused run changed the host:\n%s", diff)
 	}
 }
@@ -406,58 +406,11 @@ func mustUnits(t *testing.T) map[string][]byte {
 	return all
 }
 
-// snapshot maps every path under dir to its type, mode and content hash
-// (or link target). The lock file's content says who held it last; it is
-// volatile and not part of the comparison.
+// snapshot is the tree under dir; the lock file's content says who held
+// it last: it is volatile and not part of the comparison.
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		v := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			v += " -> " + target
-		case fi.Mode().IsRegular() && rel != "run/kubeslot/install.lock":
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += fmt.Sprintf(" %x", sha256.Sum256(b))
-		}
-		out[rel] = v
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func diffSnapshots(a, b map[string]string) string {
-	var lines []string
-	for k, v := range a {
-		if w, ok := b[k]; !ok {
-			lines = append(lines, "- "+k)
-		} else if w != v {
-			lines = append(lines, "~ "+k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			lines = append(lines, "+ "+k)
-		}
-	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
+	return testkit.Tree(t, dir, "run/kubeslot/install.lock")
 }
 
 // A slot whose kubelet binary is another release than kubernetes.version

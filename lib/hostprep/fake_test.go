@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -249,52 +248,16 @@ func writeHostFile(t *testing.T, root *hostroot.Root, hostPath, content string, 
 	}
 }
 
-// snapshot describes every entry under the prefix: type, mode, content or
-// link target.
+// snapshot describes every entry under the prefix: type, mode, content
+// digest or link target.
 func snapshot(t *testing.T, root *hostroot.Root) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root.Prefix(), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			desc += " -> " + target
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(b)
-		}
-		out[p] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testkit.Tree(t, root.Prefix())
 }
 
 func assertSameTree(t *testing.T, before, after map[string]string) {
 	t.Helper()
-	for p, d := range before {
-		if a, ok := after[p]; !ok {
-			t.Errorf("%s vanished", p)
-		} else if a != d {
-			t.Errorf("%s changed:\n before %q\n after  %q", p, d, a)
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s appeared", p)
-		}
+	if d := testkit.TreeDiff(before, after); d != "" {
+		t.Errorf("the tree changed:\n%s", d)
 	}
 }

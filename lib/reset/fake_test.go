@@ -2,12 +2,11 @@ package reset
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -299,39 +298,16 @@ func (h *host) deps() Deps {
 	return Deps{Root: h.root, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9, Self: h.self}
 }
 
-// tree snapshots every path under the prefix (except the volatile lock)
-// with its type, mode and content digest.
+// tree snapshots every path under the prefix (except the volatile lock
+// under /run) with its type, mode and content digest, a line each, sorted.
 func (h *host) tree() string {
 	h.t.Helper()
 	var lines []string
-	prefix := h.root.Prefix()
-	err := filepath.WalkDir(prefix, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for rel, v := range testkit.Tree(h.t, h.root.Prefix()) {
+		if rel == "run" || strings.HasPrefix(rel, "run/") {
+			continue
 		}
-		rel := "/" + strings.TrimPrefix(strings.TrimPrefix(p, prefix), "/")
-		if rel == "/run" {
-			return filepath.SkipDir // volatile: the lock
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		line := fmt.Sprintf("%s %v", rel, fi.Mode())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			t, _ := os.Readlink(p)
-			line += " -> " + t
-		case fi.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			sum := sha256.Sum256(b)
-			line += " " + hex.EncodeToString(sum[:6])
-		}
-		lines = append(lines, line)
-		return nil
-	})
-	if err != nil {
-		h.t.Fatal(err)
+		lines = append(lines, path.Join("/", rel)+" "+v)
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")

@@ -1,6 +1,7 @@
 // Package testkit holds the fixtures kubeslot's tests share at the lowest
-// level: a throwaway CA certificate, a host root on a temporary directory and
-// the environment a stage binary is run with. It imports lib/hostroot only,
+// level: a throwaway CA certificate, a host root on a temporary directory, a
+// snapshot of a tree to compare host states, and the environment a stage
+// binary is run with. It imports lib/hostroot only,
 // so that tests of every package above it may use it (lib/testkit/testhost
 // builds configurations and installations on top). Imported by tests only.
 package testkit
