@@ -163,6 +163,7 @@ func TestResumeAfterFailureAtEachStep(t *testing.T) {
 	want := strip(ref.tree(), ref.root.Prefix())
 	for i, step := range StepNames() {
 		t.Run(step, func(t *testing.T) {
+			t.Parallel() // a host of its own; the steps' synced writes overlap
 			h := newHost(t)
 			d := h.deps()
 			injected := errors.New("injected")
@@ -472,6 +473,7 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 	}
 	for i, step := range order {
 		t.Run(step, func(t *testing.T) {
+			t.Parallel() // a host of its own; the steps' synced writes overlap
 			h := newHost(t)
 			dir := requests.New(h.root)
 			req := &requests.Request{Kind: requests.Reset, ID: requests.NewID(requests.Reset, 2, "op"), Operation: "op", MachineGeneration: 2, Reason: "test"}
