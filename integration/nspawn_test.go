@@ -15,16 +15,10 @@ package integration
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +42,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 const (
@@ -509,14 +504,7 @@ func runNspawnDriver(args []string) int {
 // TestNspawnNodeFilesMatchRig keeps lib/nodeconfig consistent with the settings the rig verified
 // (nodeimage.WriteFiles): every setting of the rig's node files must be in what the backend renders. It needs no rig.
 func TestNspawnNodeFilesMatchRig(t *testing.T) {
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	ca := testkit.CA(t)
 	sum := strings.Repeat("ab", 32)
 	cfg, err := config.Parse("rig", []byte(nspawnRigConfig("n1", "https://127.0.0.1:6443", ca, "abcdef.0123456789abcdef",
 		"http://127.0.0.1/rootfs.tar.gz", sum, "http://127.0.0.1/kubelet", sum)))

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +35,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 
-	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/integration/workload"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -204,65 +202,32 @@ func (p *podsRig) edgeURL() string {
 	return "http://" + net.JoinHostPort(p.h.NodeIP().String(), fmt.Sprint(edgePort)) + "/"
 }
 
-// prober GETs the edge pod's hostPort every 100 ms from the host and remembers when it answered.
-type prober struct {
-	mu sync.Mutex
-	ok []time.Time
+// startProbe GETs the edge pod's hostPort every 100 ms from the host (1 s bound per GET) until the test ends.
+func (p *podsRig) startProbe(ctx context.Context) *prober {
+	u := p.edgeURL()
+	pr := workload.StartProbe(func(pctx context.Context) bool {
+		rctx, rcancel := context.WithTimeout(pctx, time.Second)
+		defer rcancel()
+		_, err := p.hostGet(rctx, u)
+		return err == nil
+	})
+	stop := context.AfterFunc(ctx, pr.Stop)
+	p.t.Cleanup(func() { stop(); pr.Stop() })
+	return &prober{pr}
 }
 
-func (p *podsRig) startProbe(ctx context.Context) *prober {
-	pr := &prober{}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	p.t.Cleanup(func() { cancel(); <-done })
-	u := p.edgeURL()
-	go func() {
-		defer close(done)
-		for {
-			rctx, rcancel := context.WithTimeout(pctx, time.Second)
-			_, err := p.hostGet(rctx, u)
-			rcancel()
-			if err == nil {
-				pr.mu.Lock()
-				pr.ok = append(pr.ok, time.Now())
-				pr.mu.Unlock()
-			}
-			select {
-			case <-pctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	return pr
-}
+// prober is the edge pod's probe.
+type prober struct{ *workload.Prober }
 
 // downtime waits (bounded) until the probe answers again after since, and returns the longest gap between two
 // answers from the last one before since on: last answer before the outage -> first after it.
 func (pr *prober) downtime(t *testing.T, since time.Time, bound time.Duration) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		pr.mu.Lock()
-		var prev time.Time
-		var gap time.Duration
-		for _, at := range pr.ok {
-			if !prev.IsZero() && !at.Before(since) && at.Sub(prev) > gap {
-				gap = at.Sub(prev)
-			}
-			prev = at
-		}
-		pr.mu.Unlock()
-		// answering again, steadily, after the outage
-		if gap > 0 && prev.After(since) && time.Since(prev) < time.Second {
-			return gap
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the edge pod did not answer on its hostPort again within %s after %s", bound, since.Format(time.RFC3339))
-			return gap
-		}
-		time.Sleep(200 * time.Millisecond)
+	gap, _, _, err := pr.Downtime(context.Background(), since, bound)
+	if err != nil {
+		t.Errorf("the edge pod: %v", err)
 	}
+	return gap
 }
 
 type podsRig struct {
@@ -537,11 +502,7 @@ func (p *podsRig) hostClient(tlsCfg *tls.Config) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
-		TLSClientConfig: tlsCfg,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return netfwd.Dial(ctx, ns, network, addr)
-		}}}, nil
+	return workload.HostClient(ns, 10*time.Second, tlsCfg), nil
 }
 
 // hostGet GETs a URL from inside the host's network namespace.
@@ -550,20 +511,7 @@ func (p *podsRig) hostGet(ctx context.Context, u string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
-	return string(b), err
+	return workload.Get(ctx, c, u)
 }
 
 // kubeletAnonymous sends GET /pods to the kubelet's API on the node IP without credentials, from inside the host's

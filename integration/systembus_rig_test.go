@@ -5,7 +5,6 @@ package integration
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,10 +12,8 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/integration/sdhost"
-	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/ownership"
-	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // busProbeUnit is a worker unit the resetter stops first; here it only sleeps.
@@ -52,18 +49,14 @@ func TestSystemdBusReachesTheGivenHost(t *testing.T) {
 
 	// A completed installation in the host's root, as the resetter expects one.
 	prefix := h.Root()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	installForBusProbe(t, root)
+	testhost.Installed(t, testkit.RootAt(t, prefix), testhost.Example(t))
 
 	resetter := func(extra ...string) (string, error) {
 		rctx, rcancel := context.WithTimeout(ctx, 90*time.Second)
 		defer rcancel()
 		args := append([]string{"--root-prefix", prefix, "--yes", "--lock-wait", "5s"}, extra...)
 		cmd := exec.CommandContext(rctx, filepath.Join(bins, "kubeslot-resetter"), args...)
-		cmd.Env = cleanKubeslotEnv()
+		cmd.Env = testkit.CleanEnv()
 		out, err := cmd.CombinedOutput()
 		t.Logf("kubeslot-resetter %v: %v\n%s", args, err, out)
 		return string(out), err
@@ -87,44 +80,4 @@ func TestSystemdBusReachesTheGivenHost(t *testing.T) {
 	if after := ownState(); after != ownBefore {
 		t.Errorf("this machine's own %s changed: %q, was %q", busProbeUnit, after, ownBefore)
 	}
-}
-
-// installForBusProbe lays down a completed installation (record, applied slot a, active) under root.
-func installForBusProbe(t *testing.T, root *hostroot.Root) {
-	t.Helper()
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New(cfg.Machine.Name, cfg.Fingerprint(), "v0.1.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Checkpoint = ownership.CheckpointComplete
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
-	store := state.NewStore(root)
-	if err := store.SaveApplied(&state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: "v0.1.0",
-		AppliedAt: time.Now(), Config: cfg}); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetActive("a"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// cleanKubeslotEnv is this process's environment without kubeslot's own settings (a KUBESLOT_SYSTEMD_BUS of the
-// caller's would defeat the test) and without the journal's, so logs come back on stderr.
-func cleanKubeslotEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KUBESLOT_") && !strings.HasPrefix(kv, "INVOCATION_ID=") && !strings.HasPrefix(kv, "JOURNAL_STREAM=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }

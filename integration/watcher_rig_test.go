@@ -26,6 +26,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -66,10 +67,7 @@ func newWatcherRig(t *testing.T, ctx context.Context, base string) *watcherRig {
 	r.run("ln", "-sfn", "releases/blue", "/opt/kubeslot/current")
 
 	// Applied configuration of slot a, committed.
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testhost.Example(t)
 	cfg.Machine.Name, cfg.Machine.NodeName = r.node, r.node
 	r.applied = cfg
 	st := state.NewStore(r.root)

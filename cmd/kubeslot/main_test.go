@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -14,6 +13,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 func TestCommonFlags(t *testing.T) { clitest.CommonFlags(t, name, run) }
@@ -71,43 +72,17 @@ func TestStatusEmptyRoot(t *testing.T) {
 	}
 }
 
-// installed lays down what a completed bootstrap leaves: record, applied
-// configuration for slot a, the active pointer, and a pending request.
+// installed lays down what a completed bootstrap leaves (record, applied
+// configuration for slot a, the active pointer) and a pending request.
 func installed(t *testing.T) (prefix string, root *hostroot.Root) {
 	t.Helper()
-	prefix = t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New(cfg.Machine.Name, cfg.Fingerprint(), "v0.1.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Checkpoint = ownership.CheckpointComplete
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
-	store := state.NewStore(root)
-	a := &state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: "v0.1.0", AppliedAt: time.Now(), Config: cfg}
-	if err := store.SaveApplied(a); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetActive("a"); err != nil {
-		t.Fatal(err)
-	}
+	root = testkit.Root(t)
+	testhost.Installed(t, root, testhost.Example(t))
 	req, _ := root.Path(hostroot.RequestsDir, "repave.json")
 	if err := os.WriteFile(req, []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return prefix, root
+	return root.Prefix(), root
 }
 
 func TestStatusInstalled(t *testing.T) {

@@ -87,7 +87,7 @@ type demo struct {
 	forwards []*netfwd.Forwarder
 	unroute  func()
 	ns       string // the workload's namespace, once created
-	probe    *prober
+	probe    *workload.Prober
 }
 
 // step is one entry of the life cycle. run returns a detail line (what it measured) or an error; units are the

@@ -65,7 +65,7 @@ func (d *demo) takeSnapshot(ctx context.Context) {
 func (d *demo) tearDown() error {
 	var errs []error
 	if d.probe != nil {
-		d.probe.stop()
+		d.probe.Stop()
 		d.probe = nil
 	}
 	if d.host != nil {

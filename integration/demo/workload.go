@@ -14,14 +14,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -209,7 +206,7 @@ func (d *demo) workloadBack(ctx context.Context, since time.Time, what string) (
 	if err != nil {
 		return "", err
 	}
-	gap, last, first, err := d.probe.downtime(ctx, since, 2*time.Minute)
+	gap, last, first, err := d.probe.Downtime(ctx, since, 2*time.Minute)
 	if err != nil {
 		return "", err
 	}
@@ -347,85 +344,16 @@ func (d *demo) hostGet(ctx context.Context, u string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return netfwd.Dial(ctx, ns, network, addr)
-		}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
-	return string(b), err
+	return workload.Get(ctx, workload.HostClient(ns, time.Second, nil), u)
 }
 
-// prober GETs the workload's hostPort every 100 ms from the host and remembers when it answered.
-type prober struct {
-	mu   sync.Mutex
-	ok   []time.Time
-	stop func()
-}
-
-func (d *demo) startProbe() *prober {
-	pr := &prober{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	pr.stop = func() { cancel(); <-done }
+// startProbe GETs the workload's hostPort every 100 ms from the host; an answer is one with its greeting.
+func (d *demo) startProbe() *workload.Prober {
 	u := d.edgeURL()
-	go func() {
-		defer close(done)
-		for {
-			if body, err := d.hostGet(ctx, u); err == nil && strings.Contains(body, workload.Greeting) {
-				pr.mu.Lock()
-				pr.ok = append(pr.ok, time.Now())
-				pr.mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	return pr
-}
-
-// downtime waits (bounded) until the probe answers again, steadily, after since, and returns the longest gap
-// between two answers from the last one before since on, with the answers that bound it.
-func (pr *prober) downtime(ctx context.Context, since time.Time, bound time.Duration) (gap time.Duration, last, first time.Time, err error) {
-	deadline := time.Now().Add(bound)
-	for {
-		pr.mu.Lock()
-		var prev, newest time.Time
-		gap, last, first = 0, time.Time{}, time.Time{}
-		for _, at := range pr.ok {
-			if !prev.IsZero() && !at.Before(since) && at.Sub(prev) > gap {
-				gap, last, first = at.Sub(prev), prev, at
-			}
-			prev = at
-		}
-		newest = prev
-		pr.mu.Unlock()
-		if gap > 0 && newest.After(since) && time.Since(newest) < time.Second {
-			return gap, last, first, nil
-		}
-		if time.Now().After(deadline) {
-			return gap, last, first, fmt.Errorf("the workload did not answer on its hostPort again within %s after %s", bound, since.Format("15:04:05"))
-		}
-		select {
-		case <-ctx.Done():
-			return gap, last, first, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return workload.StartProbe(func(ctx context.Context) bool {
+		body, err := d.hostGet(ctx, u)
+		return err == nil && strings.Contains(body, workload.Greeting)
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

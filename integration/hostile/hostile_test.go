@@ -14,8 +14,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/ownership"
-	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // Secrets planted in the inputs; none may appear in any output.
@@ -114,28 +114,7 @@ const exampleToken = `bootstrap_token = "abcdef.0123456789abcdef"`
 // active, layout, current release) under the case's root prefix.
 func (e *env) installed() {
 	e.t.Helper()
-	if err := e.root.EnsureLayout(); err != nil {
-		e.t.Fatal(err)
-	}
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	rec, err := ownership.New(cfg.Machine.Name, cfg.Fingerprint(), "v0.1.0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	rec.Checkpoint = ownership.CheckpointComplete
-	if err := ownership.Save(e.root, rec); err != nil {
-		e.t.Fatal(err)
-	}
-	store := state.NewStore(e.root)
-	if err := store.SaveApplied(&state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: cfg.Fingerprint(), AgentVersion: "v0.1.0", AppliedAt: time.Now(), Config: cfg}); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := store.SetActive("a"); err != nil {
-		e.t.Fatal(err)
-	}
+	testhost.Installed(e.t, e.root, testhost.Example(e.t))
 	base, _ := e.root.Path()
 	os.MkdirAll(filepath.Join(base, "releases", "blue"), 0o755)
 	os.Symlink("releases/blue", filepath.Join(base, "current"))
@@ -159,10 +138,7 @@ type hcase struct {
 
 func run(t *testing.T, c hcase) {
 	e := &env{t: t, prefix: t.TempDir(), scratch: t.TempDir()}
-	var err error
-	if e.root, err = hostroot.New(e.prefix, ""); err != nil {
-		t.Fatal(err)
-	}
+	e.root = testkit.RootAt(t, e.prefix)
 	args := c.setup(e)
 	if !c.noPrefix {
 		args = append([]string{"--root-prefix", e.prefix}, args...)
@@ -170,11 +146,11 @@ func run(t *testing.T, c hcase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bins, c.bin), args...)
-	cmd.Env = append(cleanEnv(), c.environ...)
+	cmd.Env = append(testkit.CleanEnv(), c.environ...)
 	cmd.Stdin = strings.NewReader(c.stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("%s %v: still running after 20 s (a hang)\nstdout %s\nstderr %s", c.bin, args, stdout.String(), stderr.String())
 	}
@@ -205,17 +181,6 @@ func run(t *testing.T, c hcase) {
 	if c.check != nil {
 		c.check(e, out)
 	}
-}
-
-// cleanEnv is this process's environment without kubeslot's own settings.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KUBESLOT_") && !strings.HasPrefix(kv, "INVOCATION_ID=") && !strings.HasPrefix(kv, "JOURNAL_STREAM=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 var allBinaries = []string{"kubeslot", "kubeslot-bootstrap", "kubeslot-watcher", "kubeslot-repaver", "kubeslot-upgrader", "kubeslot-resetter"}

@@ -10,8 +10,12 @@
 // server on :8080, PauseImage (same layer, other config) as the pause
 // process.
 //
+// From a test host (outside its node machine) HostClient and Get reach the
+// workload, and a Prober measures how long it stopped answering.
+//
 // This is a test-only helper: only tests under integration/ and the rig's
-// demo program (integration/demo; BuildIn, StartRegistry) import it.
+// demo program (integration/demo; BuildIn, StartRegistry, HostClient, Get,
+// StartProbe) import it.
 package workload
 
 import (

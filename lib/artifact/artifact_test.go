@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // syncBuffer is a log sink safe for the server and client goroutines.
@@ -43,10 +44,7 @@ func (s *syncBuffer) String() string {
 
 func newFetcher(t *testing.T) (*Fetcher, *syncBuffer) {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	logs := &syncBuffer{}
 	return &Fetcher{
 		Root:    root,

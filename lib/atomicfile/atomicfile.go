@@ -1,6 +1,7 @@
-// Package atomicfile writes files so that a crash leaves either the old
-// content or the new one, never a mix: a temporary file in the same
-// directory, fsync, rename over the target, fsync of the directory.
+// Package atomicfile writes files, copies and symbolic links so that a crash
+// leaves either the old content or the new one, never a mix: a temporary
+// file (or link) in the same directory, fsync, rename over the target, fsync
+// of the directory.
 //
 // It works on plain local paths; callers resolve host paths through
 // lib/hostroot first. Imported by any package that persists state.
@@ -8,6 +9,7 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -47,6 +49,68 @@ func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return SyncDir(dir)
+}
+
+// CopyFile atomically replaces dst with a copy of src, created with perm
+// (applied past the umask) like WriteFile's: through a temporary file in
+// dst's directory, synced, renamed over dst, the directory synced. A src
+// larger than limit bytes is refused and nothing is left behind.
+func CopyFile(src, dst string, perm fs.FileMode, limit int64) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	defer in.Close()
+	dir, base := filepath.Split(dst)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			err = fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		}
+	}()
+	n, err := io.Copy(tmp, io.LimitReader(in, limit+1))
+	if err != nil {
+		return err
+	}
+	if n > limit {
+		return fmt.Errorf("%s: larger than %d bytes", src, limit)
+	}
+	if err = tmp.Chmod(perm); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	return SyncDir(dir)
+}
+
+// Symlink atomically points the link path at target: a link made at a
+// temporary name in the same directory (a stale one there is removed
+// first) is renamed over path, and the directory synced. A crash leaves
+// the old link or the new one, never none.
+func Symlink(target, path string) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	return Rename(tmp, path)
 }
 
 // Rename moves oldpath to newpath and makes the move durable by syncing both

@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -95,7 +95,7 @@ func TestFreshRunPhasesInOrder(t *testing.T) {
 	if _, ok := rec.Lookup(ownership.KindUnit, link); !ok {
 		t.Errorf("%s not journalled", link)
 	}
-	if f.reloads == 0 {
+	if f.sd.Reloads == 0 {
 		t.Errorf("no daemon-reload after installing units")
 	}
 	// Reports: running for each phase, then succeeded.
@@ -110,7 +110,7 @@ func TestFreshRunPhasesInOrder(t *testing.T) {
 	}
 	// The watcher is started only if this release has its unit.
 	_, hasWatcher := all[Watcher]
-	if got := slices.Contains(f.started, Watcher); got != hasWatcher {
+	if got := slices.Contains(f.started(), Watcher); got != hasWatcher {
 		t.Errorf("watcher started %v, unit in release %v", got, hasWatcher)
 	}
 }
@@ -200,7 +200,7 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	}
 	for name, data := range mustUnits(t) {
 		if enabled(name, data) && name != units.Bootstrap {
-			f.active[name] = "active"
+			f.sd.Units[name] = "active"
 		}
 	}
 	before := snapshot(t, f.root.Prefix())
@@ -218,10 +218,10 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	if got := f.Calls(); !slices.Equal(got, []string{"hostprep@complete", "release@complete", "hooks@complete"}) {
 		t.Errorf("calls on a complete host: %v", got)
 	}
-	if f.reloads != 0 || len(f.started) != 0 {
-		t.Errorf("complete re-run reloaded %d times, started %v", f.reloads, f.started)
+	if f.sd.Reloads != 0 || len(f.started()) != 0 {
+		t.Errorf("complete re-run reloaded %d times, started %v", f.sd.Reloads, f.started())
 	}
-	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+	if diff := testkit.TreeDiff(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("complete re-run changed the host:\n%s", diff)
 	}
 
@@ -239,22 +239,22 @@ func TestCompleteRerunIsNoopAndRepairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Repaired) != 2 || f.reloads != 1 {
-		t.Errorf("repaired %v with %d reloads, want the unit and its link, one reload", res.Repaired, f.reloads)
+	if len(res.Repaired) != 2 || f.sd.Reloads != 1 {
+		t.Errorf("repaired %v with %d reloads, want the unit and its link, one reload", res.Repaired, f.sd.Reloads)
 	}
-	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+	if diff := testkit.TreeDiff(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("after repair the host differs from the complete install:\n%s", diff)
 	}
 	// An inactive enabled unit is started (the watcher, once it exists).
 	for name, data := range mustUnits(t) {
 		if enabled(name, data) && name != units.Bootstrap {
-			delete(f.active, name)
+			delete(f.sd.Units, name)
 			f.reset()
 			if _, err := Run(t.Context(), f.deps(), cfg); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Contains(f.started, name) {
-				t.Errorf("inactive %s not started by a complete-host run (started %v)", name, f.started)
+			if !slices.Contains(f.started(), name) {
+				t.Errorf("inactive %s not started by a complete-host run (started %v)", name, f.started())
 			}
 		}
 	}
@@ -302,7 +302,7 @@ func TestDifferentMachineRefusedHostUntouched(t *testing.T) {
 	if got := f.Calls(); len(got) != 0 {
 		t.Errorf("refused run called %v", got)
 	}
-	if diff := diffSnapshots(before, snapshot(t, f.root.Prefix())); diff != "" {
+	if diff := testkit.TreeDiff(before, snapshot(t, f.root.Prefix())); diff != "" {
 		t.Errorf("refused run changed the host:\n%s", diff)
 	}
 }
@@ -334,7 +334,9 @@ func TestLockHeldDefers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release()
-	_, err = Run(t.Context(), f.deps(), testConfig(t, "worker-1"))
+	cfg := testConfig(t, "worker-1")
+	cfg.Timeouts.Lock.Duration = 100 * time.Millisecond // waited out in full: short
+	_, err = Run(t.Context(), f.deps(), cfg)
 	if exitcode.Of(err) != exitcode.Deferred || !strings.Contains(err.Error(), "kubeslot-repaver") {
 		t.Fatalf("err %v (exit %d), want 69 naming the holder", err, exitcode.Of(err))
 	}
@@ -404,58 +406,11 @@ func mustUnits(t *testing.T) map[string][]byte {
 	return all
 }
 
-// snapshot maps every path under dir to its type, mode and content hash
-// (or link target). The lock file's content says who held it last; it is
-// volatile and not part of the comparison.
+// snapshot is the tree under dir; the lock file's content says who held
+// it last: it is volatile and not part of the comparison.
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		v := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			v += " -> " + target
-		case fi.Mode().IsRegular() && rel != "run/kubeslot/install.lock":
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += fmt.Sprintf(" %x", sha256.Sum256(b))
-		}
-		out[rel] = v
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func diffSnapshots(a, b map[string]string) string {
-	var lines []string
-	for k, v := range a {
-		if w, ok := b[k]; !ok {
-			lines = append(lines, "- "+k)
-		} else if w != v {
-			lines = append(lines, "~ "+k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			lines = append(lines, "+ "+k)
-		}
-	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
+	return testkit.Tree(t, dir, "run/kubeslot/install.lock")
 }
 
 // A slot whose kubelet binary is another release than kubernetes.version

@@ -11,6 +11,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // TestTidyCache (issue 16, item 11): a bootstrap removes what a killed
@@ -25,10 +26,7 @@ func TestTidyCache(t *testing.T) {
 		{ownership.Complete, nil},
 	} {
 		t.Run(tc.decision.String(), func(t *testing.T) {
-			root, err := hostroot.New(t.TempDir(), "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			root := testkit.Root(t)
 			dir, err := root.Path(hostroot.CacheDir, artifact.CacheSubdir)
 			if err != nil {
 				t.Fatal(err)

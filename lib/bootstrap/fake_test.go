@@ -2,16 +2,9 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +14,10 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
+	"strings"
 )
 
 // fakes records every call with the checkpoint on disk at that moment, so
@@ -32,9 +29,7 @@ type fakes struct {
 	mu      sync.Mutex
 	calls   []string
 	reports []Report
-	started []string
-	reloads int
-	active  map[string]string // unit → ActiveState
+	sd      *sdtest.Systemd // the host's systemd, with no machines
 
 	failOn string // a call name that fails
 	// kubeletVersion is what the slot's kubelet reports ("": 1.37.2);
@@ -44,11 +39,8 @@ type fakes struct {
 }
 
 func newFakes(t *testing.T) *fakes {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fakes{t: t, root: root, active: map[string]string{}}
+	root := testkit.Root(t)
+	return &fakes{t: t, root: root, sd: sdtest.New(nil)}
 }
 
 func (f *fakes) call(name string) error {
@@ -76,7 +68,20 @@ func (f *fakes) Calls() []string {
 func (f *fakes) reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls, f.reports, f.started, f.reloads = nil, nil, nil, 0
+	f.calls, f.reports = nil, nil
+	f.sd.ForgetCalls()
+	f.sd.Reloads = 0
+}
+
+// started lists the units started, in order.
+func (f *fakes) started() []string {
+	var out []string
+	for _, c := range f.sd.Calls() {
+		if u, ok := strings.CutPrefix(c, "start "); ok {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func (f *fakes) deps() Deps {
@@ -84,7 +89,7 @@ func (f *fakes) deps() Deps {
 		Root:    f.root,
 		Log:     slog.New(slog.NewTextHandler(f.t.Output(), nil)),
 		Host:    fakeHost{f},
-		Systemd: fakeSystemd{f},
+		Systemd: f.sd,
 		NewIsolation: func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error) {
 			if cfg == nil || rec == nil {
 				return nil, nil, errors.New("no config or record")
@@ -144,36 +149,6 @@ func (b fakeBackend) RestartNode(_ context.Context, slot string) error {
 }
 func (b fakeBackend) Repave(context.Context, string, string) error { return b.f.call("repave") }
 
-type fakeSystemd struct{ f *fakes }
-
-func (s fakeSystemd) StartUnit(_ context.Context, name string) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	s.f.started = append(s.f.started, name)
-	s.f.active[name] = "active"
-	return nil
-}
-func (s fakeSystemd) StopUnit(context.Context, string) error { return nil }
-func (s fakeSystemd) Reload(context.Context) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	s.f.reloads++
-	return nil
-}
-func (s fakeSystemd) UnitState(_ context.Context, name string) (string, string, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	if a, ok := s.f.active[name]; ok {
-		return a, "running", nil
-	}
-	return "inactive", "dead", nil
-}
-func (s fakeSystemd) ResetFailed(context.Context, string) error { return nil }
-func (s fakeSystemd) Machine(context.Context, string) (isolation.Machine, error) {
-	return isolation.Machine{}, isolation.ErrNoMachine
-}
-func (s fakeSystemd) TerminateMachine(context.Context, string) error { return nil }
-
 type fakeCluster struct{ f *fakes }
 
 func (c fakeCluster) WaitNodeReady(context.Context, *config.Config) error {
@@ -196,50 +171,14 @@ type fakeReleaser struct{ f *fakes }
 
 func (r fakeReleaser) Ensure(context.Context) error { return r.f.call("release") }
 
-// testCA is a throwaway CA certificate, for a valid ca_pem.
-var testCA = func() string {
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		panic(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}()
-
-func testConfigText(machine string) string {
-	sum := strings.Repeat("ab", 32)
-	return fmt.Sprintf(`[machine]
-name = %q
-
-[cluster]
-server = "https://127.0.0.1:6443"
-ca_pem = %q
-bootstrap_token = "abcdef.0123456789abcdef"
-
-[kubernetes]
-version = "1.37.2"
-
-[rootfs]
-source = "http://127.0.0.1/rootfs.tar.gz"
-sha256 = %q
-
-[artifacts.kubelet]
-url = "http://127.0.0.1/kubelet"
-sha256 = %q
-
+// testConfig is a valid configuration for machine, with short lock and
+// node-ready timeouts. Its CA is testkit.SharedCA: a machine's
+// configurations have the same fingerprint.
+func testConfig(t *testing.T, machine string) *config.Config {
+	t.Helper()
+	return testhost.Config(t, testhost.Doc{Machine: machine, CA: testkit.SharedCA(), Tables: `
 [timeouts]
 lock = "1s"
 node_ready = "10s"
-`, machine, testCA, sum, sum)
-}
-
-func testConfig(t *testing.T, machine string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("test.toml", []byte(testConfigText(machine)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+`})
 }

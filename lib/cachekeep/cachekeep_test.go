@@ -15,27 +15,14 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
-
-func newRoot(t *testing.T) *hostroot.Root {
-	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 // configWith is the example configuration with the rootfs digest d.
 func configWith(t *testing.T, d string) *config.Config {
 	t.Helper()
-	c, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testhost.Example(t)
 	c.RootFS.SHA256 = d
 	return c
 }
@@ -76,7 +63,7 @@ func left(t *testing.T, root *hostroot.Root) []string {
 // TestInUse: the applied slots, a pending repave, a claimed upgrade and the
 // repave in progress each keep their digests; a restart names none.
 func TestInUse(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	applied := configWith(t, hex('a'))
 	if err := state.NewStore(root).SaveApplied(&state.Applied{Slot: "a", Mode: "nspawn", Fingerprint: applied.Fingerprint(),
 		AgentVersion: "test", AppliedAt: time.Now().UTC(), Config: applied}); err != nil {
@@ -135,7 +122,7 @@ func TestInUse(t *testing.T) {
 // TestPruneWithUnreadableState: when something that may name a digest
 // cannot be read, only the temporary files go.
 func TestPruneWithUnreadableState(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	st, err := root.Path(hostroot.StateDir, hostroot.RepaveStateFile)
 	if err != nil {
 		t.Fatal(err)

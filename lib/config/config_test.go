@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -98,7 +99,7 @@ func TestDefaults(t *testing.T) {
 // Accepted inputs other than the minimal one, and what they become.
 func TestParseValid(t *testing.T) {
 	upper := strings.ToUpper("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
-	pemText := selfSignedPEM(t)
+	pemText := testkit.CA(t)
 	cases := []struct {
 		name  string
 		doc   string

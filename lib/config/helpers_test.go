@@ -1,16 +1,9 @@
 package config
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"strings"
 	"testing"
-	"time"
 )
 
 // testToken is the token in minimal and in Example; tests search every
@@ -127,27 +120,4 @@ func parseErrors(t *testing.T, doc string) Errors {
 		t.Fatalf("Parse error is %T, want Errors: %v", err, err)
 	}
 	return errs
-}
-
-// selfSignedPEM makes a real CA certificate for ca_pem tests.
-func selfSignedPEM(t *testing.T) string {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "kubeslot-test-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }

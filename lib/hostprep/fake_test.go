@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // fakeSys is a System over in-memory state. Every mutating call is logged in
@@ -198,24 +199,11 @@ func (f *fakeSys) assertNoProblems() {
 // /etc/modules-load.d but no /etc/sysctl.d, like a minimal host.
 func testHost(t *testing.T) (*hostroot.Root, *ownership.Record) {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	mkdir(t, root, hostroot.ModulesDir)
 	mkdir(t, root, "/dev")
 	writeHostFile(t, root, "/dev/vdb", "swap area", 0o600)
-	rec, err := ownership.New("node-1", "abc123", "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
-	return root, rec
+	return root, testhost.Owned(t, root, "node-1", "abc123")
 }
 
 // freshFake is a host that needs everything: systemd-container missing,
@@ -260,52 +248,16 @@ func writeHostFile(t *testing.T, root *hostroot.Root, hostPath, content string, 
 	}
 }
 
-// snapshot describes every entry under the prefix: type, mode, content or
-// link target.
+// snapshot describes every entry under the prefix: type, mode, content
+// digest or link target.
 func snapshot(t *testing.T, root *hostroot.Root) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root.Prefix(), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			desc += " -> " + target
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(b)
-		}
-		out[p] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testkit.Tree(t, root.Prefix())
 }
 
 func assertSameTree(t *testing.T, before, after map[string]string) {
 	t.Helper()
-	for p, d := range before {
-		if a, ok := after[p]; !ok {
-			t.Errorf("%s vanished", p)
-		} else if a != d {
-			t.Errorf("%s changed:\n before %q\n after  %q", p, d, a)
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s appeared", p)
-		}
+	if d := testkit.TreeDiff(before, after); d != "" {
+		t.Errorf("the tree changed:\n%s", d)
 	}
 }

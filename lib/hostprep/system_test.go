@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // These tests read this machine's real state through ExecSystem and change
@@ -78,10 +79,7 @@ func TestExecSystemPreflightThisMachine(t *testing.T) {
 }
 
 func TestExecSystemRefusesPrefix(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	s := ExecSystem{Root: root}
 	ctx := context.Background()
 	errs := map[string]error{}

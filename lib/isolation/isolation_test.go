@@ -2,12 +2,6 @@ package isolation
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"slices"
 	"sort"
 	"strings"
@@ -15,9 +9,10 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation/nspawn"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // Compile-time: the nspawn types are the interfaces.
@@ -62,33 +57,7 @@ func TestModeNormalisation(t *testing.T) {
 
 func testConfig(t *testing.T) *config.Config {
 	t.Helper()
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := `[machine]
-name = "worker-1"
-[cluster]
-server = "https://203.0.113.10:6443"
-ca_pem = """` + string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})) + `"""
-bootstrap_token = "abcdef.0123456789abcdef"
-[kubernetes]
-version = "1.37.2"
-[rootfs]
-source = "https://images.example.com/rootfs.tar.gz"
-sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-[artifacts.kubelet]
-url = "https://dl.k8s.io/kubelet"
-sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
-`
-	cfg, err := config.Parse("test.toml", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testhost.Config(t, testhost.Doc{Server: "https://203.0.113.10:6443"})
 }
 
 // nopSystemd and nopRunner satisfy the interfaces; For only builds.
@@ -98,10 +67,7 @@ type nopRunner struct{}
 func (nopRunner) Run(context.Context, string, ...string) ([]byte, error) { return nil, nil }
 
 func TestForBuildsTheModesBackendAndOperator(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	deps := Deps{Root: root, Config: testConfig(t), Systemd: nopSystemd{}, Exec: nopRunner{}}
 	b, o, err := For("", deps)
 	if err != nil {
@@ -137,13 +103,7 @@ func TestForBuildsTheModesBackendAndOperator(t *testing.T) {
 }
 
 func TestAppliedRecordsTheMode(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	cfg := testConfig(t)
 	a, err := NewApplied("b", cfg, "v0.1.0", time.Now())
 	if err != nil {

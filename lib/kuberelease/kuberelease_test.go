@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 func TestCheckSkew(t *testing.T) {
@@ -86,10 +86,7 @@ func TestPinFromHTTPSMirrorWithItsCA(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	ctx := context.Background()
 	// Without the CA the mirror's certificate is not trusted.
 	plain, _ := NewMirror(root, config.Release{Mirror: srv.URL + "/release"})
@@ -144,10 +141,7 @@ func TestPinFromHTTPSMirrorWithItsCA(t *testing.T) {
 
 func TestPinFromLocalMirror(t *testing.T) {
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	p := filepath.Join(prefix, "srv/k8s", KubeletPath("1.37.2", runtime.GOARCH)+".sha256")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // TestDetectCgroups: the production profile only on cgroup v2 with cpu,
@@ -31,10 +31,7 @@ func TestDetectCgroups(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		root, err := hostroot.New(dir, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		root := testkit.RootAt(t, dir)
 		if got := DetectCgroups(root); got != c.want {
 			t.Errorf("controllers %v: %s, want %s", c.controllers, got, c.want)
 		}

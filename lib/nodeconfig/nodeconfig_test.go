@@ -1,76 +1,37 @@
 package nodeconfig
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pelletier/go-toml/v2"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
-
-const testToken = "abcdef.0123456789abcdef"
-
-func testCA(t *testing.T) string {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
 
 // testConfig parses a valid configuration with labels, taints and DNS; extra
 // TOML (whole tables) is appended.
 func testConfig(t *testing.T, ca, extra string) *config.Config {
 	t.Helper()
-	doc := `[machine]
-name = "worker-1"
-node_name = "worker-1.example.internal"
-
-[cluster]
-server = "https://203.0.113.10:6443"
-ca_pem = """` + ca + `"""
-bootstrap_token = "` + testToken + `"
-
-[kubernetes]
-version = "1.37.2"
-cluster_dns = ["10.96.0.10", "fd00::a"]
+	return testhost.Config(t, testhost.Doc{
+		MachineLines: `node_name = "worker-1.example.internal"`,
+		Server:       "https://203.0.113.10:6443",
+		CA:           ca,
+		KubernetesLines: `cluster_dns = ["10.96.0.10", "fd00::a"]
 cluster_domain = "corp.local"
-taints = ["dedicated=batch:NoSchedule", "gpu:NoExecute"]
-
+taints = ["dedicated=batch:NoSchedule", "gpu:NoExecute"]`,
+		Tables: `
 [kubernetes.labels]
 "topology.kubernetes.io/zone" = "zone-a"
 "example.com/team" = "infra"
 "node.kubernetes.io/pool" = "p1"
-
-[rootfs]
-source = "https://images.example.com/rootfs.tar.gz"
-sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-
-[artifacts.kubelet]
-url = "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet"
-sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
 
 [node.registry_mirrors]
 "registry.k8s.io" = ["http://127.0.0.1:5000", "https://mirror.example"]
@@ -80,12 +41,8 @@ memory = "256Mi"
 
 [node.system_reserved]
 cpu = "100m"
-` + extra
-	cfg, err := config.Parse("test.toml", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+` + extra,
+	})
 }
 
 func render(t *testing.T, cfg *config.Config, opts Options) map[string]File {
@@ -109,7 +66,7 @@ func render(t *testing.T, cfg *config.Config, opts Options) map[string]File {
 }
 
 func TestRenderKeySettings(t *testing.T) {
-	cfg := testConfig(t, testCA(t), "")
+	cfg := testConfig(t, testkit.CA(t), "")
 	files := render(t, cfg, Options{KubeletPort: 12345, HealthzPort: 12346, NodeIP: "127.0.0.1"})
 
 	var kc map[string]any
@@ -221,7 +178,7 @@ func TestRenderKeySettings(t *testing.T) {
 	}
 	ca, _ := base64.StdEncoding.DecodeString(kcfg.Clusters[0].Cluster.CA)
 	if kcfg.Clusters[0].Cluster.Server != cfg.Cluster.Server || string(ca) != cfg.Cluster.CAPEM ||
-		kcfg.Users[0].User.Token != testToken || kcfg.Current == "" {
+		kcfg.Users[0].User.Token != testhost.Token || kcfg.Current == "" {
 		t.Errorf("bootstrap kubeconfig: %s", bk.Data)
 	}
 }
@@ -232,7 +189,7 @@ func mustJSON(v any) string {
 }
 
 func TestRenderOptions(t *testing.T) {
-	cfg := testConfig(t, testCA(t), "")
+	cfg := testConfig(t, testkit.CA(t), "")
 	files := render(t, cfg, Options{OwnContainerd: true})
 	kc := string(files[KubeletConfig].Data)
 	for _, w := range []string{"port: 10250\n", "healthzPort: 10248\n", "address: 0.0.0.0\n"} {
@@ -259,7 +216,7 @@ func TestRenderOptions(t *testing.T) {
 // oom_score_adj) appear only when set; bridge mode writes containerd's
 // template for the Node's podCIDR.
 func TestRenderFallbackAndSandbox(t *testing.T) {
-	cfg := testConfig(t, testCA(t), "")
+	cfg := testConfig(t, testkit.CA(t), "")
 	files := render(t, cfg, Options{Cgroups: CgroupsNoControllers, LoopbackCNI: true, Snapshotter: "native", RestrictOOMScoreAdj: true})
 	kc := string(files[KubeletConfig].Data)
 	for _, w := range []string{"profile cgroupfs-no-qos", "cgroupDriver: cgroupfs\n", "cgroupsPerQOS: false\n", "failCgroupV1: false\n"} {
@@ -312,7 +269,7 @@ func TestKubeletLabelRules(t *testing.T) {
 			t.Errorf("config.KubeletMaySetLabel(%q) = %v, want %v", key, got, ok)
 		}
 	}
-	cfg := testConfig(t, testCA(t), "")
+	cfg := testConfig(t, testkit.CA(t), "")
 	cfg.Kubernetes.Labels["node-role.kubernetes.io/worker"] = ""
 	err := Check(cfg, Options{})
 	if err == nil || !strings.Contains(err.Error(), "node-role.kubernetes.io/worker") {
@@ -321,11 +278,8 @@ func TestKubeletLabelRules(t *testing.T) {
 }
 
 func TestLoadCredentialsFromHostFiles(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := testCA(t)
+	root := testkit.Root(t)
+	ca := testkit.CA(t)
 	write := func(p, data string) {
 		local := filepath.Join(root.Prefix(), p)
 		if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
@@ -435,7 +389,7 @@ func TestEnsureMachineID(t *testing.T) {
 // TestRenderedUnitsEscapeDollars: systemd expands $NAME on ExecStart= lines
 // itself, so every shell variable in a rendered unit must be written $$.
 func TestRenderedUnitsEscapeDollars(t *testing.T) {
-	cfg := testConfig(t, testCA(t), "")
+	cfg := testConfig(t, testkit.CA(t), "")
 	files := render(t, cfg, Options{CgroupV1Writable: true, Preload: []string{CacheMount + "/sha256/" + strings.Repeat("a", 64)}})
 	units := 0
 	for p, f := range files {

@@ -1,50 +1,24 @@
 package nodeidentity
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
-
-// testCA is a throwaway CA certificate, for a valid ca_pem.
-func testCA(t *testing.T) string {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
 
 // TestRESTConfig: the kubelet links its current pair by its path inside the
 // node; the agent reads it from the identity directory on the host, in the
 // default place or another one, and refuses a link leaving the kubelet's
 // certificate directory.
 func TestRESTConfig(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	cfg := &config.Config{}
 	cfg.Cluster.Server = "https://127.0.0.1:6443"
-	cfg.Cluster.CAPEM = testCA(t)
+	cfg.Cluster.CAPEM = testkit.CA(t)
 	cfg.Cluster.BootstrapToken = "abcdef.0123456789abcdef"
 	if _, err := RESTConfig(root, "", cfg); !errors.Is(err, ErrNoIdentity) {
 		t.Fatalf("no identity yet: err %v, want ErrNoIdentity", err)

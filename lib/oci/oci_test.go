@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/oci/ocitest"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/unpack"
 )
 
@@ -55,13 +56,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return &env{t: t, root: root, reg: ocitest.NewRegistry(t), f: &Fetcher{Root: root, Log: log, Timeout: 30 * time.Second}}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // installed persists a record of node-1/testFP at checkpoint cp.
@@ -31,7 +32,7 @@ func wantContains(t *testing.T, err error, fragments ...string) {
 }
 
 func TestAdmitFresh(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	d, r, err := Admit(root, "node-1", testFP)
 	if d != Fresh || r != nil || err != nil {
 		t.Fatalf("Admit on an empty host = %v, %v, %v; want fresh, nil, nil", d, r, err)
@@ -59,7 +60,7 @@ func TestAdmitResumeFromEachCheckpoint(t *testing.T) {
 			continue
 		}
 		t.Run(string(cp), func(t *testing.T) {
-			root := newRoot(t)
+			root := testkit.LaidOut(t)
 			want := installed(t, root, cp)
 			d, r, err := Admit(root, "node-1", testFP)
 			if err != nil {
@@ -73,7 +74,7 @@ func TestAdmitResumeFromEachCheckpoint(t *testing.T) {
 }
 
 func TestAdmitComplete(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	want := installed(t, root, CheckpointComplete)
 	d, r, err := Admit(root, "node-1", testFP)
 	if err != nil {
@@ -85,7 +86,7 @@ func TestAdmitComplete(t *testing.T) {
 }
 
 func TestAdmitRefusesDifferentMachine(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	old := installed(t, root, CheckpointComplete)
 	d, r, err := Admit(root, "node-2", testFP)
 	if !errors.Is(err, ErrDifferentInstallation) {
@@ -102,7 +103,7 @@ func TestAdmitRefusesDifferentMachine(t *testing.T) {
 }
 
 func TestAdmitRefusesDifferentFingerprint(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	installed(t, root, CheckpointStartingNode)
 	_, _, err := Admit(root, "node-1", otherFP)
 	if !errors.Is(err, ErrDifferentInstallation) {
@@ -113,7 +114,7 @@ func TestAdmitRefusesDifferentFingerprint(t *testing.T) {
 }
 
 func TestAdmitRefusesWhileResetting(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	old := installed(t, root, CheckpointResetting)
 	// Resetting wins over everything, the same identity included.
 	for _, id := range []struct{ machine, fp string }{{"node-1", testFP}, {"node-2", otherFP}} {
@@ -133,7 +134,7 @@ func TestAdmitRefusesWhileResetting(t *testing.T) {
 }
 
 func TestAdmitDamagedRecord(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	writeMutated(t, root, func(m map[string]any) { m["checkpoint"] = "flying" })
 	d, r, err := Admit(root, "node-1", testFP)
 	if !errors.Is(err, ErrDamagedRecord) || d != 0 || r != nil {
@@ -142,7 +143,7 @@ func TestAdmitDamagedRecord(t *testing.T) {
 }
 
 func TestAdmitRefusesBadArguments(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	for _, id := range []struct{ machine, fp string }{{"", testFP}, {"node-1", ""}, {"node-1", "XYZ"}} {
 		if _, _, err := Admit(root, id.machine, id.fp); err == nil {
 			t.Errorf("Admit(%q, %q) succeeded", id.machine, id.fp)

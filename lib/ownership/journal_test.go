@@ -3,6 +3,7 @@ package ownership
 import (
 	"bytes"
 	"errors"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,7 @@ import (
 )
 
 func TestJournalPersistedBeforeReturn(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	c := Change{Kind: KindFile, Path: "/etc/fstab", Prior: Prior{State: PriorFile, Mode: 0o644, Content: []byte("old fstab\n")}}
 	if err := r.Record(root, c); err != nil {
@@ -41,7 +42,7 @@ func TestJournalPersistedBeforeReturn(t *testing.T) {
 }
 
 func TestJournalDuplicateKeepsFirst(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	const p = "/etc/sysctl.d/90-kubeslot.conf"
 	if err := r.Record(root, Change{Kind: KindSysctlFile, Path: p, Prior: Prior{State: PriorAbsent}}); err != nil {
@@ -87,7 +88,7 @@ func TestJournalDuplicateKeepsFirst(t *testing.T) {
 }
 
 func TestJournalChangesReverse(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	paths := []string{"/var/lib/machines/a", "/etc/systemd/nspawn/a.nspawn", "/etc/systemd/system/kubeslot-node.service"}
 	kinds := []Kind{KindMachineRootfs, KindNspawnSettings, KindUnit}
@@ -121,7 +122,7 @@ func TestJournalChangesReverse(t *testing.T) {
 }
 
 func TestJournalRejectsInvalid(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	for _, tc := range []struct {
 		c    Change
@@ -156,7 +157,7 @@ func TestJournalRejectsInvalid(t *testing.T) {
 }
 
 func TestJournalSaveFailureRollsBack(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	if err := r.Record(root, Change{Kind: KindDir, Path: "/srv/a", Prior: Prior{State: PriorAbsent}}); err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestJournalSaveFailureRollsBack(t *testing.T) {
 }
 
 func TestCapturePrior(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	local := func(hostPath string) string {
 		p, err := root.Resolve(hostPath)
 		if err != nil {
@@ -247,7 +248,7 @@ func TestCapturePrior(t *testing.T) {
 // journalled and when a record is loaded (issue 17, item 9): reset runs
 // apt-get remove with a package's name.
 func TestJournalRejectsBadNames(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	for _, name := range []string{"systemd-container\nrm", "--purge", "-y", "Foo", "a b"} {
 		if err := r.Record(root, Change{Kind: KindPackage, Name: name, Prior: Prior{State: PriorAbsent}}); err == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // helperEnv carries the root prefix to the lock-holding child process.
@@ -32,10 +33,7 @@ func TestHelperLockHolder(t *testing.T) {
 	if prefix == "" {
 		t.Skip("helper process for TestLockHeldByChildProcess")
 	}
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := Acquire(ctx, root, Holder{Stage: "kubeslot-repaver", InstallID: childInstallID}, nil)
@@ -46,15 +44,6 @@ func TestHelperLockHolder(t *testing.T) {
 	// Killed long before; bounded so that an orphan still goes away.
 	time.Sleep(2 * time.Minute)
 	l.Release()
-}
-
-func testRoot(t *testing.T) *hostroot.Root {
-	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
 }
 
 func acquireWithin(t *testing.T, root *hostroot.Root, stage string, d time.Duration) (*Lock, error) {
@@ -68,7 +57,7 @@ func acquireWithin(t *testing.T, root *hostroot.Root, stage string, d time.Durat
 }
 
 func TestLockHeldByChildProcess(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLockHolder$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"="+root.Prefix())
 	var stderr bytes.Buffer
@@ -180,7 +169,7 @@ func readLockFile(t *testing.T, root *hostroot.Root) Holder {
 // and flock locks belong to the description, not the process. The stages
 // rely on this (and tests do, to hold the lock without a child).
 func TestLockSameProcessContends(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	first, err := acquireWithin(t, root, "kubeslot-repaver", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +196,7 @@ func TestLockSameProcessContends(t *testing.T) {
 
 // A waiter is let in when the holder releases while it waits.
 func TestLockWaiterGetsReleasedLock(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	first, err := acquireWithin(t, root, "kubeslot-repaver", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +221,7 @@ func TestLockWaiterGetsReleasedLock(t *testing.T) {
 }
 
 func TestLockFileContent(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	l, err := acquireWithin(t, root, "kubeslot-bootstrap", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +271,7 @@ func TestLockFileContent(t *testing.T) {
 
 // A holder that wrote nothing readable is still reported, not hidden.
 func TestLockTimeoutUnknownHolder(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	p, _ := root.Lock()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -311,7 +300,7 @@ func TestLockTimeoutUnknownHolder(t *testing.T) {
 
 // A cancelled wait (the stage is being stopped) says so.
 func TestLockCancelled(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	first, err := acquireWithin(t, root, "kubeslot-repaver", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -331,10 +320,7 @@ func TestLockCancelled(t *testing.T) {
 // A link planted in place of the lock file is not followed: the file it
 // points at is neither truncated nor chmod'd (issue 17, item 6).
 func TestLockFileLinkNotFollowed(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	// Under the prefix "/" a link to /etc/shadow names the host's own.
 	victim := filepath.Join(root.Prefix(), "etc", "shadow")
 	os.MkdirAll(filepath.Dir(victim), 0o755)
@@ -375,7 +361,7 @@ func TestLockFileLinkNotFollowed(t *testing.T) {
 // Yield lets a waiter in while it waits, then takes the lock back once the
 // waiter released it, and holds it afterwards.
 func TestLockYield(t *testing.T) {
-	root := testRoot(t)
+	root := testkit.Root(t)
 	held, err := acquireWithin(t, root, "kubeslot-resetter", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 const (
@@ -17,20 +18,6 @@ const (
 	otherFP   = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 	testAgent = "v0.1.0-test"
 )
-
-// newRoot returns a Root under a fresh temporary prefix with kubeslot's
-// layout in place, so nothing touches the real /opt or /run.
-func newRoot(t *testing.T) *hostroot.Root {
-	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 // stepClock returns a clock that advances one second per call from a fixed
 // start, so every stamp is distinct and predictable.
@@ -89,7 +76,7 @@ func TestNewRecord(t *testing.T) {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	if err := r.SetCheckpoint(CheckpointStartingNode); err != nil {
 		t.Fatal(err)
@@ -118,23 +105,20 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestLoadMissing(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	r, err := Load(root)
 	if r != nil || err != nil {
 		t.Fatalf("Load with no record = %v, %v; want nil, nil", r, err)
 	}
 	// Not even the base directory: still "no installation".
-	bare, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bare := testkit.Root(t)
 	if r, err := Load(bare); r != nil || err != nil {
 		t.Fatalf("Load with no base = %v, %v; want nil, nil", r, err)
 	}
 }
 
 func TestRecordFileMode(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	p := recordPath(t, root)
 	// An existing, wider file must be narrowed too.
 	if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
@@ -202,7 +186,7 @@ func wantDamaged(t *testing.T, root *hostroot.Root, fragments ...string) {
 }
 
 func TestLoadTornRecord(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	if err := Save(root, newRecord(t, "node-1", testFP)); err != nil {
 		t.Fatal(err)
 	}
@@ -228,13 +212,13 @@ func TestLoadTornRecord(t *testing.T) {
 }
 
 func TestLoadUnknownCheckpoint(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	writeMutated(t, root, func(m map[string]any) { m["checkpoint"] = "flying" })
 	wantDamaged(t, root, `checkpoint "flying"`, "preparing-host")
 }
 
 func TestLoadUnknownSchemaVersion(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	writeMutated(t, root, func(m map[string]any) { m["schemaVersion"] = 2 })
 	wantDamaged(t, root, "schemaVersion 2")
 
@@ -266,7 +250,7 @@ func TestLoadRefusesOtherDamage(t *testing.T) {
 		{"wrong type", func(m map[string]any) { m["schemaVersion"] = "one" }, "schemaVersion"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := newRoot(t)
+			root := testkit.LaidOut(t)
 			writeMutated(t, root, tc.mutate)
 			wantDamaged(t, root, tc.want)
 		})
@@ -274,7 +258,7 @@ func TestLoadRefusesOtherDamage(t *testing.T) {
 }
 
 func TestSaveRefusesInvalidRecord(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	p := recordPath(t, root)
 	for _, mutate := range []func(r *Record){
 		func(r *Record) { r.Checkpoint = "flying" },
@@ -352,7 +336,7 @@ func TestSetCheckpoint(t *testing.T) {
 }
 
 func TestRemove(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	if err := Save(root, newRecord(t, "node-1", testFP)); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -189,7 +188,7 @@ func fill(srcDir, dst string) error {
 		}
 		for _, f := range append(m.Files, bundle.File{Path: bundle.ManifestName, Mode: 0o644}) {
 			rel := filepath.FromSlash(f.Path)
-			if err := copyFile(filepath.Join(srcDir, rel), filepath.Join(dst, rel), fs.FileMode(f.Mode)); err != nil {
+			if err := atomicfile.CopyFile(filepath.Join(srcDir, rel), filepath.Join(dst, rel), fs.FileMode(f.Mode), maxBinary); err != nil {
 				return err
 			}
 		}
@@ -200,7 +199,7 @@ func fill(srcDir, dst string) error {
 		return err
 	}
 	for _, name := range Binaries {
-		if err := copyFile(filepath.Join(srcDir, name), filepath.Join(dst, name), 0o755); err != nil {
+		if err := atomicfile.CopyFile(filepath.Join(srcDir, name), filepath.Join(dst, name), 0o755, maxBinary); err != nil {
 			return err
 		}
 	}
@@ -315,44 +314,8 @@ func setLink(root *hostroot.Root, link, name string) error {
 	if old, err := os.Readlink(p); err == nil && old == target {
 		return nil
 	}
-	tmp := filepath.Join(filepath.Dir(p), "."+link+".tmp")
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := atomicfile.Symlink(target, p); err != nil {
 		return fmt.Errorf("point %s at %s: %w", link, target, err)
-	}
-	if err := os.Symlink(target, tmp); err != nil {
-		return fmt.Errorf("point %s at %s: %w", link, target, err)
-	}
-	if err := atomicfile.Rename(tmp, p); err != nil {
-		return fmt.Errorf("point %s at %s: %w", link, target, err)
-	}
-	return nil
-}
-
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(out, io.LimitReader(in, maxBinary+1))
-	if err == nil && n > maxBinary {
-		err = fmt.Errorf("%s: larger than %d bytes", src, maxBinary)
-	}
-	if err == nil {
-		err = out.Chmod(mode) // past the umask
-	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // fakeRelease writes a directory of scripts that answer --version like the
@@ -31,16 +31,8 @@ func fakeRelease(t *testing.T, broken ...string) string {
 	return dir
 }
 
-func newRoot(t *testing.T) *hostroot.Root {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 func TestEnsureInstallsOnceAndLinksCurrent(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.Root(t)
 	src := fakeRelease(t)
 	if err := Usable(t.Context(), root); err == nil {
 		t.Fatal("an empty root is usable")
@@ -72,7 +64,7 @@ func TestEnsureInstallsOnceAndLinksCurrent(t *testing.T) {
 }
 
 func TestEnsureReplacesBrokenInstall(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.Root(t)
 	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +85,7 @@ func TestEnsureReplacesBrokenInstall(t *testing.T) {
 }
 
 func TestEnsureRefusesBrokenSource(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.Root(t)
 	_, err := Ensure(t.Context(), root, fakeRelease(t, "kubeslot-repaver"), nil)
 	if err == nil || !strings.Contains(err.Error(), "kubeslot-repaver") {
 		t.Fatalf("err %v, want the broken binary named", err)
@@ -104,7 +96,7 @@ func TestEnsureRefusesBrokenSource(t *testing.T) {
 }
 
 func TestEnsureWritesACompleteRelease(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.Root(t)
 	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +116,7 @@ func TestEnsureWritesACompleteRelease(t *testing.T) {
 	}
 	// A release directory with a manifest (an unpacked bundle) is copied as
 	// listed and verified: install it into another host root.
-	other := newRoot(t)
+	other := testkit.Root(t)
 	if _, err := Ensure(t.Context(), other, blue, nil); err != nil {
 		t.Fatalf("install from a release directory: %v", err)
 	}
@@ -133,28 +125,20 @@ func TestEnsureWritesACompleteRelease(t *testing.T) {
 	}
 	// A tampered source is refused.
 	tampered := t.TempDir()
-	if _, err := Ensure(t.Context(), newRootAt(t, tampered), blue, nil); err != nil {
+	if _, err := Ensure(t.Context(), testkit.RootAt(t, tampered), blue, nil); err != nil {
 		t.Fatal(err)
 	}
 	src := filepath.Join(tampered, "opt/kubeslot/releases/blue")
 	if err := os.WriteFile(filepath.Join(src, "units", "kubeslot-watcher.service"), []byte("changed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Ensure(t.Context(), newRoot(t), src, nil); err == nil {
+	if _, err := Ensure(t.Context(), testkit.Root(t), src, nil); err == nil {
 		t.Error("a release directory that disagrees with its manifest was installed")
 	}
 }
 
-func newRootAt(t *testing.T, prefix string) *hostroot.Root {
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 func TestLinks(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.Root(t)
 	if _, err := Current(root); err == nil {
 		t.Error("Current without a link: no error")
 	}
@@ -202,7 +186,7 @@ func TestLinks(t *testing.T) {
 // current is broken but last-good (blue) runs, current goes back to blue,
 // which is never overwritten.
 func TestEnsureKeepsTheFallback(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.Root(t)
 	if _, err := Ensure(t.Context(), root, fakeRelease(t), nil); err != nil {
 		t.Fatal(err)
 	}

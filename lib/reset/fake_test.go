@@ -2,8 +2,6 @@ package reset
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -14,107 +12,34 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
 )
 
-// fakeSystemd keeps unit states and machines in memory and records calls.
-type fakeSystemd struct {
-	mu       sync.Mutex
-	active   map[string]string // unit → ActiveState; missing means inactive
-	machines map[string]bool   // running machines
-	calls    []string
-	fail     map[string]error // "stop <unit>" → error
-}
-
-func newFakeSystemd() *fakeSystemd {
-	return &fakeSystemd{active: map[string]string{}, machines: map[string]bool{}, fail: map[string]error{}}
-}
-
-func (f *fakeSystemd) call(s string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, s)
-	return f.fail[s]
-}
-
-func (f *fakeSystemd) StartUnit(ctx context.Context, name string) error {
-	return f.call("start " + name)
-}
-
-func (f *fakeSystemd) StopUnit(ctx context.Context, name string) error {
-	if err := f.call("stop " + name); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.active[name] = "inactive"
-	if slot, ok := strings.CutPrefix(name, "systemd-nspawn@"); ok {
-		delete(f.machines, strings.TrimSuffix(slot, ".service"))
-	}
-	return nil
-}
-
-func (f *fakeSystemd) Reload(ctx context.Context) error { return f.call("reload") }
-
-func (f *fakeSystemd) UnitState(ctx context.Context, name string) (string, string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if a, ok := f.active[name]; ok {
-		return a, "", nil
-	}
-	return "inactive", "dead", nil
-}
-
-func (f *fakeSystemd) ResetFailed(ctx context.Context, name string) error { return nil }
-
-func (f *fakeSystemd) Machine(ctx context.Context, name string) (isolation.Machine, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.machines[name] {
-		return isolation.Machine{Name: name, State: "running", Leader: 42}, nil
-	}
-	return isolation.Machine{}, fmt.Errorf("machine %s: %w", name, isolation.ErrNoMachine)
-}
-
-func (f *fakeSystemd) TerminateMachine(ctx context.Context, name string) error {
-	if err := f.call("terminate " + name); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.machines, name)
-	return nil
-}
-
-// ListUnitsByPatterns implements UnitLister over the units with a state.
-func (f *fakeSystemd) ListUnitsByPatterns(ctx context.Context, patterns []string) ([]string, error) {
-	if err := f.call(fmt.Sprintf("list %v", patterns)); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for n := range f.active {
-		for _, p := range patterns {
-			if ok, _ := path.Match(p, n); ok {
-				out = append(out, n)
-				break
-			}
+// newFakeSystemd is a host systemd whose machines are the nspawn units'
+// slots: stopping systemd-nspawn@S.service removes machine S.
+func newFakeSystemd() *sdtest.Systemd {
+	sd := sdtest.New(func(unit string) string {
+		if slot, ok := strings.CutPrefix(unit, "systemd-nspawn@"); ok {
+			return strings.TrimSuffix(slot, ".service")
 		}
-	}
-	sort.Strings(out)
-	return out, nil
+		return ""
+	})
+	sd.Fail = map[string]error{}
+	return sd
 }
 
-func (f *fakeSystemd) callList() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
+// machineRunning tells whether slot's machine is registered.
+func machineRunning(h *host, slot string) bool {
+	_, err := h.sd.Machine(context.Background(), slot)
+	return err == nil
 }
 
 // fakeSys is a hostprep.System with installed packages in memory.
@@ -171,7 +96,7 @@ type host struct {
 	t    *testing.T
 	root *hostroot.Root
 	rec  *ownership.Record
-	sd   *fakeSystemd
+	sd   *sdtest.Systemd
 	sys  *fakeSys
 	self string
 }
@@ -208,10 +133,7 @@ var foreignFiles = map[string]string{
 
 func newHost(t *testing.T) *host {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	h := &host{t: t, root: root, sd: newFakeSystemd(), sys: &fakeSys{packages: map[string]bool{"systemd-container": true}}}
 	// The running resetter the resetting unit gets a copy of.
 	h.self = filepath.Join(t.TempDir(), "kubeslot-resetter")
@@ -236,14 +158,12 @@ func newHost(t *testing.T) *host {
 	h.write("/etc/systemd/system/"+units.Bootstrap, string(bs))
 	h.link("/etc/systemd/system/multi-user.target.wants/"+units.Bootstrap, "/etc/systemd/system/"+units.Bootstrap)
 
-	// The bootstrap: record, then each change journalled before it is made.
+	// The bootstrap: record, then each change journalled before it is made
+	// (saved at the end).
 	if h.rec, err = ownership.New("m1", "abcdef", "test"); err != nil {
 		t.Fatal(err)
 	}
 	h.rec.SetCheckpoint(ownership.CheckpointComplete)
-	if err := ownership.Save(root, h.rec); err != nil {
-		t.Fatal(err)
-	}
 	h.journal(ownership.KindPackage, "systemd-container", func() {})
 	h.journal(ownership.KindPodNetwork, "cni0", func() {})
 	h.journal(ownership.KindModuleFile, "/etc/modules-load.d/kubeslot.conf", func() { h.write("/etc/modules-load.d/kubeslot.conf", "overlay\n") })
@@ -284,11 +204,14 @@ func newHost(t *testing.T) *host {
 	// A unit kubeslot replaced: its prior content comes back.
 	h.journal(ownership.KindUnit, "/etc/systemd/system/custom.service", func() { h.write("/etc/systemd/system/custom.service", "kubeslot's\n") })
 	h.write("/opt/kubeslot/applied/a.json", "{}")
-	h.sd.active[units.Watcher] = "active"
-	h.sd.active[units.PathUnit("reset")] = "active"
-	h.sd.active[units.Bootstrap] = "active"
-	h.sd.active["systemd-nspawn@a.service"] = "active"
-	h.sd.machines["a"] = true
+	if err := ownership.Save(root, h.rec); err != nil {
+		t.Fatal(err)
+	}
+	h.sd.Units[units.Watcher] = "active"
+	h.sd.Units[units.PathUnit("reset")] = "active"
+	h.sd.Units[units.Bootstrap] = "active"
+	h.sd.Units["systemd-nspawn@a.service"] = "active"
+	h.sd.Machines["a"] = hostapi.Machine{Name: "a", State: "running", Leader: 42}
 	return h
 }
 
@@ -341,9 +264,11 @@ func (h *host) journal(kind ownership.Kind, target string, change func()) {
 		}
 		c.Path, c.Prior = target, prior
 	}
-	if err := h.rec.Record(h.root, c); err != nil {
-		h.t.Fatal(err)
-	}
+	// Journalled in memory, saved once by newHost: what a bootstrap
+	// leaves, without a synced save per change.
+	c.At = time.Now().UTC().Round(0)
+	h.rec.Journal = append(h.rec.Journal, c)
+	h.rec.UpdatedAt = c.At
 	change()
 }
 
@@ -373,39 +298,16 @@ func (h *host) deps() Deps {
 	return Deps{Root: h.root, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9, Self: h.self}
 }
 
-// tree snapshots every path under the prefix (except the volatile lock)
-// with its type, mode and content digest.
+// tree snapshots every path under the prefix (except the volatile lock
+// under /run) with its type, mode and content digest, a line each, sorted.
 func (h *host) tree() string {
 	h.t.Helper()
 	var lines []string
-	prefix := h.root.Prefix()
-	err := filepath.WalkDir(prefix, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for rel, v := range testkit.Tree(h.t, h.root.Prefix()) {
+		if rel == "run" || strings.HasPrefix(rel, "run/") {
+			continue
 		}
-		rel := "/" + strings.TrimPrefix(strings.TrimPrefix(p, prefix), "/")
-		if rel == "/run" {
-			return filepath.SkipDir // volatile: the lock
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		line := fmt.Sprintf("%s %v", rel, fi.Mode())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			t, _ := os.Readlink(p)
-			line += " -> " + t
-		case fi.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			sum := sha256.Sum256(b)
-			line += " " + hex.EncodeToString(sum[:6])
-		}
-		lines = append(lines, line)
-		return nil
-	})
-	if err != nil {
-		h.t.Fatal(err)
+		lines = append(lines, path.Join("/", rel)+" "+v)
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")

@@ -111,7 +111,7 @@ func TestResetRemovesOnlyWhatItMade(t *testing.T) {
 	if !slices.Equal(h.sys.removed, []string{"systemd-container"}) {
 		t.Errorf("packages removed: %v, want the one kubeslot installed", h.sys.removed)
 	}
-	calls := h.sd.callList()
+	calls := h.sd.Calls()
 	idx := func(s string) int {
 		i := slices.Index(calls, s)
 		if i < 0 {
@@ -163,6 +163,7 @@ func TestResumeAfterFailureAtEachStep(t *testing.T) {
 	want := strip(ref.tree(), ref.root.Prefix())
 	for i, step := range StepNames() {
 		t.Run(step, func(t *testing.T) {
+			t.Parallel() // a host of its own; the steps' synced writes overlap
 			h := newHost(t)
 			d := h.deps()
 			injected := errors.New("injected")
@@ -202,8 +203,8 @@ func TestResumeAfterFailureAtEachStep(t *testing.T) {
 	}
 	t.Run("inside stop-machines", func(t *testing.T) {
 		h := newHost(t)
-		h.sd.fail["stop systemd-nspawn@a.service"] = errors.New("job failed")
-		h.sd.fail["terminate a"] = errors.New("no permission")
+		h.sd.Fail["stop systemd-nspawn@a.service"] = errors.New("job failed")
+		h.sd.Fail["terminate a"] = errors.New("no permission")
 		_, err := Run(t.Context(), h.deps())
 		if err == nil || !strings.Contains(err.Error(), "stop-machines") || !strings.Contains(err.Error(), "no permission") {
 			t.Fatalf("machine that cannot be stopped: %v", err)
@@ -214,7 +215,7 @@ func TestResumeAfterFailureAtEachStep(t *testing.T) {
 		if rec, _ := ownership.Load(h.root); rec == nil || rec.Checkpoint != ownership.CheckpointResetting {
 			t.Errorf("record: %+v", rec)
 		}
-		h.sd.fail = map[string]error{}
+		h.sd.Fail = map[string]error{}
 		if _, err := Run(t.Context(), h.deps()); err != nil {
 			t.Fatal(err)
 		}
@@ -248,8 +249,8 @@ func TestDryRunChangesNothing(t *testing.T) {
 			t.Errorf("dry run lists the foreign %q:\n%s", foreign, s)
 		}
 	}
-	if len(h.sd.callList()) != 0 {
-		t.Errorf("dry run called systemd: %v", h.sd.callList())
+	if len(h.sd.Calls()) != 0 {
+		t.Errorf("dry run called systemd: %v", h.sd.Calls())
 	}
 }
 
@@ -296,7 +297,7 @@ func TestLockBusyDefers(t *testing.T) {
 // never stops itself.
 func TestRequestPath(t *testing.T) {
 	h := newHost(t)
-	h.sd.active["kubeslot-reset.service"] = "activating"
+	h.sd.Units["kubeslot-reset.service"] = "activating"
 	dir := requests.New(h.root)
 	req := &requests.Request{Kind: requests.Reset, ID: requests.NewID(requests.Reset, 4, "wipe"), Operation: "wipe", MachineGeneration: 4, Reason: "test"}
 	if _, err := dir.Write(req); err != nil {
@@ -334,8 +335,8 @@ func TestRequestPath(t *testing.T) {
 	if err != nil || !res.HandedOver || res.RequestID != req.ID {
 		t.Fatalf("hand-over: %+v %v", res, err)
 	}
-	if !slices.Contains(h.sd.callList(), "start "+units.Resetting) {
-		t.Errorf("the resetting unit was not started: %v", h.sd.callList())
+	if !slices.Contains(h.sd.Calls(), "start "+units.Resetting) {
+		t.Errorf("the resetting unit was not started: %v", h.sd.Calls())
 	}
 	if rec, _ := ownership.Load(h.root); rec == nil || rec.Checkpoint != ownership.CheckpointResetting {
 		t.Errorf("record after the hand-over: %+v", rec)
@@ -352,11 +353,11 @@ func TestRequestPath(t *testing.T) {
 		t.Errorf("the hand-over did more than hand over")
 	}
 	// Started again by the path unit while the resetting unit runs: defers.
-	h.sd.active[units.Resetting] = "active"
+	h.sd.Units[units.Resetting] = "active"
 	if _, err := Run(t.Context(), d); exitcode.Of(err) != exitcode.Deferred {
 		t.Errorf("a second hand-over while the resetting unit runs: %v, want deferred", err)
 	}
-	h.sd.active[units.Resetting] = "activating"
+	h.sd.Units[units.Resetting] = "activating"
 
 	// The resetting unit's run does the work.
 	d.Resume = true
@@ -370,7 +371,7 @@ func TestRequestPath(t *testing.T) {
 			}
 			// Last: every other unit and the node are stopped, the first-boot unit is gone, the watcher's own
 			// unit file and the host root are still there.
-			calls := h.sd.callList()
+			calls := h.sd.Calls()
 			for _, u := range []string{units.PathUnit("reset"), "systemd-nspawn@a.service", units.Bootstrap} {
 				if !slices.Contains(calls, "stop "+u) {
 					return fmt.Errorf("%s not stopped before the watcher: %v", u, calls)
@@ -415,14 +416,14 @@ func TestRequestPath(t *testing.T) {
 	default:
 		t.Errorf("the result was never published")
 	}
-	if slices.Contains(h.sd.callList(), "stop "+units.Resetting) {
-		t.Errorf("the resetting unit stopped itself: %v", h.sd.callList())
+	if slices.Contains(h.sd.Calls(), "stop "+units.Resetting) {
+		t.Errorf("the resetting unit stopped itself: %v", h.sd.Calls())
 	}
-	if !slices.Contains(h.sd.callList(), "stop kubeslot-reset.service") {
-		t.Errorf("kubeslot-reset.service (started again by its path unit) was not stopped: %v", h.sd.callList())
+	if !slices.Contains(h.sd.Calls(), "stop kubeslot-reset.service") {
+		t.Errorf("kubeslot-reset.service (started again by its path unit) was not stopped: %v", h.sd.Calls())
 	}
-	if !slices.Contains(h.sd.callList(), "stop "+units.Watcher) {
-		t.Errorf("the watcher was never stopped: %v", h.sd.callList())
+	if !slices.Contains(h.sd.Calls(), "stop "+units.Watcher) {
+		t.Errorf("the watcher was never stopped: %v", h.sd.Calls())
 	}
 	checkReset(t, h)
 
@@ -472,6 +473,7 @@ func TestRequestPathResumesWithoutRequest(t *testing.T) {
 	}
 	for i, step := range order {
 		t.Run(step, func(t *testing.T) {
+			t.Parallel() // a host of its own; the steps' synced writes overlap
 			h := newHost(t)
 			dir := requests.New(h.root)
 			req := &requests.Request{Kind: requests.Reset, ID: requests.NewID(requests.Reset, 2, "op"), Operation: "op", MachineGeneration: 2, Reason: "test"}
@@ -540,12 +542,12 @@ func handOver(t *testing.T, h *host) {
 func TestStopsEveryWorkerInstance(t *testing.T) {
 	h := newHost(t)
 	for _, u := range []string{"kubeslot-repave@a.service", "kubeslot-repave@b.service", "kubeslot-repave@next.service", "kubeslot-upgrade.service", "other-repave@a.service"} {
-		h.sd.active[u] = "activating"
+		h.sd.Units[u] = "activating"
 	}
 	if _, err := Run(t.Context(), h.deps()); err != nil {
 		t.Fatal(err)
 	}
-	calls := h.sd.callList()
+	calls := h.sd.Calls()
 	if !slices.Contains(calls, "list [kubeslot-repave@*.service]") {
 		t.Errorf("the loaded units were not listed by pattern: %v", calls)
 	}
@@ -649,8 +651,8 @@ func TestForcedResetOfDamagedRecord(t *testing.T) {
 			t.Error("the host root is still there")
 		}
 		// The journal is lost, but applied/a.json names the slot: its node is stopped, its files stay.
-		if !slices.Contains(h.sd.callList(), "stop systemd-nspawn@a.service") || h.sd.machines["a"] {
-			t.Errorf("the node of slot a (named by applied/a.json) was not stopped: %v", h.sd.callList())
+		if !slices.Contains(h.sd.Calls(), "stop systemd-nspawn@a.service") || machineRunning(h, "a") {
+			t.Errorf("the node of slot a (named by applied/a.json) was not stopped: %v", h.sd.Calls())
 		}
 		for p := range foreignFiles {
 			if !h.exists(p) {

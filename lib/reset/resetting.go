@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -52,8 +51,8 @@ func (r *runner) installResetting(ctx context.Context) error {
 		if r.d.Self == "" {
 			return errors.New("reset: the path of the running resetter (Deps.Self) is unknown: cannot install " + units.Resetting)
 		}
-		if err := copyExecutable(r.d.Self, dst); err != nil {
-			return err
+		if err := atomicfile.CopyFile(r.d.Self, dst, 0o755, maxResetter); err != nil {
+			return fmt.Errorf("copy the resetter: %w", err)
 		}
 		changed = true
 	} else if err != nil {
@@ -85,12 +84,8 @@ func (r *runner) installResetting(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 			return err
 		}
-		_ = os.Remove(link)
-		if err := os.Symlink(target, link); err != nil {
+		if err := atomicfile.Symlink(target, link); err != nil {
 			return fmt.Errorf("enable %s: %w", units.Resetting, err)
-		}
-		if err := atomicfile.SyncDir(filepath.Dir(link)); err != nil {
-			return err
 		}
 		changed = true
 	}
@@ -100,41 +95,9 @@ func (r *runner) installResetting(ctx context.Context) error {
 	return r.reloadIf(ctx, changed)
 }
 
-// copyExecutable copies src to dst (absent) through a temporary file, synced
-// before the rename, so a crash leaves the whole copy or none.
-func copyExecutable(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("copy the resetter: %w", err)
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("copy the resetter: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = io.Copy(tmp, in); err != nil {
-		return fmt.Errorf("copy the resetter to %s: %w", dst, err)
-	}
-	if err = tmp.Chmod(0o755); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), dst); err != nil {
-		return err
-	}
-	return atomicfile.SyncDir(filepath.Dir(dst))
-}
+// maxResetter bounds the resetter's copy of itself (Go binaries are tens
+// of MiB).
+const maxResetter = 1 << 30
 
 // removeResetting removes the resetter's copy, then the empty base, then
 // the unit's link and file, and reloads systemd. The copy goes first: a run

@@ -72,7 +72,7 @@ func TestHandResetLeavesTheUnitForBoot(t *testing.T) {
 		h.read("/opt/kubeslot/resetting/kubeslot-resetter") != h.readLocal(h.self) {
 		t.Fatalf("the resetting unit is not installed for the next boot")
 	}
-	if slices.Contains(h.sd.callList(), "start "+units.Resetting) {
+	if slices.Contains(h.sd.Calls(), "start "+units.Resetting) {
 		t.Errorf("a reset by hand started the resetting unit: it runs the steps itself")
 	}
 	// At boot: the unit's run.
@@ -120,9 +120,7 @@ func TestResettingUnitLeftovers(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h.sd.mu.Lock()
-			h.sd.calls = nil
-			h.sd.mu.Unlock()
+			h.sd.ForgetCalls()
 			d := h.deps()
 			d.Resume, d.Request = c.resume, c.resume
 			res, err := Run(t.Context(), d)
@@ -134,7 +132,7 @@ func TestResettingUnitLeftovers(t *testing.T) {
 					t.Errorf("%s left", p)
 				}
 			}
-			if !slices.Contains(h.sd.callList(), "reload") {
+			if !slices.Contains(h.sd.Calls(), "reload") {
 				t.Errorf("systemd not reloaded after the unit went")
 			}
 			rec, err := ownership.Load(h.root)

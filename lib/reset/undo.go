@@ -192,14 +192,7 @@ func restorePath(root *hostroot.Root, c ownership.Change, log interface{ Info(st
 		if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
 			return fmt.Errorf("undo %s %s: %w", c.Kind, c.Path, err)
 		}
-		tmp := filepath.Join(filepath.Dir(local), ".kubeslot-reset-link.tmp")
-		if err := os.Remove(tmp); err != nil && !isNotExist(err) {
-			return fmt.Errorf("undo %s %s: %w", c.Kind, c.Path, err)
-		}
-		if err := os.Symlink(c.Prior.Value, tmp); err != nil {
-			return fmt.Errorf("undo %s %s: %w", c.Kind, c.Path, err)
-		}
-		if err := atomicfile.Rename(tmp, local); err != nil {
+		if err := atomicfile.Symlink(c.Prior.Value, local); err != nil {
 			return fmt.Errorf("undo %s %s: %w", c.Kind, c.Path, err)
 		}
 		log.Info("host change undone", "kind", c.Kind, "target", c.Path, "action", "restored prior link")

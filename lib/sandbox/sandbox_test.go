@@ -6,6 +6,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -45,10 +46,7 @@ func TestFromEnv(t *testing.T) {
 // without the environment, and the environment overrides them field by
 // field (0 and full turn a recorded setting off); no record is none.
 func TestLoadRecordThenEnvironment(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	noEnv := envOf(nil)
 	if sb, err := Load(root, noEnv); err != nil || !sb.IsZero() {
 		t.Fatalf("no record: %+v %v", sb, err)

@@ -11,17 +11,12 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 func newStore(t *testing.T) (*Store, *hostroot.Root, *config.Config) {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	cfg, err := config.Parse("example.toml", config.Example())
 	if err != nil {
 		t.Fatal(err)

@@ -8,24 +8,16 @@ import (
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // A link planted in a unit file's place, pointing out of the root prefix,
 // is refused by name: neither replaced nor written through, and what it
 // names is untouched.
 func TestUnitLinkRefused(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("host-1", strings.Repeat("ab", 32), "devel")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
+	rec := testhost.Record(t, "host-1", testhost.Sum)
 	victim := filepath.Join(t.TempDir(), "victim")
 	if err := os.WriteFile(victim, []byte("keep\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -38,7 +30,7 @@ func TestUnitLinkRefused(t *testing.T) {
 	if err := os.Symlink(victim, link); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Install(root, rec, map[string][]byte{"kubeslot-a.service": []byte("[Service]\nExecStart=/bin/true\n")})
+	_, err := Install(root, rec, map[string][]byte{"kubeslot-a.service": []byte("[Service]\nExecStart=/bin/true\n")})
 	if !errors.Is(err, hostroot.ErrLink) || !strings.Contains(err.Error(), "/etc/systemd/system/kubeslot-a.service") {
 		t.Fatalf("install over a link: %v, want ErrLink naming the unit", err)
 	}

@@ -6,24 +6,16 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // TestChangesMatchesInstall: Changes lists exactly what Install then
 // writes, and nothing once it has.
 func TestChangesMatchesInstall(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("host-1", "abababababababababababababababababababababababababababababababab", "devel")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
+	rec := testhost.Record(t, "host-1", testhost.Sum)
 	rendered := map[string][]byte{
 		"kubeslot-a.service":  []byte("[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"),
 		"kubeslot-b@.service": []byte("[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"),
@@ -67,17 +59,8 @@ func TestChangesMatchesInstall(t *testing.T) {
 // lacks is found and removed with its enable link; an admin's own unit, a
 // file kubeslot replaced (prior not absent) and another unit's link stay.
 func TestDroppedAndRemove(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("host-1", "abababababababababababababababababababababababababababababababab", "devel")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
+	rec := testhost.Record(t, "host-1", testhost.Sum)
 	unit := func(wanted string) []byte {
 		return []byte("[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=" + wanted + "\n")
 	}

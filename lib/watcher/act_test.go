@@ -7,19 +7,16 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // An unusable request file (another kind's request, not JSON) never stops
 // the watcher from reading the host root (issue 17, item 4): its worker moves
 // it aside; the watcher decides on everything else.
 func TestInputsIgnoreUnusableRequests(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
 	dir := requests.New(root)
 	l := &loop{Options: Options{Log: slog.New(slog.NewTextHandler(t.Output(), nil)), MachineName: "m", NodeName: "m"},
 		dir: dir, store: state.NewStore(root),

@@ -13,16 +13,14 @@ import (
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 const node = "node-1"
 
 func applied(t *testing.T) *state.Applied {
 	t.Helper()
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testhost.Example(t)
 	return &state.Applied{Slot: "a", Config: cfg, Fingerprint: cfg.Fingerprint()}
 }
 

@@ -4,17 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +21,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // newFakeSystemd is the shared fake systemd with machined: starting a node
@@ -100,29 +96,20 @@ var watched = []string{
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	for _, d := range []string{"var/lib", "etc/systemd/system"} { // as on any host
 		if err := os.MkdirAll(filepath.Join(root.Prefix(), d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e := &env{t: t, root: root, sd: newFakeSystemd(), run: &fakeRunner{}, ca: testCA(t)}
+	e := &env{t: t, root: root, sd: newFakeSystemd(), run: &fakeRunner{}, ca: testkit.CA(t)}
 	e.rootfs = tarball(t, map[string]string{
 		"etc/os-release": "ID=debian\n", "usr/bin/true": "#!/bin/sh\n", "usr/local/bin/": "", "usr/lib/": "",
 	})
 	e.kubelet = []byte("#!/bin/sh\necho kubelet v1\n")
 	e.put("/srv/rootfs.tar", e.rootfs)
 	e.put("/srv/kubelet", e.kubelet)
-	rec, err := ownership.New("worker-1", strings.Repeat("ab", 32), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := testhost.Record(t, "worker-1", testhost.Sum)
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	rec.Clock = func() time.Time {
 		snap := map[string]bool{}
@@ -272,22 +259,6 @@ func tarball(t *testing.T, files map[string]string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-func testCA(t *testing.T) string {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }

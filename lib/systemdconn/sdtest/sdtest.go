@@ -1,7 +1,8 @@
 // Package sdtest is the fake of kubeslot's systemd client
 // (lib/systemdconn.Client) for unit tests: a host systemd with machined in
 // memory that keeps unit states and machines and records every call that
-// changes something. Imported by tests only.
+// changes something, and every listing; a call may be made to fail.
+// Imported by tests only.
 package sdtest
 
 import (
@@ -33,6 +34,10 @@ type Systemd struct {
 	// StartErr and StopErr, when set, fail every StartUnit and StopUnit
 	// (nothing changes).
 	StartErr, StopErr error
+	// Fail fails the one call a key names as Calls does ("stop U",
+	// "terminate M", "list [P ...]") with its error: the call is recorded
+	// and changes nothing.
+	Fail map[string]error
 	// NoBoot makes StartUnit succeed while the unit fails and no machine
 	// appears.
 	NoBoot bool
@@ -49,16 +54,25 @@ func New(machineOf func(unit string) string) *Systemd {
 // interface.
 var _ hostapi.Systemd = (*Systemd)(nil)
 
-func (f *Systemd) record(s string) {
-	f.calls = append(f.calls, s)
+// record records call and returns the error Fail has for it.
+func (f *Systemd) record(call string) error {
+	f.calls = append(f.calls, call)
+	return f.Fail[call]
 }
 
 // Calls returns the calls made so far, in order: "start U", "stop U",
-// "restart U", "reload", "reset-failed U", "terminate M".
+// "restart U", "reload", "reset-failed U", "terminate M", "list [P ...]".
 func (f *Systemd) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
+}
+
+// ForgetCalls forgets the calls made so far.
+func (f *Systemd) ForgetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = nil
 }
 
 func (f *Systemd) run(unit string) {
@@ -75,7 +89,9 @@ func (f *Systemd) run(unit string) {
 func (f *Systemd) StartUnit(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record("start " + name)
+	if err := f.record("start " + name); err != nil {
+		return err
+	}
 	if f.StartErr != nil {
 		return f.StartErr
 	}
@@ -91,7 +107,9 @@ func (f *Systemd) StartUnit(_ context.Context, name string) error {
 func (f *Systemd) RestartUnit(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record("restart " + name)
+	if err := f.record("restart " + name); err != nil {
+		return err
+	}
 	f.run(name)
 	return nil
 }
@@ -100,7 +118,9 @@ func (f *Systemd) RestartUnit(_ context.Context, name string) error {
 func (f *Systemd) StopUnit(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record("stop " + name)
+	if err := f.record("stop " + name); err != nil {
+		return err
+	}
 	if f.StopErr != nil {
 		return f.StopErr
 	}
@@ -117,7 +137,9 @@ func (f *Systemd) StopUnit(_ context.Context, name string) error {
 func (f *Systemd) Reload(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record("reload")
+	if err := f.record("reload"); err != nil {
+		return err
+	}
 	f.Reloads++
 	return nil
 }
@@ -157,7 +179,9 @@ func (f *Systemd) ServiceStatus(_ context.Context, name string) (systemdconn.Ser
 func (f *Systemd) ResetFailed(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record("reset-failed " + name)
+	if err := f.record("reset-failed " + name); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -166,6 +190,9 @@ func (f *Systemd) ResetFailed(_ context.Context, name string) error {
 func (f *Systemd) ListUnitsByPatterns(_ context.Context, patterns []string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.record(fmt.Sprintf("list %v", patterns)); err != nil {
+		return nil, err
+	}
 	var out []string
 	for u := range f.Units {
 		for _, p := range patterns {
@@ -195,7 +222,9 @@ func (f *Systemd) Machine(_ context.Context, name string) (hostapi.Machine, erro
 func (f *Systemd) TerminateMachine(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record("terminate " + name)
+	if err := f.record("terminate " + name); err != nil {
+		return err
+	}
 	if m, ok := f.Machines[name]; ok && m.Service != "" {
 		f.Units[m.Service] = "failed"
 	}

@@ -42,8 +42,25 @@ func TestSystemd(t *testing.T) {
 	}
 	_ = f.Reload(ctx)
 	_ = f.StopUnit(ctx, "other.service")
-	want := []string{"start node@a.service", "start other.service", "terminate a", "reload", "stop other.service"}
+	want := []string{"start node@a.service", "start other.service", "list [node@*.service]", "terminate a", "reload", "stop other.service"}
 	if got := f.Calls(); !slices.Equal(got, want) || f.Reloads != 1 {
 		t.Errorf("calls %q, %d reloads; want %q, 1", got, f.Reloads, want)
+	}
+	// A failing call is recorded and changes nothing; forgotten calls are gone.
+	f.ForgetCalls()
+	injected := errors.New("job failed")
+	f.Fail = map[string]error{"stop node@a.service": injected, "list [x]": injected}
+	_ = f.StartUnit(ctx, "node@a.service")
+	if err := f.StopUnit(ctx, "node@a.service"); !errors.Is(err, injected) {
+		t.Errorf("stop: %v, want the injected error", err)
+	}
+	if _, err := f.Machine(ctx, "a"); err != nil {
+		t.Errorf("a failed stop removed the machine: %v", err)
+	}
+	if _, err := f.ListUnitsByPatterns(ctx, []string{"x"}); !errors.Is(err, injected) {
+		t.Errorf("list: %v, want the injected error", err)
+	}
+	if got, want := f.Calls(), []string{"start node@a.service", "stop node@a.service", "list [x]"}; !slices.Equal(got, want) {
+		t.Errorf("calls %q, want %q", got, want)
 	}
 }
