@@ -10,6 +10,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // free reports whether another holder could take the lock now.
@@ -26,7 +27,7 @@ func free(t *testing.T, root *hostroot.Root) bool {
 }
 
 func TestBeginBusyDefers(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	other, err := Acquire(context.Background(), root, Holder{Stage: "kubeslot-other"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func TestBeginBusyDefers(t *testing.T) {
 }
 
 func TestBeginHoldsAndNamesTheInstallation(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	rec := installed(t, root, CheckpointComplete)
 	h, err := Begin(context.Background(), root, Prologue{Stage: "kubeslot-test"})
 	if err != nil {
@@ -87,7 +88,7 @@ func TestBeginHoldsAndNamesTheInstallation(t *testing.T) {
 }
 
 func TestBeginAdmission(t *testing.T) {
-	root := newRoot(t)
+	root := testkit.LaidOut(t)
 	refused := errors.New("not this one")
 	h, err := Begin(context.Background(), root, Prologue{Stage: "kubeslot-test",
 		Admit: func(*Record, error) (*Record, error) { return nil, refused }})
