@@ -1,63 +1,30 @@
 package main
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 func TestCommandLine(t *testing.T) {
 	clitest.CommonFlags(t, name, run)
 }
 
-func caPEM(t *testing.T) string {
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
 func configText(t *testing.T, machine string) string {
-	sum := strings.Repeat("cd", 32)
-	return fmt.Sprintf(`[machine]
-name = %q
-[cluster]
-server = "https://127.0.0.1:6443"
-ca_pem = %q
-bootstrap_token = "abcdef.0123456789abcdef"
-[kubernetes]
-version = "1.37.2"
-[rootfs]
-source = "http://127.0.0.1/rootfs.tar.gz"
-sha256 = %q
-[artifacts.kubelet]
-url = "http://127.0.0.1/kubelet"
-sha256 = %q
-[timeouts]
+	return testhost.Doc{Machine: machine, Tables: `[timeouts]
 lock = "1s"
 # preloaded: the run asks no registry for it
 [node]
 sandbox_image = "127.0.0.1:5000/pause:1"
-preload_images = [{source = "oci://127.0.0.1:5000/pause:1", sha256 = %q}]
-`, machine, caPEM(t), sum, sum, sum)
+preload_images = [{source = "oci://127.0.0.1:5000/pause:1", sha256 = "` + testhost.Sum + `"}]
+`}.Text(t)
 }
 
 // TestInvalidConfigChangesNothing: exit 1, the field named, and the root
@@ -96,10 +63,7 @@ func TestInvalidConfigChangesNothing(t *testing.T) {
 func TestLockHeldDefers(t *testing.T) {
 	clitest.NoBus(t)
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	lock, err := ownership.Acquire(t.Context(), root, ownership.Holder{Stage: "kubeslot-resetter"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -140,10 +104,7 @@ func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
 func TestWorldReadableConfigFixed(t *testing.T) {
 	clitest.NoBus(t)
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	lock, err := ownership.Acquire(t.Context(), root, ownership.Holder{Stage: "kubeslot-resetter"}, nil)
 	if err != nil {
 		t.Fatal(err)

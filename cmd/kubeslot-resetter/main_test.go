@@ -7,8 +7,9 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cli"
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -45,20 +46,8 @@ func TestUsage(t *testing.T) {
 // TestConfirmation: with an installation, a run by hand without --yes asks; anything but "yes" changes nothing.
 func TestConfirmation(t *testing.T) {
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("m1", "abcd", "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
+	rec := testhost.Owned(t, root, "m1", "abcd")
 	for _, stdin := range []string{"", "no\n", "y\n"} {
 		code, out, errs := clitest.Call(envRun(nil), stdin, "--root-prefix", prefix, "--systemd-bus", "unix:path=/nonexistent/bus")
 		if code != exitcode.Usage || !strings.Contains(out, "Type yes") || !strings.Contains(errs, "nothing was changed") {

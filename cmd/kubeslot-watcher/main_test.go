@@ -7,8 +7,9 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -22,10 +23,7 @@ func TestCommandLine(t *testing.T) {
 // logs no error.
 func TestDeferral(t *testing.T) {
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	call := func() (int, string) {
 		code, _, errs := clitest.Call(run, "", "--root-prefix", prefix, "--lock-wait", "2s")
 		return code, errs
@@ -39,16 +37,7 @@ func TestDeferral(t *testing.T) {
 	}
 	check("no installation")
 
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("node1", strings.Repeat("ab", 32), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := testhost.Owned(t, root, "node1", testhost.Sum)
 	check("installation at " + string(rec.Checkpoint))
 
 	// The lock held by another stage past --lock-wait is waited out, round

@@ -8,16 +8,14 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // TestFollower: the watcher follows the path its unit runs, through the
 // current link and the host root, and only when started through it.
 func TestFollower(t *testing.T) {
 	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.RootAt(t, prefix)
 	base := filepath.Join(prefix, root.HostPath())
 	// The base is a link to a data directory, so that it can be moved.
 	data := filepath.Join(prefix, "data-1")

@@ -20,12 +20,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // fakeOperator records EnsureHooks calls.
@@ -46,41 +47,10 @@ func (o *fakeOperator) Repave(context.Context, string, string) error {
 // node identity kubeconfig for node1.
 func completeHost(t *testing.T) (*hostroot.Root, Command) {
 	t.Helper()
-	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("example.toml", config.Example())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("node1", cfg.Fingerprint(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cp := range ownership.InstallCheckpoints()[1:] {
-		if err := rec.SetCheckpoint(cp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
-	a, err := isolation.NewApplied("a", cfg, "test", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := state.NewStore(root)
-	if err := st.SaveApplied(a); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SetActive("a"); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.Root(t)
+	cfg := testhost.Example(t)
+	cfg.Machine.Name = "node1"
+	testhost.Installed(t, root, cfg)
 	kc := mustPath(t, root, hostroot.IdentityDir, "kubeconfig")
 	if err := os.MkdirAll(filepath.Dir(kc), 0o700); err != nil {
 		t.Fatal(err)
