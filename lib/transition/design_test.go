@@ -10,6 +10,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/repave"
 	"github.com/kubeslot/kubeslot/lib/reset"
+	"github.com/kubeslot/kubeslot/lib/upgrade"
 )
 
 // diagram is the code block under "## State machines" in DESIGN.md.
@@ -98,7 +99,9 @@ func wants() map[string][][]string {
 		"bootstrap": {boot},
 		// The forward chain ends Succeeded, the rollback's Failed.
 		"repave": {append(rp[0], "Succeeded"), append(rp[1], "Failed")},
-		"reset":  {names(reset.StepsFor(false)), names(reset.StepsFor(true))},
+		// The rollback is one phase: no chain to draw.
+		"upgrade": {upgrade.PhaseChains()[0]},
+		"reset":   {names(reset.StepsFor(false)), names(reset.StepsFor(true))},
 	}
 }
 

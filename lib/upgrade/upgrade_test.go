@@ -353,12 +353,17 @@ func TestRollbackUnhealthyWatcher(t *testing.T) {
 	}
 }
 
-// TestResumeAfterInterruption kills the run (the hook) after each phase,
-// then runs again: the upgrade completes, or rolls back when the new
-// watcher is bad, and current always names a release that runs.
+// TestResumeAfterInterruption kills the run (the pause hook) before each
+// phase (the rollback when the new watcher is bad), then runs again: the
+// upgrade completes, or rolls back when the new watcher is bad, and current
+// always names a release that runs.
 func TestResumeAfterInterruption(t *testing.T) {
 	for _, bad := range []bool{false, true} {
-		for _, at := range []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health} {
+		phases := []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health}
+		if bad {
+			phases = append(phases, Rollback)
+		}
+		for _, at := range phases {
 			name := string(at)
 			if bad {
 				name += "/bad watcher"
@@ -369,8 +374,8 @@ func TestResumeAfterInterruption(t *testing.T) {
 				p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
 				id := e.request(e.serve(p), sha)
 				crash := errors.New("killed")
-				e.d.Hook = func(_ context.Context, p Phase) error {
-					if p == at {
+				e.d.Pause = func(_ context.Context, p string) error {
+					if p == string(at) {
 						return crash
 					}
 					return nil
@@ -383,7 +388,7 @@ func TestResumeAfterInterruption(t *testing.T) {
 				if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase == requests.Failed {
 					t.Fatalf("the interruption was recorded as a failure: %+v", st)
 				}
-				e.d.Hook = nil
+				e.d.Pause = nil
 				res, err := Run(t.Context(), e.d, e.job())
 				switch {
 				case bad && !errors.Is(err, ErrRolledBack), !bad && err != nil:
