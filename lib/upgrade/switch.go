@@ -184,7 +184,7 @@ func awaitReexec(ctx context.Context, d *Deps, dir string, timeout time.Duration
 		select {
 		case <-ctx.Done():
 			return st, false, &interrupted{context.Cause(ctx)}
-		case <-time.After(d.pollInterval()):
+		case <-d.poll():
 		}
 	}
 }
@@ -298,7 +298,7 @@ func watch(ctx context.Context, d *Deps, dir, before string, seen *systemdconn.S
 		select {
 		case <-ctx.Done():
 			return "", &interrupted{context.Cause(ctx)}
-		case <-time.After(d.pollInterval()):
+		case <-d.poll():
 		}
 	}
 }

@@ -167,6 +167,9 @@ type Deps struct {
 	Arch string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// After is the wait between two reads of the watcher unit (nil:
+	// time.After); with Now, tests run the gate's bounds on a fake clock.
+	After func(time.Duration) <-chan time.Time
 	// PollInterval and VersionTimeout, zero for DefaultPollInterval and
 	// DefaultVersionTimeout, are shortened by tests.
 	PollInterval, VersionTimeout time.Duration
@@ -181,6 +184,14 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+// poll waits one poll interval.
+func (d *Deps) poll() <-chan time.Time {
+	if d.After != nil {
+		return d.After(d.pollInterval())
+	}
+	return time.After(d.pollInterval())
 }
 
 func (d *Deps) pollInterval() time.Duration {
