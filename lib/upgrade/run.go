@@ -118,66 +118,86 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	other := func(what string) error {
-		if t.j.Bundle != "" {
-			return fmt.Errorf("%s; --bundle %s was not started: run it again", what, t.j.Bundle)
-		}
-		return nil
-	}
 	switch {
 	case sig != nil && (sig.Verified || sig.Failure != ""):
-		// Finished, and the watcher has not reported it yet.
-		if claimed != nil && claimed.ID == sig.RequestID {
-			t.lockedFinish()
-			t.log.Info("finished the interrupted upgrade's request", "request", sig.RequestID)
-		}
-		pending, err := d.Requests.Pending(requests.Upgrade)
-		if err != nil {
-			return nil, err
-		}
-		if pending != nil || (claimed != nil && claimed.ID != sig.RequestID) || t.j.Bundle != "" {
-			p, _ := d.Requests.UpgradeSignalPath()
-			return nil, exitcode.Defer(fmt.Errorf("upgrade %s finished but the watcher has not reported it yet (%s is still there): a new upgrade waits for that", sig.RequestID, p))
-		}
-		return &Result{RequestID: sig.RequestID, Outcome: Nothing, Message: "upgrade " + sig.RequestID + " already finished; the watcher reports it"}, nil
+		return t.finished(sig, claimed)
 	case sig != nil:
-		t.sig = sig
-		t.phases = append([]requests.PhaseTiming(nil), sig.Phases...)
-		if claimed != nil && claimed.ID == sig.RequestID {
-			t.req = claimed
-		} else {
-			t.manual = true
-			t.req = &requests.Request{Kind: requests.Upgrade, ID: sig.RequestID, Operation: sig.Operation, MachineGeneration: sig.MachineGeneration}
-		}
-		t.log = t.log.With("request", sig.RequestID)
-		t.log.Info("resuming an interrupted upgrade", "from", sig.FromRelease, "to", sig.ToRelease)
-		res, err := t.resume(ctx)
-		if err == nil && t.j.Bundle != "" {
-			err = exitcode.Defer(other("an interrupted upgrade " + sig.RequestID + " was finished first"))
-		}
-		return res, err
+		return t.resumeSignal(ctx, sig, claimed)
 	case claimed != nil:
 		t.req = claimed
 		t.log = t.log.With("request", claimed.ID)
 		t.log.Info("resuming a claimed upgrade request from the download", "request", claimed.ID)
 		res, err := t.fresh(ctx)
 		if err == nil && t.j.Bundle != "" {
-			err = exitcode.Defer(other("the claimed upgrade request " + claimed.ID + " was finished first"))
+			err = t.notStarted("the claimed upgrade request " + claimed.ID + " was finished first")
 		}
 		return res, err
 	case t.j.Bundle != "":
-		abs, err := filepath.Abs(t.j.Bundle)
-		if err != nil {
-			return nil, err
-		}
-		id := fmt.Sprintf("upgrade-0-manual-%d", d.now().Unix())
-		t.manual = true
-		t.req = &requests.Request{Kind: requests.Upgrade, ID: id, Reason: "kubeslot-upgrader --bundle",
-			Upgrade: &requests.UpgradeParams{URL: abs, SHA256: strings.ToLower(t.j.SHA256)}, CreatedAt: d.now().UTC()}
-		t.log = t.log.With("request", id)
-		return t.fresh(ctx)
+		return t.byHand(ctx)
 	}
-	req, err := d.Requests.Claim(t.lock, requests.Upgrade)
+	return t.claim(ctx)
+}
+
+// notStarted is the error of a run by hand whose --bundle waits for
+// another upgrade, which ran first.
+func (t *txn) notStarted(what string) error {
+	return exitcode.Defer(fmt.Errorf("%s; --bundle %s was not started: run it again", what, t.j.Bundle))
+}
+
+// finished handles a signal that is verified or failed, which the watcher
+// has not reported yet.
+func (t *txn) finished(sig *requests.UpgradeSignal, claimed *requests.Request) (*Result, error) {
+	if claimed != nil && claimed.ID == sig.RequestID {
+		t.lockedFinish()
+		t.log.Info("finished the interrupted upgrade's request", "request", sig.RequestID)
+	}
+	pending, err := t.d.Requests.Pending(requests.Upgrade)
+	if err != nil {
+		return nil, err
+	}
+	if pending != nil || (claimed != nil && claimed.ID != sig.RequestID) || t.j.Bundle != "" {
+		p, _ := t.d.Requests.UpgradeSignalPath()
+		return nil, exitcode.Defer(fmt.Errorf("upgrade %s finished but the watcher has not reported it yet (%s is still there): a new upgrade waits for that", sig.RequestID, p))
+	}
+	return &Result{RequestID: sig.RequestID, Outcome: Nothing, Message: "upgrade " + sig.RequestID + " already finished; the watcher reports it"}, nil
+}
+
+// resumeSignal resumes the upgrade of a signal neither verified nor failed.
+func (t *txn) resumeSignal(ctx context.Context, sig *requests.UpgradeSignal, claimed *requests.Request) (*Result, error) {
+	t.sig = sig
+	t.phases = append([]requests.PhaseTiming(nil), sig.Phases...)
+	if claimed != nil && claimed.ID == sig.RequestID {
+		t.req = claimed
+	} else {
+		t.manual = true
+		t.req = &requests.Request{Kind: requests.Upgrade, ID: sig.RequestID, Operation: sig.Operation, MachineGeneration: sig.MachineGeneration}
+	}
+	t.log = t.log.With("request", sig.RequestID)
+	t.log.Info("resuming an interrupted upgrade", "from", sig.FromRelease, "to", sig.ToRelease)
+	res, err := t.resume(ctx)
+	if err == nil && t.j.Bundle != "" {
+		err = t.notStarted("an interrupted upgrade " + sig.RequestID + " was finished first")
+	}
+	return res, err
+}
+
+// byHand upgrades from the --bundle file.
+func (t *txn) byHand(ctx context.Context) (*Result, error) {
+	abs, err := filepath.Abs(t.j.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	id := fmt.Sprintf("upgrade-0-manual-%d", t.d.now().Unix())
+	t.manual = true
+	t.req = &requests.Request{Kind: requests.Upgrade, ID: id, Reason: "kubeslot-upgrader --bundle",
+		Upgrade: &requests.UpgradeParams{URL: abs, SHA256: strings.ToLower(t.j.SHA256)}, CreatedAt: t.d.now().UTC()}
+	t.log = t.log.With("request", id)
+	return t.fresh(ctx)
+}
+
+// claim claims the pending request and runs it.
+func (t *txn) claim(ctx context.Context) (*Result, error) {
+	req, err := t.d.Requests.Claim(t.lock, requests.Upgrade)
 	if errors.Is(err, requests.ErrNoRequest) {
 		if refused := append(t.refused, requests.AsRefused(err)...); len(refused) > 0 {
 			// Someone asked, but not in a form the upgrader can run: say
