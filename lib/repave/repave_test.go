@@ -171,6 +171,14 @@ func TestRollbackOnStartFailure(t *testing.T) {
 	r.h.fail["start:b"] = errors.New("machine b did not boot")
 	s, err := execute(t, r, Job{Kind: requests.Repave})
 	checkRolledBack(t, r, s, err, "machine b did not boot")
+	// The failed phase is timed too, then the rollback's.
+	var names []string
+	for _, p := range s.Phases {
+		names = append(names, p.Name)
+	}
+	if want := []string{"prepare", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
+		t.Errorf("status phases %q, want %q", names, want)
+	}
 }
 
 func TestRollbackOnVerifyTimeout(t *testing.T) {
