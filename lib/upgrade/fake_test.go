@@ -78,9 +78,13 @@ func newFakeSystemd(t *testing.T, root *hostroot.Root) *fakeSystemd {
 	return &fakeSystemd{t: t, root: root, crash: map[string]bool{}, flaky: map[string]int{}, exe: map[uint32]string{}}
 }
 
-func (f *fakeSystemd) Reload(context.Context) error {
+// Reload and RestartUnit fail on a done ctx, as a D-Bus call does.
+func (f *fakeSystemd) Reload(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	f.reloads++
 	return nil
 }
@@ -102,9 +106,12 @@ func (f *fakeSystemd) ResetFailed(context.Context, string) error {
 	return nil
 }
 
-func (f *fakeSystemd) RestartUnit(_ context.Context, name string) error {
+func (f *fakeSystemd) RestartUnit(ctx context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if name != WatcherUnit {
 		f.t.Errorf("restart of %s, want only %s", name, WatcherUnit)
 	}

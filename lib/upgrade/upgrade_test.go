@@ -414,6 +414,49 @@ func TestResumeAfterInterruption(t *testing.T) {
 	}
 }
 
+// TestStopIsNotFailure: a run told to stop (SIGTERM) in a phase after the
+// switch (its systemd call fails on the done ctx) neither rolls back nor
+// records a failure; the next run finishes the upgrade.
+func TestStopIsNotFailure(t *testing.T) {
+	for _, at := range []Phase{Units, Restart} {
+		t.Run(string(at), func(t *testing.T) {
+			e := newEnv(t)
+			p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+			id := e.request(e.serve(p), sha)
+			ctx, cancel := context.WithCancel(t.Context())
+			e.d.Pause = func(_ context.Context, p string) error {
+				if p == string(at) {
+					cancel() // the phase then runs with ctx done
+				}
+				return nil
+			}
+			res, err := Run(ctx, e.d, e.job())
+			if !errors.Is(err, context.Canceled) || errors.Is(err, ErrRolledBack) || res != nil {
+				t.Fatalf("stopped run: %+v, %v; want an interruption", res, err)
+			}
+			if !slices.ContainsFunc(strings.Split(e.log.String(), "\n"), func(l string) bool {
+				return strings.Contains(l, "upgrade phase failed") && strings.Contains(l, "phase="+string(at)+" ") && strings.Contains(l, "stopped=true")
+			}) {
+				t.Errorf("the log does not show %s stopped", at)
+			}
+			if s := e.signal(); s == nil || s.Failure != "" || s.Verified {
+				t.Errorf("signal after the stop %+v, want neither failed nor verified", s)
+			}
+			if e.current() != "green" {
+				t.Errorf("current %s after the stop, want green (switched, not rolled back)", e.current())
+			}
+			if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase == requests.Failed {
+				t.Errorf("the stop was recorded as a failure: %+v", st)
+			}
+			e.d.Pause = nil
+			e.sd.settle()
+			if res, err := Run(t.Context(), e.d, e.job()); err != nil || res.Outcome != Upgraded {
+				t.Fatalf("resumed run: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
 func TestRecoverIdempotent(t *testing.T) {
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
