@@ -491,7 +491,10 @@ func TestUpgradeOnRig(t *testing.T) {
 	t.Run("Kill9", func(t *testing.T) {
 		dropIn := "/etc/systemd/system/kubeslot-upgrade.service.d/zz-pause.conf"
 		next := []struct{ url, sum, rel, version string }{{url1, sum1, "blue", "up-1"}, {url2, sum2, "green", "up-2"}}
-		for i, phase := range []string{"unpack", "signal", "switch", "restart", "health"} {
+		// Paused before each phase, killed -9 there: after unpack (before smoke-test), after signal (before switch),
+		// after switch (before units), after units (before restart), after restart (before health; a kill after the
+		// health gate leaves the same files).
+		for i, phase := range []string{"smoke-test", "switch", "units", "restart", "health"} {
 			t.Run(phase, func(t *testing.T) {
 				n := next[i%2]
 				if err := r.h.WriteFile(dropIn, []byte("[Service]\nEnvironment=KUBESLOT_TEST_PAUSE_AT="+phase+"\n"), 0o644); err != nil {

@@ -22,8 +22,8 @@
 // (KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
 // KUBESLOT_NODE_READONLY_NET_SYSCTL=1), and the test hook
 // KUBESLOT_TEST_PAUSE_AT=<phase> (prepare, switch, start, verify, commit,
-// clean, rollback): the run stops after writing that phase's state and
-// waits to be killed.
+// clean, rollback, rollback-verify, restart-node): the run stops before that
+// phase, its state written, and waits to be killed.
 package main
 
 import (
@@ -112,10 +112,12 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	hook, err := cli.PauseHook(getenv, stdio, "repave", repave.Phase.Valid)
+	pause, err := repave.PauseFromEnv(getenv, func(p string) {
+		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
+	})
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait, Hook: hook,
+	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait, Pause: pause,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

@@ -21,9 +21,10 @@
 // Exit codes: 0 done or nothing to do; 1 failed (refused before the switch,
 // or rolled back: the status or the signal says why); 2 usage; 69 deferred.
 //
-// Test hook: KUBESLOT_TEST_PAUSE_AT=<phase> (download, last-good, unpack,
-// smoke-test, signal, switch, units, restart, health, rollback) stops the
-// run after that phase did its work and waits to be killed.
+// Test hook: KUBESLOT_TEST_PAUSE_AT=<phase> (preflight, download, last-good,
+// unpack, smoke-test, signal, switch, units, restart, health, rollback)
+// stops the run before that phase (its progress status written) and waits
+// to be killed, as in every stage.
 package main
 
 import (
@@ -124,12 +125,14 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	hook, err := cli.PauseHook(getenv, stdio, "upgrade", upgrade.Phase.Valid)
+	pause, err := upgrade.PauseFromEnv(getenv, func(p string) {
+		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
+	})
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
 	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, Preflight: f.Upgrade.Preflight, JSON: f.Upgrade.JSON,
-		Hook: hook, Stdout: stdio.Stdout, Log: log}.Run(ctx)
+		Pause: pause, Stdout: stdio.Stdout, Log: log}.Run(ctx)
 }
 
 // recoverStage is the recovery unit's command.

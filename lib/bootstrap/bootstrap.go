@@ -442,17 +442,17 @@ func (r *runner) checkpoint(cp ownership.Checkpoint) error {
 }
 
 // pause is the KUBESLOT_TEST_PAUSE_AT hook (the runner's Pause, and before
-// complete is written).
+// complete is written): transition.PauseHook, logged.
 func (r *runner) pause(ctx context.Context, cp ownership.Checkpoint) error {
-	if r.d.PauseAt == "" || r.d.PauseAt != cp {
+	if r.d.PauseAt == "" {
 		return nil
 	}
-	r.log.Warn("test hook: paused at the start of a phase", "phase", cp, "pid", os.Getpid())
-	if r.d.Paused != nil {
-		r.d.Paused(cp)
-	}
-	<-ctx.Done()
-	return fmt.Errorf("paused at %s (KUBESLOT_TEST_PAUSE_AT): %w", cp, context.Cause(ctx))
+	return transition.PauseHook(string(r.d.PauseAt), func(string) {
+		r.log.Warn("test hook: paused at the start of a phase", "phase", cp, "pid", os.Getpid())
+		if r.d.Paused != nil {
+			r.d.Paused(cp)
+		}
+	})(ctx, string(cp))
 }
 
 // isolation builds the backend and operator once per run.

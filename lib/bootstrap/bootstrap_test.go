@@ -352,7 +352,7 @@ func TestPauseHook(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	d.Paused = func(ownership.Checkpoint) { cancel() }
 	_, err := Run(ctx, d, testConfig(t, "worker-1"))
-	if err == nil || !strings.Contains(err.Error(), "paused at starting-node") {
+	if err == nil || !strings.Contains(err.Error(), "paused before starting-node") {
 		t.Fatalf("err %v", err)
 	}
 	if got := f.Calls(); len(got) != 3 || got[2] != "configure=a@preparing-slot" {

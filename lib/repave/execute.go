@@ -12,6 +12,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/state"
 )
 
 // Job is what the repaver was started for.
@@ -46,27 +47,8 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 	// nothing uses any more (a rolled-back target's, a finished upgrade's
 	// bundle). A repave in progress keeps its own (lib/cachekeep).
 	d.pruneCache()
-	if st, err := LoadState(d.Root); err != nil {
-		return nil, err
-	} else if st != nil {
-		d.Log.Info("resuming an interrupted repave", "request", st.RequestID, "phase", st.Phase, "from", st.From, "to", st.To)
-		if st.Phase == Verify || st.Phase == Commit {
-			// The host may have rebooted since, with the old node booted
-			// (its boot link moves only at the end of commit) and the
-			// target not running: start and verify again whatever is to be
-			// committed, which is idempotent for a target that still runs
-			// (issue 16, item 5: a commit resumed after a power cut named a
-			// slot whose node was not running).
-			st.Phase = Start
-		}
-		s, err := Run(ctx, d, st)
-		if s != nil {
-			finishClaim(d, lock, requests.Repave, st.RequestID)
-		}
-		if j.Kind == requests.Repave || err != nil {
-			return s, err
-		}
-		// A restart asked for while a repave was interrupted: do it now.
+	if done, s, err := resume(ctx, d, lock, j); done {
+		return s, err
 	}
 	active, err := d.Store.ActiveApplied()
 	if err != nil {
@@ -75,21 +57,7 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 	if active == nil {
 		return nil, exitcode.Defer(errors.New("no slot committed yet: the bootstrap has not finished"))
 	}
-	// Unusable request files are moved aside first, each logged with why:
-	// "nothing to claim" must not be all a person reads after asking.
-	refused, err := d.Requests.SweepRefused(lock, j.Kind)
-	logRefused(d.Log, refused)
-	if err != nil {
-		return nil, err
-	}
-	req, err := d.Requests.Claim(lock, j.Kind)
-	if late := requests.AsRefused(err); len(late) > 0 {
-		logRefused(d.Log, late)
-		refused = append(refused, late...)
-	}
-	if errors.Is(err, requests.ErrNoRequest) {
-		req, err = nil, nil
-	}
+	req, refused, err := claim(d, lock, j.Kind)
 	if err != nil {
 		return nil, err
 	}
@@ -113,16 +81,69 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 		}
 		d.Log.Info("claimed request", "request", id, "kind", j.Kind, "reason", req.Reason)
 	}
-	if j.Kind == requests.Restart {
-		s, err := Restart(ctx, d, id, op, gen)
-		if req != nil && s != nil {
-			finishClaim(d, lock, requests.Restart, id)
-		}
-		return s, err
-	}
-	if j.Kind != requests.Repave {
+	var s *requests.Status
+	switch j.Kind {
+	case requests.Restart:
+		s, err = Restart(ctx, d, id, op, gen)
+	case requests.Repave:
+		s, err = repave(ctx, d, lock, j, req, active, id, op, gen)
+	default:
 		return nil, exitcode.UsageError(fmt.Errorf("job kind %q: the repaver does repave and restart", j.Kind))
 	}
+	if req != nil && s != nil {
+		finishClaim(d, lock, j.Kind, id)
+	}
+	return s, err
+}
+
+// resume runs an interrupted repave (its state file wins over anything
+// new); done says the job is done with it.
+func resume(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (bool, *requests.Status, error) {
+	st, err := LoadState(d.Root)
+	if err != nil || st == nil {
+		return err != nil, nil, err
+	}
+	d.Log.Info("resuming an interrupted repave", "request", st.RequestID, "phase", st.Phase, "from", st.From, "to", st.To)
+	if st.Phase == Verify || st.Phase == Commit {
+		// The host may have rebooted since, with the old node booted (its
+		// boot link moves only at the end of commit) and the target not
+		// running: start and verify again whatever is to be committed,
+		// which is idempotent for a target that still runs (issue 16, item
+		// 5: a commit resumed after a power cut named a slot whose node was
+		// not running).
+		st.Phase = Start
+	}
+	s, err := Run(ctx, d, st)
+	if s != nil {
+		finishClaim(d, lock, requests.Repave, st.RequestID)
+	}
+	// A restart asked for while a repave was interrupted: do it now.
+	return j.Kind == requests.Repave || err != nil, s, err
+}
+
+// claim moves unusable request files of kind aside, each logged with why
+// ("nothing to claim" must not be all a person reads after asking), then
+// claims the pending request (nil: none).
+func claim(d *Deps, lock *ownership.Lock, kind requests.Kind) (*requests.Request, []requests.Refused, error) {
+	refused, err := d.Requests.SweepRefused(lock, kind)
+	logRefused(d.Log, refused)
+	if err != nil {
+		return nil, refused, err
+	}
+	req, err := d.Requests.Claim(lock, kind)
+	if late := requests.AsRefused(err); len(late) > 0 {
+		logRefused(d.Log, late)
+		refused = append(refused, late...)
+	}
+	if errors.Is(err, requests.ErrNoRequest) {
+		return nil, refused, nil
+	}
+	return req, refused, err
+}
+
+// repave starts the repave of request id (req, nil for one by hand) from
+// the active slot; a request that does not validate is Failed.
+func repave(ctx context.Context, d *Deps, lock *ownership.Lock, j Job, req *requests.Request, active *state.Applied, id, op string, gen int64) (*requests.Status, error) {
 	desired := active.Config
 	switch {
 	case req != nil:
@@ -143,15 +164,9 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 		if werr := d.Requests.WriteStatus(s); werr != nil {
 			return nil, errors.Join(err, werr)
 		}
-		finishClaim(d, lock, requests.Repave, id)
 		return s, err
 	}
-	st := NewState(d, id, op, gen, active.Slot, to, desired)
-	s, err := Run(ctx, d, st)
-	if req != nil && s != nil {
-		finishClaim(d, lock, requests.Repave, id)
-	}
-	return s, err
+	return Run(ctx, d, NewState(d, id, op, gen, active.Slot, to, desired))
 }
 
 // target resolves the job's slot against the active one.

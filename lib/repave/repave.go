@@ -6,7 +6,10 @@
 //
 // The transition lives in <base>/state/repave.json, written (atomically)
 // BEFORE each phase runs, so a repaver started after a crash resumes the
-// phase it was in. The file is a plain atomic JSON file rather than a
+// phase it was in. The phases are a table run by lib/transition (state and
+// progress status saved, test pause, "repave phase started/done" logs,
+// timings kept in the state, failed phases included; a failure in switch,
+// start or verify goes to rollback). The file is a plain atomic JSON file rather than a
 // checksummed pair: it is rewritten at every phase, and a crash between a
 // data file and its sidecar would leave a mismatch that blocks the resume,
 // while an atomic rename leaves either the old or the new state.
@@ -87,6 +90,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // Phase is one step of the repave transition.
@@ -122,14 +126,11 @@ func (p Phase) Valid() bool {
 	return false
 }
 
-func (p Phase) next() Phase {
-	ps := Phases()
-	for i, x := range ps {
-		if x == p && i+1 < len(ps) {
-			return ps[i+1]
-		}
-	}
-	return ""
+// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any
+// Valid phase): the run stops before that phase, its state written, calls
+// paused and waits to be killed; nil when unset.
+func PauseFromEnv(getenv func(string) string, paused func(phase string)) (func(context.Context, string) error, error) {
+	return transition.PauseFromEnv(getenv, "repave", func(s string) bool { return Phase(s).Valid() }, paused)
 }
 
 // StateFile is the transition's file name in <base>/state/.
@@ -285,10 +286,10 @@ type Deps struct {
 	SandboxImage func(ctx context.Context, cfg *config.Config) error
 	Boot         Boot
 	AgentVersion string
-	// Hook runs after the state of a phase is written and before the phase
-	// runs (test hook KUBESLOT_TEST_PAUSE_AT); an error aborts the run as a
-	// crash would, leaving the state for a resume.
-	Hook func(ctx context.Context, p Phase) error
+	// Pause runs after the state of a phase is written and before the
+	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, PauseFromEnv); an
+	// error aborts the run as a crash would, leaving the state for a resume.
+	Pause func(ctx context.Context, phase string) error
 	// Poll is the health poll interval (0: 200 ms).
 	Poll time.Duration
 	// Now is the clock (nil: time.Now).

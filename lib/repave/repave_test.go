@@ -47,7 +47,8 @@ func TestRepaveOrder(t *testing.T) {
 	r := newRig(t)
 	req := r.request(t, 3)
 	var seen []Phase
-	r.d.Hook = func(ctx context.Context, p Phase) error {
+	r.d.Pause = func(ctx context.Context, name string) error {
+		p := Phase(name)
 		st, err := LoadState(r.root)
 		if err != nil || st == nil || st.Phase != p {
 			t.Errorf("before phase %s the state file holds %+v (err %v)", p, st, err)
@@ -100,7 +101,8 @@ func TestResumeFromEveryPhase(t *testing.T) {
 		t.Run(string(p), func(t *testing.T) {
 			r := newRig(t)
 			req := r.request(t, 5)
-			r.d.Hook = func(ctx context.Context, q Phase) error {
+			r.d.Pause = func(ctx context.Context, name string) error {
+				q := Phase(name)
 				if q == p {
 					return errCrash
 				}
@@ -118,7 +120,7 @@ func TestResumeFromEveryPhase(t *testing.T) {
 					t.Errorf("crash before commit: active slot %s", a.Slot)
 				}
 			}
-			r.d.Hook = nil
+			r.d.Pause = nil
 			// A manual start (another kind of job, another slot) resumes
 			// the interrupted transition first.
 			s, err := execute(t, r, Job{Kind: requests.Repave, Slot: "b"})
@@ -169,6 +171,14 @@ func TestRollbackOnStartFailure(t *testing.T) {
 	r.h.fail["start:b"] = errors.New("machine b did not boot")
 	s, err := execute(t, r, Job{Kind: requests.Repave})
 	checkRolledBack(t, r, s, err, "machine b did not boot")
+	// The failed phase is timed too, then the rollback's.
+	var names []string
+	for _, p := range s.Phases {
+		names = append(names, p.Name)
+	}
+	if want := []string{"prepare", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
+		t.Errorf("status phases %q, want %q", names, want)
+	}
 }
 
 func TestRollbackOnVerifyTimeout(t *testing.T) {
@@ -348,7 +358,8 @@ func TestResumeAfterReboot(t *testing.T) {
 		t.Run(string(p), func(t *testing.T) {
 			r := newRig(t)
 			r.request(t, 5)
-			r.d.Hook = func(ctx context.Context, q Phase) error {
+			r.d.Pause = func(ctx context.Context, name string) error {
+				q := Phase(name)
 				if q == p {
 					return errCrash
 				}
@@ -358,7 +369,7 @@ func TestResumeAfterReboot(t *testing.T) {
 				t.Fatalf("first run: %v", err)
 			}
 			r.h.running = map[string]bool{"a": true} // the host booted: only the enabled slot runs
-			r.d.Hook = nil
+			r.d.Pause = nil
 			s, err := execute(t, r, Job{Kind: requests.Repave})
 			if err != nil || s.Phase != requests.Succeeded {
 				t.Fatalf("resume after the reboot: %+v, %v", s, err)
@@ -472,7 +483,8 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 	t.Run("resumed verify", func(t *testing.T) {
 		r := newRig(t)
 		r.request(t, 5)
-		r.d.Hook = func(ctx context.Context, q Phase) error {
+		r.d.Pause = func(ctx context.Context, name string) error {
+			q := Phase(name)
 			if q == Verify {
 				return errCrash
 			}
@@ -483,7 +495,7 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 		}
 		startedB := r.h.started["b"]
 		time.Sleep(20 * time.Millisecond)
-		r.d.Hook = nil
+		r.d.Pause = nil
 		if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
 			t.Fatalf("resume: %+v, %v", s, err)
 		}
@@ -572,7 +584,8 @@ func TestResumedCommitReverifies(t *testing.T) {
 		t.Run(fmt.Sprintf("target broken %v", broken), func(t *testing.T) {
 			r := newRig(t)
 			req := r.request(t, 5)
-			r.d.Hook = func(ctx context.Context, q Phase) error {
+			r.d.Pause = func(ctx context.Context, name string) error {
+				q := Phase(name)
 				if q == Commit {
 					return errCrash
 				}
@@ -594,7 +607,7 @@ func TestResumedCommitReverifies(t *testing.T) {
 			}
 			r.h.running = map[string]bool{"a": true} // power cut: the boot link still starts a
 			r.h.broken["b"] = broken
-			r.d.Hook = nil
+			r.d.Pause = nil
 			req.Desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
 			s, err := execute(t, r, Job{Kind: requests.Repave})
 			if !broken {
@@ -626,7 +639,8 @@ func TestStopIsNotFailure(t *testing.T) {
 			r := newRig(t)
 			req := r.request(t, 6)
 			ctx, cancel := context.WithCancel(context.Background())
-			r.d.Hook = func(_ context.Context, q Phase) error {
+			r.d.Pause = func(_ context.Context, name string) error {
+				q := Phase(name)
 				if q == p {
 					cancel() // SIGTERM while the phase runs
 				}
@@ -647,7 +661,7 @@ func TestStopIsNotFailure(t *testing.T) {
 			if slices.Contains(strings.Fields(r.h.callList()), "stop:b") {
 				t.Errorf("rolled back after a stop: %s", r.h.callList())
 			}
-			r.d.Hook = nil
+			r.d.Pause = nil
 			if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
 				t.Errorf("resume after the stop: %+v %v", s, err)
 			}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kubeslot/kubeslot/lib/cachekeep"
+	"log/slog"
 	"time"
+
+	"github.com/kubeslot/kubeslot/lib/cachekeep"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // ErrRolledBack wraps the failure of a repave that was rolled back: the old
@@ -33,72 +36,67 @@ func (d *Deps) status(st *State, phase requests.Phase, msg string) *requests.Sta
 // Run drives the transition st from its recorded phase to the end and
 // writes the final status. It returns that status and, when the repave
 // failed, an error (wrapping ErrRolledBack after a rollback). An error from
-// the Hook, or a failure in commit, clean or rollback, leaves the state file
-// for a resume.
+// the Pause hook, a stop (SIGTERM), or a failure in commit, clean or
+// rollback, leaves the state file for a resume.
 func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 	log := d.Log.With("request", st.RequestID, "from", st.From, "to", st.To)
-	for {
-		if err := saveState(d.Root, st); err != nil {
-			return nil, err
+	tr := transition.Runner{Stage: "repave", Log: log, From: string(st.Phase), StopOnCancel: true, Now: d.Now,
+		Pause: d.Pause,
+		Save: func(_ context.Context, p transition.Phase) error {
+			st.Phase = Phase(p.Name)
+			if err := saveState(d.Root, st); err != nil {
+				return err
+			}
+			if err := d.Requests.WriteStatus(d.status(st, requests.InProgress, "repave "+st.From+" -> "+st.To+": "+p.Name)); err != nil {
+				log.Warn("could not write progress", "err", err)
+			}
+			return nil
+		},
+		// Failed phases are timed too: the status shows how long a failed
+		// verify waited.
+		Timed: func(t requests.PhaseTiming, _ error) { st.Phases = append(st.Phases, t) },
+	}
+	_, err := tr.Run(ctx, d.table(st, log))
+	pe, _ := errors.AsType[*transition.PhaseError](err)
+	switch {
+	case err == nil && st.Phase == RollbackVerify:
+		msg := fmt.Sprintf("repave to slot %s failed in %s: %s; rolled back to slot %s, its node is Ready", st.To, st.FailedIn, st.Reason, st.From)
+		var down time.Duration
+		if !st.SwitchAt.IsZero() { // the old node was stopped: down until it was Ready again
+			down = d.now().Sub(st.SwitchAt)
 		}
-		if d.Hook != nil {
-			if err := d.Hook(ctx, st.Phase); err != nil {
-				return nil, err
+		return d.finish(st, requests.Failed, msg, st.From, down, fmt.Errorf("%w: %s", ErrRolledBack, msg))
+	case err == nil:
+		var down time.Duration
+		for _, p := range st.Phases {
+			if p.Name == string(Verify) {
+				down = p.StartedAt.Add(p.Duration).Sub(st.SwitchAt)
 			}
 		}
-		if err := d.Requests.WriteStatus(d.status(st, requests.InProgress, "repave "+st.From+" -> "+st.To+": "+string(st.Phase))); err != nil {
-			log.Warn("could not write progress", "err", err)
+		msg := fmt.Sprintf("repaved from slot %s to slot %s", st.From, st.To)
+		if st.Warning != "" {
+			msg += "; " + st.Warning
 		}
-		t0 := d.now()
-		log.Info("repave phase", "phase", st.Phase)
-		err := d.runPhase(ctx, st)
-		st.Phases = append(st.Phases, requests.PhaseTiming{Name: string(st.Phase), StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
-		log.Info("repave phase done", "phase", st.Phase, "took", d.now().Sub(t0).Round(time.Millisecond), "err", err)
-		if err != nil && ctx.Err() != nil {
-			// Stopped (SIGTERM: a shutdown, systemctl stop), not failed: no
-			// rollback and no final status. The state file keeps the phase,
-			// and the next start resumes it (issue 16, item 7).
-			return nil, fmt.Errorf("repave %s -> %s stopped in %s (%v); the next start resumes it", st.From, st.To, st.Phase, context.Cause(ctx))
+		return d.finish(st, requests.Succeeded, msg, st.To, down, nil)
+	case pe != nil && pe.Stopped && ctx.Err() != nil:
+		// Stopped (SIGTERM: a shutdown, systemctl stop), not failed: no
+		// rollback and no final status. The state file keeps the phase,
+		// and the next start resumes it (issue 16, item 7).
+		return nil, fmt.Errorf("repave %s -> %s stopped in %s (%v); the next start resumes it", st.From, st.To, st.Phase, context.Cause(ctx))
+	case pe == nil || !pe.Ran:
+		// The state not saved, or the test hook: as a crash.
+		return nil, errors.Unwrap(err)
+	case st.Phase == Prepare:
+		// The old node was never touched: nothing to roll back.
+		msg := fmt.Sprintf("repave to slot %s failed in prepare (the node on slot %s kept running): %v", st.To, st.From, pe.Err)
+		return d.finish(st, requests.Failed, msg, st.From, 0, errors.New(msg))
+	default:
+		// commit, clean, rollback: the state stays; a re-run retries.
+		msg := fmt.Sprintf("repave %s -> %s: %s: %v (a re-run resumes it)", st.From, st.To, st.Phase, pe.Err)
+		if werr := d.Requests.WriteStatus(d.status(st, requests.InProgress, msg)); werr != nil {
+			log.Warn("could not write progress", "err", werr)
 		}
-		switch {
-		case err == nil && st.Phase == Rollback:
-			st.Phase = RollbackVerify
-		case err == nil && st.Phase == RollbackVerify:
-			msg := fmt.Sprintf("repave to slot %s failed in %s: %s; rolled back to slot %s, its node is Ready", st.To, st.FailedIn, st.Reason, st.From)
-			var down time.Duration
-			if !st.SwitchAt.IsZero() { // the old node was stopped: down until it was Ready again
-				down = d.now().Sub(st.SwitchAt)
-			}
-			return d.finish(st, requests.Failed, msg, st.From, down, fmt.Errorf("%w: %s", ErrRolledBack, msg))
-		case err == nil && st.Phase == Clean:
-			var down time.Duration
-			for _, p := range st.Phases {
-				if p.Name == string(Verify) {
-					down = p.StartedAt.Add(p.Duration).Sub(st.SwitchAt)
-				}
-			}
-			msg := fmt.Sprintf("repaved from slot %s to slot %s", st.From, st.To)
-			if st.Warning != "" {
-				msg += "; " + st.Warning
-			}
-			return d.finish(st, requests.Succeeded, msg, st.To, down, nil)
-		case err == nil:
-			st.Phase = st.Phase.next()
-		case st.Phase == Prepare:
-			// The old node was never touched: nothing to roll back.
-			msg := fmt.Sprintf("repave to slot %s failed in prepare (the node on slot %s kept running): %v", st.To, st.From, err)
-			return d.finish(st, requests.Failed, msg, st.From, 0, errors.New(msg))
-		case st.Phase == Switch || st.Phase == Start || st.Phase == Verify:
-			log.Error("repave failed; rolling back", "phase", st.Phase, "err", err)
-			st.FailedIn, st.Reason, st.Phase = st.Phase, err.Error(), Rollback
-		default:
-			// commit, clean, rollback: the state stays; a re-run retries.
-			msg := fmt.Sprintf("repave %s -> %s: %s: %v (a re-run resumes it)", st.From, st.To, st.Phase, err)
-			if werr := d.Requests.WriteStatus(d.status(st, requests.InProgress, msg)); werr != nil {
-				log.Warn("could not write progress", "err", werr)
-			}
-			return nil, errors.New(msg)
-		}
+		return nil, errors.New(msg)
 	}
 }
 
@@ -114,110 +112,155 @@ func (d *Deps) finish(st *State, phase requests.Phase, msg, active string, down 
 	return s, err
 }
 
-func (d *Deps) runPhase(ctx context.Context, st *State) error {
+// table is the repave's phases: the forward chain to clean, then the
+// rollback that a failure in switch, start or verify goes to. Each run gets
+// the backend of the target's mode.
+func (d *Deps) table(st *State, log *slog.Logger) []transition.Phase {
+	rollBack := func(_ context.Context, err error) {
+		log.Error("repave failed; rolling back", "phase", st.Phase, "err", err)
+		st.FailedIn, st.Reason = st.Phase, err.Error()
+	}
+	ph := func(p Phase, what string, run func(context.Context, *State, isolation.Backend) error) transition.Phase {
+		return transition.Phase{Name: string(p), What: what, Run: func(ctx context.Context) error {
+			target, err := d.backend(st.Desired)
+			if err != nil {
+				return err
+			}
+			return run(ctx, st, target)
+		}}
+	}
+	t := []transition.Phase{
+		ph(Prepare, "provision and configure the target slot", d.prepare),
+		ph(Switch, "stop the old node", d.switchOld),
+		ph(Start, "start the target's node", d.start),
+		ph(Verify, "wait for the target's node", d.verify),
+		ph(Commit, "commit the target slot", d.commit),
+		ph(Clean, "remove the old slot", d.clean),
+		ph(Rollback, "stop the target, start the old slot", d.rollback),
+		ph(RollbackVerify, "wait for the old slot's node, remove the target", d.rollbackVerify),
+	}
+	for i := 1; i <= 3; i++ { // switch, start, verify
+		t[i].OnFailure, t[i].FailTo = rollBack, string(Rollback)
+	}
+	t[5].Last = true // clean
+	return t
+}
+
+// PhaseChains are the chains of the repave's table (transition.Chains),
+// for DESIGN.md's diagram.
+func PhaseChains() [][]string {
+	return transition.Chains((&Deps{}).table(&State{}, nil))
+}
+
+// prepare is refused by the version skew policy before anything is
+// fetched; then it pins the kubelet the version names in the state, so
+// that a resume installs the same file, and provisions and configures the
+// target (built after the pin, from the pinned configuration).
+func (d *Deps) prepare(ctx context.Context, st *State, _ isolation.Backend) error {
+	if err := d.checkSkew(ctx, st.Desired); err != nil {
+		return err
+	}
+	if err := d.checkSandboxImage(ctx, st); err != nil {
+		return err
+	}
+	if err := d.Releases.Pin(ctx, st.Desired); err != nil {
+		return err
+	}
+	if err := saveState(d.Root, st); err != nil {
+		return err
+	}
 	target, err := d.backend(st.Desired)
 	if err != nil {
 		return err
 	}
-	switch st.Phase {
-	case Prepare:
-		// Refused by the version skew policy before anything is fetched;
-		// then the kubelet the version names, pinned in the state so that
-		// a resume installs the same file.
-		if err := d.checkSkew(ctx, st.Desired); err != nil {
-			return err
-		}
-		if err := d.checkSandboxImage(ctx, st); err != nil {
-			return err
-		}
-		if err := d.Releases.Pin(ctx, st.Desired); err != nil {
-			return err
-		}
+	if err := target.Provision(ctx, st.To); err != nil {
+		return err
+	}
+	return target.Configure(ctx, st.To)
+}
+
+// switchOld stops the old node; the downtime starts here, once.
+func (d *Deps) switchOld(ctx context.Context, st *State, _ isolation.Backend) error {
+	if st.SwitchAt.IsZero() {
+		st.SwitchAt = d.now().UTC()
 		if err := saveState(d.Root, st); err != nil {
 			return err
 		}
-		if target, err = d.backend(st.Desired); err != nil {
-			return err
-		}
-		if err := target.Provision(ctx, st.To); err != nil {
-			return err
-		}
-		return target.Configure(ctx, st.To)
-	case Switch:
-		if st.SwitchAt.IsZero() {
-			st.SwitchAt = d.now().UTC()
-			if err := saveState(d.Root, st); err != nil {
-				return err
-			}
-		}
-		old, err := d.oldBackend(st)
-		if err != nil {
-			return err
-		}
-		return old.Stop(ctx, st.From)
-	case Start:
-		// After a power cut the old node may run again (its machine is
-		// enabled at boot until commit): stopping it is a no-op otherwise,
-		// and two nodes must never share the kubelet's ports.
-		old, err := d.oldBackend(st)
-		if err != nil {
-			return err
-		}
-		if err := old.Stop(ctx, st.From); err != nil {
-			return err
-		}
-		return target.Start(ctx, st.To)
-	case Verify:
-		if err := d.waitNode(ctx, target, st.Desired, st.To); err != nil {
-			return err
-		}
-		return d.checkVersion(ctx, target, st.Desired, st.To)
-	case Commit:
-		// What kubeslot labelled the Node with so far: the old slot's
-		// applied configuration, there until clean.
-		var prev map[string]string
-		if old, err := d.Store.LoadApplied(st.From); err == nil {
-			prev = old.Config.Kubernetes.Labels
-		} else if !errors.Is(err, state.ErrNotFound) {
-			return err
-		}
-		a, err := isolation.NewApplied(st.To, st.Desired, d.AgentVersion, d.now())
-		if err != nil {
-			return err
-		}
-		if err := d.Store.SaveApplied(a); err != nil {
-			return err
-		}
-		if err := d.Store.SetActive(st.To); err != nil {
-			return err
-		}
-		if err := d.Boot.Move(ctx, st.From, st.To); err != nil {
-			return err
-		}
-		st.Warning = d.syncLabels(ctx, st.Desired, prev)
-		return nil
-	case Clean:
-		old, err := d.oldBackend(st)
-		if err != nil {
-			return err
-		}
-		if err := old.Remove(ctx, st.From); err != nil {
-			return err
-		}
-		if err := d.Store.RemoveApplied(st.From); err != nil {
-			return err
-		}
-		d.pruneCache()
-		return nil
-	case Rollback:
-		if _, err := d.backToOld(ctx, st, target); err != nil {
-			return err
-		}
-		return d.uncommit(ctx, st)
-	case RollbackVerify:
-		return d.rollbackVerify(ctx, st, target)
 	}
-	return fmt.Errorf("repave state: unknown phase %q", st.Phase)
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return err
+	}
+	return old.Stop(ctx, st.From)
+}
+
+// start starts the target. After a power cut the old node may run again
+// (its machine is enabled at boot until commit): stopping it is a no-op
+// otherwise, and two nodes must never share the kubelet's ports.
+func (d *Deps) start(ctx context.Context, st *State, target isolation.Backend) error {
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return err
+	}
+	if err := old.Stop(ctx, st.From); err != nil {
+		return err
+	}
+	return target.Start(ctx, st.To)
+}
+
+func (d *Deps) verify(ctx context.Context, st *State, target isolation.Backend) error {
+	if err := d.waitNode(ctx, target, st.Desired, st.To); err != nil {
+		return err
+	}
+	return d.checkVersion(ctx, target, st.Desired, st.To)
+}
+
+func (d *Deps) commit(ctx context.Context, st *State, _ isolation.Backend) error {
+	// What kubeslot labelled the Node with so far: the old slot's applied
+	// configuration, there until clean.
+	var prev map[string]string
+	if old, err := d.Store.LoadApplied(st.From); err == nil {
+		prev = old.Config.Kubernetes.Labels
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
+	a, err := isolation.NewApplied(st.To, st.Desired, d.AgentVersion, d.now())
+	if err != nil {
+		return err
+	}
+	if err := d.Store.SaveApplied(a); err != nil {
+		return err
+	}
+	if err := d.Store.SetActive(st.To); err != nil {
+		return err
+	}
+	if err := d.Boot.Move(ctx, st.From, st.To); err != nil {
+		return err
+	}
+	st.Warning = d.syncLabels(ctx, st.Desired, prev)
+	return nil
+}
+
+func (d *Deps) clean(ctx context.Context, st *State, _ isolation.Backend) error {
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return err
+	}
+	if err := old.Remove(ctx, st.From); err != nil {
+		return err
+	}
+	if err := d.Store.RemoveApplied(st.From); err != nil {
+		return err
+	}
+	d.pruneCache()
+	return nil
+}
+
+func (d *Deps) rollback(ctx context.Context, st *State, target isolation.Backend) error {
+	if _, err := d.backToOld(ctx, st, target); err != nil {
+		return err
+	}
+	return d.uncommit(ctx, st)
 }
 
 // backToOld stops the target slot's node and starts the old slot's again
@@ -302,8 +345,8 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 	if err := d.Requests.WriteStatus(st); err != nil {
 		d.Log.Warn("could not write progress", "err", err)
 	}
-	if d.Hook != nil {
-		if err := d.Hook(ctx, RestartNode); err != nil {
+	if d.Pause != nil {
+		if err := d.Pause(ctx, string(RestartNode)); err != nil {
 			return nil, err
 		}
 	}

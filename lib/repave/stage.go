@@ -34,8 +34,8 @@ type Command struct {
 	Job        Job
 	// LockWait bounds the wait for the installation lock (busy → 69).
 	LockWait time.Duration
-	// Hook is the test hook KUBESLOT_TEST_PAUSE_AT (Deps.Hook); nil: none.
-	Hook func(context.Context, Phase) error
+	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (Deps.Pause); nil: none.
+	Pause func(context.Context, string) error
 	// Getenv reads the sandbox settings' overrides (sandbox.Load).
 	Getenv func(string) string
 	Stdout io.Writer
@@ -103,6 +103,6 @@ func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sa
 		},
 		Boot:         &BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
 		AgentVersion: buildinfo.Version,
-		Hook:         c.Hook,
+		Pause:        c.Pause,
 	}
 }

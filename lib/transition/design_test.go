@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
+	"github.com/kubeslot/kubeslot/lib/repave"
 	"github.com/kubeslot/kubeslot/lib/reset"
+	"github.com/kubeslot/kubeslot/lib/upgrade"
 )
 
 // diagram is the code block under "## State machines" in DESIGN.md.
@@ -92,14 +94,19 @@ func names(steps []reset.Step) []string {
 // wants are the chains the diagram must show, from the stages' tables.
 func wants() map[string][][]string {
 	boot := append(append([]string{"admitted"}, bootstrap.PhaseNames()...), "complete")
+	rp := repave.PhaseChains()
 	return map[string][][]string{
 		"bootstrap": {boot},
-		"reset":     {names(reset.StepsFor(false)), names(reset.StepsFor(true))},
+		// The forward chain ends Succeeded, the rollback's Failed.
+		"repave": {append(rp[0], "Succeeded"), append(rp[1], "Failed")},
+		// The rollback is one phase: no chain to draw.
+		"upgrade": {upgrade.PhaseChains()[0]},
+		"reset":   {names(reset.StepsFor(false)), names(reset.StepsFor(true))},
 	}
 }
 
 // TestDesignDiagramNamesThePhases: DESIGN.md's state-machine diagram names
-// the phases of the bootstrap's and the reset's tables, in their order.
+// the phases of the stages' tables, in their order.
 func TestDesignDiagramNamesThePhases(t *testing.T) {
 	text := diagram(t)
 	for stage, ws := range wants() {

@@ -2,25 +2,31 @@
 // stage saves its state, pauses for tests, logs, times and reports its
 // phases the same way (DESIGN.md, "State machines"; issue 18, item 1).
 //
-// A stage gives a list of Phase values (name, what it does, its run and an
-// optional failure hook) and a Runner with the stage's callbacks; for each
-// phase not yet done the Runner, in this order:
+// A stage gives a list of Phase values (name, what it does, its run, an
+// optional failure hook, where a failure goes and whether the run ends
+// after it) and a Runner with the stage's callbacks; for each phase not yet
+// done the Runner, in this order:
 //
 //  1. Save: makes the stage's durable state name the phase (bootstrap: its
-//     checkpoint in the ownership record), so a process killed from here on
-//     resumes this phase;
+//     checkpoint in the ownership record; repave: state/repave.json and its
+//     progress status), so a process killed from here on resumes this phase;
 //  2. Pause: the one test hook, "pause before phase X"
-//     (KUBESLOT_TEST_PAUSE_AT=X; PauseHook);
+//     (KUBESLOT_TEST_PAUSE_AT=X; PauseHook, PauseFromEnv);
 //  3. logs "<stage> <noun> started", runs the phase, then Settle (reset:
-//     syncfs of what it touched), logs "<stage> <noun> done" with its
-//     duration and records a requests.PhaseTiming.
+//     syncfs of what it touched), logs "<stage> <noun> done" (or "failed")
+//     with its duration and records a requests.PhaseTiming (Timed).
 //
-// A failure anywhere in a phase stops the run with a *PhaseError naming the
-// phase; only a failure of the phase's own run calls its OnFailure hook
-// (first), never a failure to save, pause or settle.
+// The phases run in table order from the first (or From) until one marked
+// Last has run or the table ends. A failure of a phase's own run calls its
+// OnFailure hook and then goes to its FailTo phase (a rollback, itself a
+// phase of the table), or stops the run with a *PhaseError naming the
+// phase. With StopOnCancel, a failure while ctx is done is a stop rather
+// than a failure (SIGTERM: resume at the next start): no OnFailure, no
+// FailTo, and the *PhaseError says Stopped. A failure to save, pause or
+// settle always stops the run.
 //
-// Imported by the stage packages (lib/reset, lib/bootstrap), never by cmd/
-// or by a package a stage imports.
+// Imported by the stage packages (lib/reset, lib/bootstrap, lib/repave,
+// lib/upgrade), never by cmd/ or by a package a stage imports.
 package transition
 
 import (
@@ -44,8 +50,14 @@ type Phase struct {
 	What string
 	Run  func(ctx context.Context) error
 	// OnFailure, if set, is called with Run's error before the run stops
-	// (a stage reports the failure with it).
+	// or goes to FailTo (a stage reports or records the failure with it).
 	OnFailure func(ctx context.Context, err error)
+	// FailTo names the phase a failure of Run goes to (a rollback); empty
+	// stops the run.
+	FailTo string
+	// Last ends the run after the phase succeeded (the end of a chain that
+	// other phases of the table follow, such as a rollback).
+	Last bool
 }
 
 // Runner runs a stage's phases. Every field is optional but Log.
@@ -66,6 +78,15 @@ type Runner struct {
 	// Settle is called after a phase ran without error (reset: a syncfs of
 	// what it touched); an error fails the phase.
 	Settle func(ctx context.Context, p Phase) error
+	// Timed, if set, is told each phase's timing as the phase ends, with
+	// its error (a stage that keeps timings in its durable state, failed
+	// phases included).
+	Timed func(t requests.PhaseTiming, err error)
+	// From names the phase to start at (a resume); empty: the first.
+	From string
+	// StopOnCancel: a phase that fails while ctx is done stopped, to be
+	// resumed (SIGTERM), rather than failed.
+	StopOnCancel bool
 	// Now is the clock for timings (time.Now if nil).
 	Now func() time.Time
 }
@@ -75,6 +96,11 @@ type Runner struct {
 type PhaseError struct {
 	Phase string
 	Err   error
+	// Stopped: the run was told to stop (ctx done with StopOnCancel, or
+	// the test hook), nothing failed; the stage resumes the phase.
+	Stopped bool
+	// Ran: the phase's own run failed, not its save, pause or settle.
+	Ran bool
 }
 
 func (e *PhaseError) Error() string { return fmt.Sprintf("phase %s: %v", e.Phase, e.Err) }
@@ -88,9 +114,8 @@ func (r *Runner) now() time.Time {
 	return time.Now()
 }
 
-// Run runs phases in order and returns the timing of each phase it ran,
-// also when it stops at a failed one (a *PhaseError; the failed phase is not
-// in the timings).
+// Run runs phases from the first (or From) and returns the timing of each
+// phase that succeeded, also when it stops (a *PhaseError).
 func (r *Runner) Run(ctx context.Context, phases []Phase) ([]requests.PhaseTiming, error) {
 	noun := r.Noun
 	if noun == "" {
@@ -100,9 +125,31 @@ func (r *Runner) Run(ctx context.Context, phases []Phase) ([]requests.PhaseTimin
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var out []requests.PhaseTiming
+	index := make(map[string]int, len(phases))
+	for i, p := range phases {
+		index[p.Name] = i
+	}
 	for _, p := range phases {
+		if _, ok := index[p.FailTo]; p.FailTo != "" && !ok {
+			return nil, fmt.Errorf("%s phase %s: FailTo names no phase (%q)", r.Stage, p.Name, p.FailTo)
+		}
+	}
+	i := 0
+	if r.From != "" {
+		var ok bool
+		if i, ok = index[r.From]; !ok {
+			return nil, fmt.Errorf("%s: no phase %q to start at", r.Stage, r.From)
+		}
+	}
+	var out []requests.PhaseTiming
+	for i < len(phases) {
+		p := phases[i]
+		next := i + 1
+		if p.Last {
+			next = len(phases)
+		}
 		if r.Skip != nil && r.Skip(p.Name) {
+			i = next
 			continue
 		}
 		if r.Save != nil {
@@ -112,27 +159,78 @@ func (r *Runner) Run(ctx context.Context, phases []Phase) ([]requests.PhaseTimin
 		}
 		if r.Pause != nil {
 			if err := r.Pause(ctx, p.Name); err != nil {
-				return out, &PhaseError{Phase: p.Name, Err: err}
+				return out, &PhaseError{Phase: p.Name, Err: err, Stopped: true}
 			}
 		}
 		t0 := r.now()
 		log.Info(r.Stage+" "+noun+" started", noun, p.Name)
-		if err := p.Run(ctx); err != nil {
-			if p.OnFailure != nil {
-				p.OnFailure(ctx, err)
-			}
-			return out, &PhaseError{Phase: p.Name, Err: err}
-		}
-		if r.Settle != nil {
+		err := p.Run(ctx)
+		if err == nil && r.Settle != nil {
 			if err := r.Settle(ctx, p); err != nil {
 				return out, &PhaseError{Phase: p.Name, Err: err}
 			}
 		}
 		took := r.now().Sub(t0)
-		out = append(out, requests.PhaseTiming{Name: p.Name, StartedAt: t0.UTC(), Duration: took})
+		timing := requests.PhaseTiming{Name: p.Name, StartedAt: t0.UTC(), Duration: took}
+		if err != nil {
+			if r.Timed != nil {
+				r.Timed(timing, err)
+			}
+			stopped := r.StopOnCancel && ctx.Err() != nil
+			log.Warn(r.Stage+" "+noun+" failed", noun, p.Name, "took", took.Round(time.Millisecond), "stopped", stopped, "err", err)
+			if stopped {
+				return out, &PhaseError{Phase: p.Name, Err: err, Stopped: true, Ran: true}
+			}
+			if p.OnFailure != nil {
+				p.OnFailure(ctx, err)
+			}
+			if p.FailTo == "" {
+				return out, &PhaseError{Phase: p.Name, Err: err, Ran: true}
+			}
+			i = index[p.FailTo]
+			continue
+		}
+		out = append(out, timing)
+		if r.Timed != nil {
+			r.Timed(timing, nil)
+		}
 		log.Info(r.Stage+" "+noun+" done", noun, p.Name, "took", took.Round(time.Millisecond))
+		i = next
 	}
 	return out, nil
+}
+
+// Chains lists the names of a table's chains, as DESIGN.md's diagrams draw
+// them: from the first phase in order up to the first Last one (or the
+// end), then from each FailTo target not on a chain yet.
+func Chains(phases []Phase) [][]string {
+	on := map[string]bool{}
+	chain := func(from int) []string {
+		var c []string
+		for i := from; i < len(phases); i++ {
+			c = append(c, phases[i].Name)
+			on[phases[i].Name] = true
+			if phases[i].Last {
+				break
+			}
+		}
+		return c
+	}
+	if len(phases) == 0 {
+		return nil
+	}
+	out := [][]string{chain(0)}
+	for _, p := range phases {
+		if p.FailTo == "" || on[p.FailTo] {
+			continue
+		}
+		for i, q := range phases {
+			if q.Name == p.FailTo {
+				out = append(out, chain(i))
+			}
+		}
+	}
+	return out
 }
 
 // PauseHook returns a Runner.Pause for EnvPauseAt=at: before phase at it
@@ -150,4 +248,18 @@ func PauseHook(at string, paused func(name string)) func(ctx context.Context, na
 		<-ctx.Done()
 		return fmt.Errorf("paused before %s (%s): %w", name, EnvPauseAt, context.Cause(ctx))
 	}
+}
+
+// PauseFromEnv reads EnvPauseAt through getenv for a stage (named in the
+// error) whose pausable phases valid accepts: nil when unset, a usage error
+// for a name that is not a phase, else PauseHook(at, paused).
+func PauseFromEnv(getenv func(string) string, stage string, valid func(string) bool, paused func(name string)) (func(ctx context.Context, name string) error, error) {
+	at := getenv(EnvPauseAt)
+	if at == "" {
+		return nil, nil
+	}
+	if !valid(at) {
+		return nil, fmt.Errorf("%s=%q: not a %s phase", EnvPauseAt, at, stage)
+	}
+	return PauseHook(at, paused), nil
 }

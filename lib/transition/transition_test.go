@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubeslot/kubeslot/lib/requests"
 )
 
 // rec runs a table of phases and records every callback in order.
@@ -145,5 +148,108 @@ func TestPauseHook(t *testing.T) {
 	}
 	if slices.Contains(r.calls, "run two") {
 		t.Errorf("the paused phase ran: %q", r.calls)
+	}
+}
+
+// TestEdges: a failure goes to its FailTo phase after OnFailure; a Last
+// phase ends the run; From starts at a named phase; Timed sees every phase,
+// the failed one with its error, and the returned timings only those that
+// succeeded.
+func TestEdges(t *testing.T) {
+	r := &rec{}
+	boom := errors.New("boom")
+	ph := []Phase{r.phase("one", nil), r.phase("two", boom), r.phase("three", nil), r.phase("back", nil), r.phase("back-check", nil)}
+	ph[1].FailTo = "back"
+	ph[2].Last = true
+	ph[4].Last = true
+	ru := r.runner(nil)
+	var timed []string
+	ru.Timed = func(tm requests.PhaseTiming, err error) { timed = append(timed, fmt.Sprint(tm.Name, " ", err)) }
+	timings, err := ru.Run(t.Context(), ph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"save one", "pause one", "run one", "settle one", "save two", "pause two", "run two", "failed two: boom",
+		"save back", "pause back", "run back", "settle back", "save back-check", "pause back-check", "run back-check", "settle back-check"}
+	if !slices.Equal(r.calls, want) {
+		t.Errorf("calls\n%q, want\n%q", r.calls, want)
+	}
+	if w := []string{"one <nil>", "two boom", "back <nil>", "back-check <nil>"}; !slices.Equal(timed, w) {
+		t.Errorf("timed %q, want %q", timed, w)
+	}
+	if len(timings) != 3 {
+		t.Errorf("timings %+v: want the three that succeeded", timings)
+	}
+	// A resume at three ends after it (Last).
+	r.calls = nil
+	ru.From = "three"
+	if _, err := ru.Run(t.Context(), ph); err != nil || !slices.Equal(r.calls, []string{"save three", "pause three", "run three", "settle three"}) {
+		t.Errorf("from three: %v, calls %q", err, r.calls)
+	}
+	ru.From = "nowhere"
+	if _, err := ru.Run(t.Context(), ph); err == nil {
+		t.Error("From naming no phase passes")
+	}
+	ru.From = ""
+	ph[0].FailTo = "nowhere"
+	if _, err := ru.Run(t.Context(), ph); err == nil {
+		t.Error("FailTo naming no phase passes")
+	}
+	if got := Chains(ph[1:]); len(got) != 2 || !slices.Equal(got[0], []string{"two", "three"}) || !slices.Equal(got[1], []string{"back", "back-check"}) {
+		t.Errorf("chains %q", got)
+	}
+}
+
+// TestStopOnCancel: with StopOnCancel, a phase that fails while ctx is done
+// stopped: no OnFailure, no FailTo, a Stopped *PhaseError; without, it
+// failed.
+func TestStopOnCancel(t *testing.T) {
+	for _, stop := range []bool{true, false} {
+		r := &rec{}
+		ctx, cancel := context.WithCancel(t.Context())
+		ph := []Phase{r.phase("one", nil), r.phase("back", nil)}
+		ph[0].Run = func(context.Context) error { cancel(); return errors.New("killed") }
+		ph[0].FailTo = "back"
+		ru := r.runner(nil)
+		ru.StopOnCancel = stop
+		_, err := ru.Run(ctx, ph)
+		pe, ok := errors.AsType[*PhaseError](err)
+		if stop && (!ok || !pe.Stopped || pe.Phase != "one" || slices.Contains(r.calls, "save back")) {
+			t.Errorf("stop on cancel: %v, calls %q", err, r.calls)
+		}
+		if !stop && (err != nil || !slices.Contains(r.calls, "save back")) {
+			t.Errorf("no stop on cancel: %v, calls %q", err, r.calls)
+		}
+	}
+}
+
+func TestPauseFromEnv(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == EnvPauseAt {
+				return v
+			}
+			return ""
+		}
+	}
+	valid := func(s string) bool { return s == "prepare" || s == "switch" }
+	if h, err := PauseFromEnv(env(""), "repave", valid, nil); h != nil || err != nil {
+		t.Fatalf("unset: hook %v, err %v", h != nil, err)
+	}
+	if _, err := PauseFromEnv(env("nap"), "repave", valid, nil); err == nil || !strings.Contains(err.Error(), `KUBESLOT_TEST_PAUSE_AT="nap": not a repave phase`) {
+		t.Fatalf("bad phase: %v", err)
+	}
+	var paused string
+	h, err := PauseFromEnv(env("switch"), "repave", valid, func(n string) { paused = n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h(t.Context(), "prepare"); err != nil {
+		t.Fatalf("another phase paused: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := h(ctx, "switch"); err == nil || paused != "switch" {
+		t.Fatalf("switch: err %v, paused %q", err, paused)
 	}
 }

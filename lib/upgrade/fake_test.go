@@ -27,6 +27,28 @@ import (
 	"github.com/kubeslot/kubeslot/units"
 )
 
+// clock is a fake clock that each wait moves on: the bounds of the
+// handover and the health gate pass at once.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) after(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.t
+	return ch
+}
+
 // fakeSystemd models the watcher unit: a restart runs the binary current
 // names; a release listed in crash exits at once and is restarted by
 // systemd on every read of the unit, one in flaky after a few reads. With
@@ -56,9 +78,13 @@ func newFakeSystemd(t *testing.T, root *hostroot.Root) *fakeSystemd {
 	return &fakeSystemd{t: t, root: root, crash: map[string]bool{}, flaky: map[string]int{}, exe: map[uint32]string{}}
 }
 
-func (f *fakeSystemd) Reload(context.Context) error {
+// Reload and RestartUnit fail on a done ctx, as a D-Bus call does.
+func (f *fakeSystemd) Reload(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	f.reloads++
 	return nil
 }
@@ -80,9 +106,12 @@ func (f *fakeSystemd) ResetFailed(context.Context, string) error {
 	return nil
 }
 
-func (f *fakeSystemd) RestartUnit(_ context.Context, name string) error {
+func (f *fakeSystemd) RestartUnit(ctx context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if name != WatcherUnit {
 		f.t.Errorf("restart of %s, want only %s", name, WatcherUnit)
 	}
@@ -168,12 +197,13 @@ func (f *fakeSystemd) exeOf(pid uint32) (string, error) {
 // env is a complete installation in a temp root with release blue
 // (version "devel", the manifest the bootstrap writes).
 type env struct {
-	t    *testing.T
-	root *hostroot.Root
-	sd   *fakeSystemd
-	d    *Deps
-	srv  *httptest.Server
-	log  *bytes.Buffer
+	t     *testing.T
+	root  *hostroot.Root
+	sd    *fakeSystemd
+	d     *Deps
+	srv   *httptest.Server
+	log   *bytes.Buffer
+	clock *clock
 }
 
 func newEnv(t *testing.T) *env {
@@ -200,7 +230,7 @@ func newEnv(t *testing.T) *env {
 	if _, err := release.Ensure(t.Context(), root, scripts(t, buildinfo.Version, nil), nil); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, root: root, sd: newFakeSystemd(t, root), log: &bytes.Buffer{}}
+	e := &env{t: t, root: root, sd: newFakeSystemd(t, root), log: &bytes.Buffer{}, clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	e.srv = httptest.NewServer(http.FileServer(http.Dir(t.TempDir())))
 	t.Cleanup(e.srv.Close)
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -212,9 +242,9 @@ func newEnv(t *testing.T) *env {
 	e.d = &Deps{Root: root, Log: log, Requests: requests.New(root), Systemd: e.sd,
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, Retries: -1}},
 		Bundles: BundleFiles{}, Exec: ExecRunner{}, Exe: e.sd.exeOf, Arch: buildinfo.Arch,
-		// The gate polls at a tenth of the production interval (the bounds of
-		// job() are in wall time); a hung --version is refused after 1 s.
-		PollInterval: DefaultPollInterval / 10, VersionTimeout: time.Second}
+		// The handover and health gate run on a fake clock that a poll
+		// moves on; a hung --version is refused after 1 s of wall time.
+		Now: e.clock.now, After: e.clock.after, VersionTimeout: time.Second}
 	// The watcher of blue runs.
 	if err := e.sd.RestartUnit(t.Context(), WatcherUnit); err != nil {
 		t.Fatal(err)

@@ -39,6 +39,12 @@ type txn struct {
 	phases  []requests.PhaseTiming
 	res     Result
 	t0      time.Time
+	// toDir is the release directory upgraded to; local the bundle file.
+	toDir, local string
+	// h is how the new watcher came to run (restart), for the gate.
+	h handover
+	// reason is why the upgrade rolls back (a failure after the switch).
+	reason string
 }
 
 // Run is the upgrade stage: lock, admission, then resume an interrupted
@@ -106,66 +112,86 @@ func (t *txn) dispatch(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	other := func(what string) error {
-		if t.j.Bundle != "" {
-			return fmt.Errorf("%s; --bundle %s was not started: run it again", what, t.j.Bundle)
-		}
-		return nil
-	}
 	switch {
 	case sig != nil && (sig.Verified || sig.Failure != ""):
-		// Finished, and the watcher has not reported it yet.
-		if claimed != nil && claimed.ID == sig.RequestID {
-			t.lockedFinish()
-			t.log.Info("finished the interrupted upgrade's request", "request", sig.RequestID)
-		}
-		pending, err := d.Requests.Pending(requests.Upgrade)
-		if err != nil {
-			return nil, err
-		}
-		if pending != nil || (claimed != nil && claimed.ID != sig.RequestID) || t.j.Bundle != "" {
-			p, _ := d.Requests.UpgradeSignalPath()
-			return nil, exitcode.Defer(fmt.Errorf("upgrade %s finished but the watcher has not reported it yet (%s is still there): a new upgrade waits for that", sig.RequestID, p))
-		}
-		return &Result{RequestID: sig.RequestID, Outcome: Nothing, Message: "upgrade " + sig.RequestID + " already finished; the watcher reports it"}, nil
+		return t.finished(sig, claimed)
 	case sig != nil:
-		t.sig = sig
-		t.phases = append([]requests.PhaseTiming(nil), sig.Phases...)
-		if claimed != nil && claimed.ID == sig.RequestID {
-			t.req = claimed
-		} else {
-			t.manual = true
-			t.req = &requests.Request{Kind: requests.Upgrade, ID: sig.RequestID, Operation: sig.Operation, MachineGeneration: sig.MachineGeneration}
-		}
-		t.log = t.log.With("request", sig.RequestID)
-		t.log.Info("resuming an interrupted upgrade", "from", sig.FromRelease, "to", sig.ToRelease)
-		res, err := t.resume(ctx)
-		if err == nil && t.j.Bundle != "" {
-			err = exitcode.Defer(other("an interrupted upgrade " + sig.RequestID + " was finished first"))
-		}
-		return res, err
+		return t.resumeSignal(ctx, sig, claimed)
 	case claimed != nil:
 		t.req = claimed
 		t.log = t.log.With("request", claimed.ID)
 		t.log.Info("resuming a claimed upgrade request from the download", "request", claimed.ID)
 		res, err := t.fresh(ctx)
 		if err == nil && t.j.Bundle != "" {
-			err = exitcode.Defer(other("the claimed upgrade request " + claimed.ID + " was finished first"))
+			err = t.notStarted("the claimed upgrade request " + claimed.ID + " was finished first")
 		}
 		return res, err
 	case t.j.Bundle != "":
-		abs, err := filepath.Abs(t.j.Bundle)
-		if err != nil {
-			return nil, err
-		}
-		id := fmt.Sprintf("upgrade-0-manual-%d", d.now().Unix())
-		t.manual = true
-		t.req = &requests.Request{Kind: requests.Upgrade, ID: id, Reason: "kubeslot-upgrader --bundle",
-			Upgrade: &requests.UpgradeParams{URL: abs, SHA256: strings.ToLower(t.j.SHA256)}, CreatedAt: d.now().UTC()}
-		t.log = t.log.With("request", id)
-		return t.fresh(ctx)
+		return t.byHand(ctx)
 	}
-	req, err := d.Requests.Claim(t.lock, requests.Upgrade)
+	return t.claim(ctx)
+}
+
+// notStarted is the error of a run by hand whose --bundle waits for
+// another upgrade, which ran first.
+func (t *txn) notStarted(what string) error {
+	return exitcode.Defer(fmt.Errorf("%s; --bundle %s was not started: run it again", what, t.j.Bundle))
+}
+
+// finished handles a signal that is verified or failed, which the watcher
+// has not reported yet.
+func (t *txn) finished(sig *requests.UpgradeSignal, claimed *requests.Request) (*Result, error) {
+	if claimed != nil && claimed.ID == sig.RequestID {
+		t.lockedFinish()
+		t.log.Info("finished the interrupted upgrade's request", "request", sig.RequestID)
+	}
+	pending, err := t.d.Requests.Pending(requests.Upgrade)
+	if err != nil {
+		return nil, err
+	}
+	if pending != nil || (claimed != nil && claimed.ID != sig.RequestID) || t.j.Bundle != "" {
+		p, _ := t.d.Requests.UpgradeSignalPath()
+		return nil, exitcode.Defer(fmt.Errorf("upgrade %s finished but the watcher has not reported it yet (%s is still there): a new upgrade waits for that", sig.RequestID, p))
+	}
+	return &Result{RequestID: sig.RequestID, Outcome: Nothing, Message: "upgrade " + sig.RequestID + " already finished; the watcher reports it"}, nil
+}
+
+// resumeSignal resumes the upgrade of a signal neither verified nor failed.
+func (t *txn) resumeSignal(ctx context.Context, sig *requests.UpgradeSignal, claimed *requests.Request) (*Result, error) {
+	t.sig = sig
+	t.phases = append([]requests.PhaseTiming(nil), sig.Phases...)
+	if claimed != nil && claimed.ID == sig.RequestID {
+		t.req = claimed
+	} else {
+		t.manual = true
+		t.req = &requests.Request{Kind: requests.Upgrade, ID: sig.RequestID, Operation: sig.Operation, MachineGeneration: sig.MachineGeneration}
+	}
+	t.log = t.log.With("request", sig.RequestID)
+	t.log.Info("resuming an interrupted upgrade", "from", sig.FromRelease, "to", sig.ToRelease)
+	res, err := t.resume(ctx)
+	if err == nil && t.j.Bundle != "" {
+		err = t.notStarted("an interrupted upgrade " + sig.RequestID + " was finished first")
+	}
+	return res, err
+}
+
+// byHand upgrades from the --bundle file.
+func (t *txn) byHand(ctx context.Context) (*Result, error) {
+	abs, err := filepath.Abs(t.j.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	id := fmt.Sprintf("upgrade-0-manual-%d", t.d.now().Unix())
+	t.manual = true
+	t.req = &requests.Request{Kind: requests.Upgrade, ID: id, Reason: "kubeslot-upgrader --bundle",
+		Upgrade: &requests.UpgradeParams{URL: abs, SHA256: strings.ToLower(t.j.SHA256)}, CreatedAt: t.d.now().UTC()}
+	t.log = t.log.With("request", id)
+	return t.fresh(ctx)
+}
+
+// claim claims the pending request and runs it.
+func (t *txn) claim(ctx context.Context) (*Result, error) {
+	req, err := t.d.Requests.Claim(t.lock, requests.Upgrade)
 	if errors.Is(err, requests.ErrNoRequest) {
 		if refused := append(t.refused, requests.AsRefused(err)...); len(refused) > 0 {
 			// Someone asked, but not in a form the upgrader can run: say
@@ -215,30 +241,6 @@ func (t *txn) lockedFinish() {
 	}
 }
 
-// step runs one phase: it records its timing, runs fn and then the test
-// hook. A hook error is a crash.
-func (t *txn) step(ctx context.Context, p Phase, fn func() error) error {
-	t0 := t.d.now()
-	t.phases = append(t.phases, requests.PhaseTiming{Name: string(p), StartedAt: t0.UTC()})
-	i := len(t.phases) - 1
-	if t.sig == nil || t.sig.SwitchedAt.IsZero() {
-		t.progress(p)
-	}
-	t.log.Info("upgrade phase", "phase", p)
-	err := fn()
-	t.phases[i].Duration = t.d.now().Sub(t0)
-	t.log.Info("upgrade phase done", "phase", p, "took", t.phases[i].Duration.Round(time.Millisecond), "err", err)
-	if err != nil {
-		return err
-	}
-	if t.d.Hook != nil {
-		if err := t.d.Hook(ctx, p); err != nil {
-			return &interrupted{err}
-		}
-	}
-	return nil
-}
-
 // progress publishes an InProgress status; only before the switch, since
 // after it the final status belongs to the watcher that runs.
 func (t *txn) progress(p Phase) {
@@ -259,68 +261,11 @@ func (t *txn) status(phase requests.Phase, msg string) *requests.Status {
 
 // fresh runs the transition from the start: no signal exists.
 func (t *txn) fresh(ctx context.Context) (*Result, error) {
-	d := t.d
 	if t.req.Upgrade == nil {
 		return nil, fmt.Errorf("request %s names no bundle", t.req.ID)
 	}
 	t.res.RequestID = t.req.ID
-	var from, to, fromDir, toDir, local string
-	var m *bundle.Manifest
-	err := t.step(ctx, Preflight, func() error {
-		var err error
-		if from, err = release.Current(d.Root); err != nil {
-			return err
-		}
-		if to, err = release.Inactive(d.Root); err != nil {
-			return err
-		}
-		if fromDir, err = release.Dir(d.Root, from); err != nil {
-			return err
-		}
-		if toDir, err = release.Dir(d.Root, to); err != nil {
-			return err
-		}
-		t.res.FromRelease, t.res.ToRelease = from, to
-		t.res.FromVersion, err = t.version(ctx, fromDir)
-		return err
-	})
-	if err == nil {
-		err = t.step(ctx, Download, func() error {
-			var err error
-			local, err = t.fetch(ctx)
-			return err
-		})
-	}
-	if err == nil {
-		err = t.step(ctx, LastGood, func() error { return release.SetLastGood(d.Root, from) })
-	}
-	if err == nil {
-		err = t.step(ctx, Unpack, func() error {
-			if err := os.RemoveAll(toDir); err != nil {
-				return fmt.Errorf("remove the old inactive release %s: %w", toDir, err)
-			}
-			var err error
-			m, err = d.Bundles.Unpack(ctx, local, strings.ToLower(t.req.Upgrade.SHA256), d.Arch, toDir)
-			if err == nil {
-				t.res.ToVersion = m.Version
-			}
-			return err
-		})
-	}
-	if err == nil {
-		err = t.step(ctx, SmokeTest, func() error { return t.smoke(ctx, toDir, m.Version) })
-	}
-	if err == nil {
-		err = t.step(ctx, Signal, func() error {
-			t.sig = &requests.UpgradeSignal{RequestID: t.req.ID, Operation: t.req.Operation, MachineGeneration: t.req.MachineGeneration,
-				FromRelease: from, FromVersion: t.res.FromVersion, ToRelease: to, ToVersion: m.Version}
-			return t.writeSignal()
-		})
-	}
-	if err != nil {
-		return t.refuse(ctx, toDir, err)
-	}
-	return t.switchAndGate(ctx)
+	return t.run(ctx, Preflight)
 }
 
 // resume continues from a signal that is neither verified nor failed.
@@ -331,28 +276,22 @@ func (t *txn) resume(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch cur {
-	case s.ToRelease:
-		return t.afterSwitch(ctx)
-	case s.FromRelease:
+	if cur != s.ToRelease && cur != s.FromRelease {
+		return nil, fmt.Errorf("upgrade %s: current names %s, neither the release it came from (%s) nor the one it went to (%s): repair by hand (kubeslot-upgrader recover points current at last-good)",
+			s.RequestID, cur, s.FromRelease, s.ToRelease)
+	}
+	if t.toDir, err = release.Dir(d.Root, s.ToRelease); err != nil {
+		return nil, err
+	}
+	if cur == s.FromRelease {
 		// Not switched yet: check the new release again, it may have been
 		// changed since the signal was written.
-		toDir, err := release.Dir(d.Root, s.ToRelease)
-		if err != nil {
-			return nil, err
-		}
-		if err := t.step(ctx, SmokeTest, func() error {
-			if _, err := d.Bundles.ReadManifest(toDir); err != nil {
-				return err
-			}
-			return t.smoke(ctx, toDir, s.ToVersion)
-		}); err != nil {
-			return t.refuse(ctx, toDir, err)
-		}
-		return t.switchAndGate(ctx)
+		return t.run(ctx, SmokeTest)
 	}
-	return nil, fmt.Errorf("upgrade %s: current names %s, neither the release it came from (%s) nor the one it went to (%s): repair by hand (kubeslot-upgrader recover points current at last-good)",
-		s.RequestID, cur, s.FromRelease, s.ToRelease)
+	if s.SwitchedAt.IsZero() {
+		s.SwitchedAt = d.now().UTC()
+	}
+	return t.run(ctx, Units)
 }
 
 // refuse handles a failure before the switch: the status says Failed, the

@@ -33,8 +33,8 @@ type Command struct {
 	// Preflight says what the upgrade would do and changes nothing; JSON
 	// prints that plan as JSON.
 	Preflight, JSON bool
-	// Hook is the test hook KUBESLOT_TEST_PAUSE_AT (Deps.Hook); nil: none.
-	Hook   func(context.Context, Phase) error
+	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (Deps.Pause); nil: none.
+	Pause  func(context.Context, string) error
 	Stdout io.Writer
 	Log    *slog.Logger
 }
@@ -76,7 +76,7 @@ func (c Command) deps(ctx context.Context) (*Deps, func()) {
 		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
 		Bundles: BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
-		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch, Hook: c.Hook,
+		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch, Pause: c.Pause,
 	}, sd.Close
 }
 

@@ -26,6 +26,11 @@
 //	            binary, and neither its PID nor its restart counter change for
 //	            the health window, within the health timeout
 //
+// The phases are a table run by lib/transition (progress status and test
+// pause before each phase, "upgrade phase started/done" logs, timings; a
+// failure in switch, units, restart or health goes to rollback, a SIGTERM
+// stops the run for a resume).
+//
 // A failure before the switch writes the request's status Failed (nothing
 // was switched; the half-made release directory is removed). A failure after
 // the switch rolls back (current -> last-good, its unit files, the watcher
@@ -162,12 +167,16 @@ type Deps struct {
 	Arch string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// After is the wait between two reads of the watcher unit (nil:
+	// time.After); with Now, tests run the gate's bounds on a fake clock.
+	After func(time.Duration) <-chan time.Time
 	// PollInterval and VersionTimeout, zero for DefaultPollInterval and
 	// DefaultVersionTimeout, are shortened by tests.
 	PollInterval, VersionTimeout time.Duration
-	// Hook, test-only, runs after each phase did its durable work; an error
-	// ends the run as a crash would (no failure handling, no cleanup).
-	Hook func(ctx context.Context, p Phase) error
+	// Pause, test-only, runs before each phase (after its progress status
+	// is written; PauseFromEnv); an error ends the run as a crash would (no
+	// failure handling, no cleanup).
+	Pause func(ctx context.Context, phase string) error
 }
 
 func (d *Deps) now() time.Time {
@@ -175,6 +184,14 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+// poll waits one poll interval.
+func (d *Deps) poll() <-chan time.Time {
+	if d.After != nil {
+		return d.After(d.pollInterval())
+	}
+	return time.After(d.pollInterval())
 }
 
 func (d *Deps) pollInterval() time.Duration {

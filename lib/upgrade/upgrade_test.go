@@ -353,12 +353,17 @@ func TestRollbackUnhealthyWatcher(t *testing.T) {
 	}
 }
 
-// TestResumeAfterInterruption kills the run (the hook) after each phase,
-// then runs again: the upgrade completes, or rolls back when the new
-// watcher is bad, and current always names a release that runs.
+// TestResumeAfterInterruption kills the run (the pause hook) before each
+// phase (the rollback when the new watcher is bad), then runs again: the
+// upgrade completes, or rolls back when the new watcher is bad, and current
+// always names a release that runs.
 func TestResumeAfterInterruption(t *testing.T) {
 	for _, bad := range []bool{false, true} {
-		for _, at := range []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health} {
+		phases := []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health}
+		if bad {
+			phases = append(phases, Rollback)
+		}
+		for _, at := range phases {
 			name := string(at)
 			if bad {
 				name += "/bad watcher"
@@ -369,8 +374,8 @@ func TestResumeAfterInterruption(t *testing.T) {
 				p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
 				id := e.request(e.serve(p), sha)
 				crash := errors.New("killed")
-				e.d.Hook = func(_ context.Context, p Phase) error {
-					if p == at {
+				e.d.Pause = func(_ context.Context, p string) error {
+					if p == string(at) {
 						return crash
 					}
 					return nil
@@ -383,7 +388,7 @@ func TestResumeAfterInterruption(t *testing.T) {
 				if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase == requests.Failed {
 					t.Fatalf("the interruption was recorded as a failure: %+v", st)
 				}
-				e.d.Hook = nil
+				e.d.Pause = nil
 				res, err := Run(t.Context(), e.d, e.job())
 				switch {
 				case bad && !errors.Is(err, ErrRolledBack), !bad && err != nil:
@@ -406,6 +411,49 @@ func TestResumeAfterInterruption(t *testing.T) {
 				e.currentRuns()
 			})
 		}
+	}
+}
+
+// TestStopIsNotFailure: a run told to stop (SIGTERM) in a phase after the
+// switch (its systemd call fails on the done ctx) neither rolls back nor
+// records a failure; the next run finishes the upgrade.
+func TestStopIsNotFailure(t *testing.T) {
+	for _, at := range []Phase{Units, Restart} {
+		t.Run(string(at), func(t *testing.T) {
+			e := newEnv(t)
+			p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
+			id := e.request(e.serve(p), sha)
+			ctx, cancel := context.WithCancel(t.Context())
+			e.d.Pause = func(_ context.Context, p string) error {
+				if p == string(at) {
+					cancel() // the phase then runs with ctx done
+				}
+				return nil
+			}
+			res, err := Run(ctx, e.d, e.job())
+			if !errors.Is(err, context.Canceled) || errors.Is(err, ErrRolledBack) || res != nil {
+				t.Fatalf("stopped run: %+v, %v; want an interruption", res, err)
+			}
+			if !slices.ContainsFunc(strings.Split(e.log.String(), "\n"), func(l string) bool {
+				return strings.Contains(l, "upgrade phase failed") && strings.Contains(l, "phase="+string(at)+" ") && strings.Contains(l, "stopped=true")
+			}) {
+				t.Errorf("the log does not show %s stopped", at)
+			}
+			if s := e.signal(); s == nil || s.Failure != "" || s.Verified {
+				t.Errorf("signal after the stop %+v, want neither failed nor verified", s)
+			}
+			if e.current() != "green" {
+				t.Errorf("current %s after the stop, want green (switched, not rolled back)", e.current())
+			}
+			if st, err := e.d.Requests.ReadStatus(id); err == nil && st.Phase == requests.Failed {
+				t.Errorf("the stop was recorded as a failure: %+v", st)
+			}
+			e.d.Pause = nil
+			e.sd.settle()
+			if res, err := Run(t.Context(), e.d, e.job()); err != nil || res.Outcome != Upgraded {
+				t.Fatalf("resumed run: %+v, %v", res, err)
+			}
+		})
 	}
 }
 
