@@ -33,6 +33,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/transition"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -327,7 +328,7 @@ func (r *bsRig) tree(ctx context.Context) string {
 func (r *bsRig) pauseAt(ctx context.Context, unit string, cp ownership.Checkpoint) {
 	r.t.Helper()
 	args := []string{"systemd-run", "--unit=" + unit, "--collect", "--no-block"}
-	for _, e := range append(append([]string(nil), r.env...), bootstrap.EnvPauseAt+"="+string(cp)) {
+	for _, e := range append(append([]string(nil), r.env...), transition.EnvPauseAt+"="+string(cp)) {
 		args = append(args, "--setenv="+e)
 	}
 	args = append(args, bsBinary, "--config="+bsConfigPath)
@@ -338,7 +339,7 @@ func (r *bsRig) pauseAt(ctx context.Context, unit string, cp ownership.Checkpoin
 	defer cancel()
 	for {
 		j, _ := r.h.Journal(wctx, unit)
-		if strings.Contains(j, "paused at "+string(cp)) {
+		if strings.Contains(j, "paused before "+string(cp)) {
 			return
 		}
 		if strings.Contains(j, "failed") && !strings.Contains(j, "paused") {

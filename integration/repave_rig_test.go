@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 type rpRig struct {
@@ -163,7 +163,7 @@ func (r *rpRig) phase(s *requests.Status, name string) time.Duration {
 func (r *rpRig) pauseRepaver(ctx context.Context, unit, phase string, args ...string) {
 	r.t.Helper()
 	cmd := []string{"systemd-run", "--unit=" + unit, "--collect", "--no-block"}
-	for _, e := range append(append([]string(nil), r.env...), bootstrap.EnvPauseAt+"="+phase) {
+	for _, e := range append(append([]string(nil), r.env...), transition.EnvPauseAt+"="+phase) {
 		cmd = append(cmd, "--setenv="+e)
 	}
 	cmd = append(append(cmd, "/opt/kubeslot/current/kubeslot-repaver"), args...)
@@ -174,7 +174,7 @@ func (r *rpRig) pauseRepaver(ctx context.Context, unit, phase string, args ...st
 	defer cancel()
 	for {
 		j, _ := r.h.Journal(wctx, unit)
-		if strings.Contains(j, "paused at "+phase) {
+		if strings.Contains(j, "paused before "+phase) {
 			return
 		}
 		if out, _ := r.h.Run(wctx, "systemctl", "is-active", unit); strings.TrimSpace(string(out)) == "failed" {

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 func TestRepaveOnRig(t *testing.T) {
@@ -108,7 +108,7 @@ func TestRepaveOnRig(t *testing.T) {
 	eventually(t, time.Minute, "the restart worker paused after its claim", func() (bool, string) {
 		j, _ := r.h.Journal(ctx, "kubeslot-restart.service")
 		_, err := r.h.ReadFile("/opt/kubeslot/state/claimed-restart.json")
-		return err == nil && strings.Contains(j, "paused at restart-node"), tailLines(j, 5)
+		return err == nil && strings.Contains(j, "paused before restart-node"), tailLines(j, 5)
 	})
 	for _, cmd := range [][]string{
 		{"systemctl", "stop", "kubeslot-restart.path"},
@@ -320,7 +320,7 @@ func TestRepavePowerCutOnRig(t *testing.T) {
 	// worker pauses in verify (a drop-in in /run, gone with the reboot), the host powers off, and after the boot
 	// the path unit resumes the same request to Succeeded: no Failed status, no rollback.
 	if err := r.h.WriteFile("/run/systemd/system/kubeslot-repave@.service.d/zz-pause.conf",
-		[]byte("[Service]\nEnvironment="+bootstrap.EnvPauseAt+"=verify\n"), 0o644); err != nil {
+		[]byte("[Service]\nEnvironment="+transition.EnvPauseAt+"=verify\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := r.h.Run(ctx, "systemctl", "daemon-reload"); err != nil {
@@ -334,7 +334,7 @@ func TestRepavePowerCutOnRig(t *testing.T) {
 	r.drop(ctx, req)
 	eventually(t, 5*time.Minute, "the path unit's repaver paused at verify", func() (bool, string) {
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
-		return strings.Contains(j, "paused at verify"), tailLines(j, 3)
+		return strings.Contains(j, "paused before verify"), tailLines(j, 3)
 	})
 	if err := r.h.PowerOff(ctx); err != nil {
 		t.Fatalf("power off: %v", err)

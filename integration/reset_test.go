@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/reset"
+	"github.com/kubeslot/kubeslot/lib/transition"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -182,7 +183,7 @@ func TestResetKillAtSteps(t *testing.T) {
 	for i, step := range reset.StepNames() {
 		unit := fmt.Sprintf("kubeslot-rs-pause-%d", i)
 		if out, err := r.h.Run(ctx, "systemd-run", "--unit="+unit, "--collect", "--no-block",
-			"--setenv="+reset.EnvPauseAt+"="+step, rsBinary, "--yes"); err != nil {
+			"--setenv="+transition.EnvPauseAt+"="+step, rsBinary, "--yes"); err != nil {
 			t.Fatalf("start %s: %v\n%s", unit, err, out)
 		}
 		waitJournal(t, ctx, r, unit, "paused before "+step)
@@ -219,7 +220,7 @@ func TestResetRequestSurvivesPowerCutAndKill(t *testing.T) {
 	r := bootstrapForReset(t, ctx, "rsq", true)
 	waitWatcherActive(t, ctx, r)
 	dropIn := func(dir, name, step string) string {
-		return "mkdir -p " + dir + " && printf '[Service]\\nEnvironment=" + reset.EnvPauseAt + "=" + step + "\\n' >" + dir + "/" + name
+		return "mkdir -p " + dir + " && printf '[Service]\\nEnvironment=" + transition.EnvPauseAt + "=" + step + "\\n' >" + dir + "/" + name
 	}
 	const runDropIn, etcDropIn = "/run/systemd/system/" + units.Resetting + ".d", "/etc/systemd/system/" + units.Resetting + ".d"
 	if out, err := r.h.Run(ctx, "sh", "-c", dropIn(runDropIn, "20-pause.conf", reset.StepStopMachines)+" && "+dropIn(etcDropIn, "10-pause.conf", reset.StepRemoveHostRoot)+

@@ -21,8 +21,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/transition"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -124,7 +124,7 @@ func healRemovalKilled(t *testing.T, ctx context.Context, r *rpRig) {
 	to := otherSlot(from)
 	pauseDropIn := "/run/systemd/system/kubeslot-repave@.service.d/zz-pause.conf"
 	r.sh(ctx, "mkdir -p "+pauseDropIn[:strings.LastIndex(pauseDropIn, "/")]+" && printf '[Service]\\nEnvironment="+
-		bootstrap.EnvPauseAt+"=clean\\n' >"+pauseDropIn+" && systemctl daemon-reload")
+		transition.EnvPauseAt+"=clean\\n' >"+pauseDropIn+" && systemctl daemon-reload")
 	desired := applied.Config
 	desired.Kubernetes.Labels["kubeslot.dev/heal"] = "removal-killed"
 	req := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 61, ""), MachineGeneration: 61,
@@ -133,7 +133,7 @@ func healRemovalKilled(t *testing.T, ctx context.Context, r *rpRig) {
 	r.drop(ctx, req)
 	eventually(t, 5*time.Minute, "the path unit's repaver paused at clean", func() (bool, string) {
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
-		return strings.Contains(j, "paused at clean"), tailLines(j, 3)
+		return strings.Contains(j, "paused before clean"), tailLines(j, 3)
 	})
 	r.sh(ctx, "systemctl stop kubeslot-repave.path && systemctl kill -s KILL kubeslot-repave@next.service")
 	eventually(t, time.Minute, "the killed repaver's unit inactive", func() (bool, string) {

@@ -506,7 +506,7 @@ func TestUpgradeOnRig(t *testing.T) {
 				t0 := time.Now()
 				name := r.operation(n.url, n.sum)
 				deadline := time.Now().Add(2 * time.Minute)
-				for !strings.Contains(r.journal("kubeslot-upgrade.service"), "paused at "+phase) {
+				for !strings.Contains(r.journal("kubeslot-upgrade.service"), "paused before "+phase) {
 					if time.Now().After(deadline) {
 						t.Fatalf("the upgrader did not pause at %s", phase)
 					}

@@ -112,12 +112,6 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	pause, err := repave.PauseFromEnv(getenv, func(p string) {
-		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
-	})
-	if err != nil {
-		return exitcode.UsageError(err)
-	}
-	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait, Pause: pause,
+	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

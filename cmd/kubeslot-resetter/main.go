@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -88,11 +87,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	pauseAt := getenv(reset.EnvPauseAt)
-	if pauseAt != "" && !reset.ValidStep(pauseAt) {
-		return exitcode.UsageError(fmt.Errorf("%s=%q: not a reset step (%s)", reset.EnvPauseAt, pauseAt, strings.Join(reset.StepNames(), ", ")))
-	}
 	return reset.Command{Root: root, SystemdBus: f.SystemdBus, Request: request, Yes: f.Yes, DryRun: f.DryRun, Force: f.Force,
-		Resume: f.Resume, LockWait: f.LockWait, PublishWait: f.PublishWait, PauseAt: pauseAt,
+		Resume: f.Resume, LockWait: f.LockWait, PublishWait: f.PublishWait, Getenv: getenv,
 		Stdin: stdio.Stdin, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

@@ -125,14 +125,8 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	pause, err := upgrade.PauseFromEnv(getenv, func(p string) {
-		fmt.Fprintf(stdio.Stdout, "paused at %s (pid %d)\n", p, os.Getpid())
-	})
-	if err != nil {
-		return exitcode.UsageError(err)
-	}
 	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, Preflight: f.Upgrade.Preflight, JSON: f.Upgrade.JSON,
-		Pause: pause, Stdout: stdio.Stdout, Log: log}.Run(ctx)
+		Getenv: getenv, Stdout: stdio.Stdout, Log: log}.Run(ctx)
 }
 
 // recoverStage is the recovery unit's command.

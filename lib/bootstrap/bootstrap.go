@@ -135,12 +135,10 @@ type Deps struct {
 	Cluster      Cluster
 	Releaser     Releaser
 	Releases     Releases
-	// PauseAt is the test hook KUBESLOT_TEST_PAUSE_AT: the run stops at the
-	// start of that phase (after its checkpoint is written) and waits until
-	// its context ends, so a test can kill it there.
-	PauseAt ownership.Checkpoint
-	// Paused is called when the run pauses (tests); nil prints nothing.
-	Paused func(ownership.Checkpoint)
+	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv), called
+	// at the start of each phase after its checkpoint is saved, and before
+	// complete is written; nil: none.
+	Pause func(ctx context.Context, checkpoint string) error
 	// Sandbox are the test and sandbox settings this run uses (sandbox.Load:
 	// the record, the environment overriding). The run records them in
 	// <base>/state/sandbox.json once it owns the host, so later stages
@@ -442,17 +440,12 @@ func (r *runner) checkpoint(cp ownership.Checkpoint) error {
 }
 
 // pause is the KUBESLOT_TEST_PAUSE_AT hook (the runner's Pause, and before
-// complete is written): transition.PauseHook, logged.
+// complete is written).
 func (r *runner) pause(ctx context.Context, cp ownership.Checkpoint) error {
-	if r.d.PauseAt == "" {
+	if r.d.Pause == nil {
 		return nil
 	}
-	return transition.PauseHook(string(r.d.PauseAt), func(string) {
-		r.log.Warn("test hook: paused at the start of a phase", "phase", cp, "pid", os.Getpid())
-		if r.d.Paused != nil {
-			r.d.Paused(cp)
-		}
-	})(ctx, string(cp))
+	return r.d.Pause(ctx, string(cp))
 }
 
 // isolation builds the backend and operator once per run.

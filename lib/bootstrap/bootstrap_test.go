@@ -19,6 +19,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/transition"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -348,9 +349,8 @@ func TestLockHeldDefers(t *testing.T) {
 func TestPauseHook(t *testing.T) {
 	f := newFakes(t)
 	d := f.deps()
-	d.PauseAt = ownership.CheckpointStartingNode
 	ctx, cancel := context.WithCancel(t.Context())
-	d.Paused = func(ownership.Checkpoint) { cancel() }
+	d.Pause = transition.PauseHook(string(ownership.CheckpointStartingNode), func(string) { cancel() })
 	_, err := Run(ctx, d, testConfig(t, "worker-1"))
 	if err == nil || !strings.Contains(err.Error(), "paused before starting-node") {
 		t.Fatalf("err %v", err)
@@ -386,15 +386,17 @@ func TestMachineFor(t *testing.T) {
 // TestPauseFromEnv: the test hook names an install checkpoint or nothing.
 // (The sandbox variables are lib/sandbox's, tested there.)
 func TestPauseFromEnv(t *testing.T) {
-	if cp, err := PauseFromEnv(func(string) string { return "" }); err != nil || cp != "" {
-		t.Errorf("unset: %q %v", cp, err)
+	env := func(v string) func(string) string { return func(string) string { return v } }
+	if h, err := PauseFromEnv(env(""), nil); err != nil || h != nil {
+		t.Errorf("unset: hook %v, %v", h != nil, err)
 	}
-	if cp, err := PauseFromEnv(func(string) string { return string(ownership.CheckpointStartingNode) }); err != nil ||
-		cp != ownership.CheckpointStartingNode {
-		t.Errorf("starting-node: %q %v", cp, err)
+	for _, cp := range []ownership.Checkpoint{ownership.CheckpointStartingNode, ownership.CheckpointComplete} {
+		if h, err := PauseFromEnv(env(string(cp)), nil); err != nil || h == nil {
+			t.Errorf("%s: hook %v, %v", cp, h != nil, err)
+		}
 	}
-	if _, err := PauseFromEnv(func(string) string { return "nope" }); err == nil {
-		t.Errorf("bad pause checkpoint accepted")
+	if _, err := PauseFromEnv(env("nope"), nil); err == nil || !strings.Contains(err.Error(), "not a bootstrap phase") {
+		t.Errorf("bad pause checkpoint: %v", err)
 	}
 }
 

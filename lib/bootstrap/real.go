@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,21 +36,16 @@ const (
 	HostPrepPackagesOnly     = sandbox.HostPrepPackagesOnly
 )
 
-// EnvPauseAt=<checkpoint> is test-only: the run stops at the start of that
-// phase and waits to be killed. Not recorded: it applies to one run. The
-// same for every stage (transition.EnvPauseAt).
-const EnvPauseAt = transition.EnvPauseAt
-
-// PauseFromEnv reads the KUBESLOT_TEST_PAUSE_AT hook.
-func PauseFromEnv(getenv func(string) string) (ownership.Checkpoint, error) {
-	v := ownership.Checkpoint(getenv(EnvPauseAt))
-	if v == "" {
-		return "", nil
+// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint> (an
+// install checkpoint; transition.PauseFromEnv), a Deps.Pause: the run stops
+// at the start of that phase, its checkpoint saved ("complete": before it is
+// written), and waits to be killed; nil when unset.
+func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+	var names []string
+	for _, cp := range ownership.InstallCheckpoints() {
+		names = append(names, string(cp))
 	}
-	if v.Order() == 0 {
-		return "", fmt.Errorf("%s=%q: not an install checkpoint", EnvPauseAt, v)
-	}
-	return v, nil
+	return transition.PauseFromEnv(getenv, "bootstrap", names, w)
 }
 
 // HostPrep is the real Host: lib/hostprep over its ExecSystem.

@@ -2,17 +2,14 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
-	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
@@ -44,7 +41,7 @@ func (c Command) Run(ctx context.Context) error {
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	pauseAt, err := PauseFromEnv(c.Getenv)
+	pause, err := PauseFromEnv(c.Getenv, c.Stdout)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
@@ -54,13 +51,10 @@ func (c Command) Run(ctx context.Context) error {
 		Host:         HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
 		Cluster:      &NodeCluster{Root: root, Log: log},
 		Releaser:     ReleaseFromExe{Root: root, Log: log},
-		PauseAt:      pauseAt,
+		Pause:        pause,
 		Sandbox:      sb,
 		ResolveImage: ResolveImage,
 		Releases:     kuberelease.Pinner{Root: root},
-		Paused: func(cp ownership.Checkpoint) {
-			fmt.Fprintf(c.Stdout, "paused at %s (pid %d)\n", cp, os.Getpid())
-		},
 	}
 	if c.Preflight {
 		return Preflight(ctx, d, c.Config, c.Stdout)

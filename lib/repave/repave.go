@@ -79,6 +79,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"slices"
@@ -127,10 +128,14 @@ func (p Phase) Valid() bool {
 }
 
 // PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any
-// Valid phase): the run stops before that phase, its state written, calls
-// paused and waits to be killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, paused func(phase string)) (func(context.Context, string) error, error) {
-	return transition.PauseFromEnv(getenv, "repave", func(s string) bool { return Phase(s).Valid() }, paused)
+// Valid phase; transition.PauseFromEnv): the run stops before that phase,
+// its state written, and waits to be killed; nil when unset.
+func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+	var names []string
+	for _, p := range append(Phases(), Rollback, RollbackVerify, RestartNode) {
+		names = append(names, string(p))
+	}
+	return transition.PauseFromEnv(getenv, "repave", names, w)
 }
 
 // StateFile is the transition's file name in <base>/state/.

@@ -34,9 +34,8 @@ type Command struct {
 	Job        Job
 	// LockWait bounds the wait for the installation lock (busy → 69).
 	LockWait time.Duration
-	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (Deps.Pause); nil: none.
-	Pause func(context.Context, string) error
-	// Getenv reads the sandbox settings' overrides (sandbox.Load).
+	// Getenv reads the sandbox settings' overrides (sandbox.Load) and the
+	// test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv).
 	Getenv func(string) string
 	Stdout io.Writer
 	Log    *slog.Logger
@@ -51,6 +50,10 @@ type Command struct {
 func (c Command) Run(ctx context.Context) error {
 	log := c.Log
 	// Input, before anything on the host is touched.
+	pause, err := PauseFromEnv(c.Getenv, c.Stdout)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
 	sb, err := sandbox.Load(c.Root, c.Getenv)
 	if err != nil {
 		return exitcode.UsageError(err)
@@ -65,6 +68,7 @@ func (c Command) Run(ctx context.Context) error {
 	sd := systemdconn.For(ctx, c.Root.Prefix(), c.SystemdBus)
 	defer sd.Close()
 	d := c.deps(sd, held.Record, sb)
+	d.Pause = pause
 	s, err := Execute(ctx, d, held.Lock, c.Job)
 	if s != nil {
 		fmt.Fprintf(c.Stdout, "%s %s: %s (active slot %s, node downtime %s, took %s)\n", s.Kind, s.RequestID, s.Phase,
@@ -103,6 +107,5 @@ func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sa
 		},
 		Boot:         &BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
 		AgentVersion: buildinfo.Version,
-		Pause:        c.Pause,
 	}
 }

@@ -67,11 +67,6 @@ const (
 	goneWait           = 15 * time.Second
 )
 
-// EnvPauseAt=<step> is test-only: the run stops before that step (after the
-// steps before it finished) and waits to be killed (transition.EnvPauseAt,
-// the same for every stage).
-const EnvPauseAt = transition.EnvPauseAt
-
 // Deps is everything a run is built from. Root, Log, Systemd and Sys are
 // required.
 type Deps struct {
@@ -369,11 +364,11 @@ type runner struct {
 	reported bool
 }
 
-// PauseHook returns a Deps.Before that pauses before step (the test hook
-// KUBESLOT_TEST_PAUSE_AT, transition.PauseHook): it calls paused, then waits
-// until ctx ends.
-func PauseHook(step string, paused func(string)) func(context.Context, string) error {
-	return transition.PauseHook(step, paused)
+// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<step> (any of
+// StepNames; transition.PauseFromEnv), a Deps.Before: the run stops before
+// that step and waits to be killed; nil when unset.
+func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+	return transition.PauseFromEnv(getenv, "reset", StepNames(), w)
 }
 
 // writeLine writes to w, ignoring errors (reports only).

@@ -27,12 +27,11 @@ type Command struct {
 	Request, Yes, DryRun, Force, Resume bool
 	// LockWait and PublishWait: Deps'.
 	LockWait, PublishWait time.Duration
-	// PauseAt is the test hook KUBESLOT_TEST_PAUSE_AT, a step name; "":
-	// none.
-	PauseAt string
-	Stdin   io.Reader
-	Stdout  io.Writer
-	Log     *slog.Logger
+	// Getenv reads the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv).
+	Getenv func(string) string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Log    *slog.Logger
 	// Started is when the binary started, for the "in" of the summary.
 	Started time.Time
 }
@@ -41,6 +40,10 @@ type Command struct {
 // confirmation; then lock, record and steps (Run) and a summary on Stdout.
 func (c Command) Run(ctx context.Context) error {
 	root, log := c.Root, c.Log
+	pause, err := PauseFromEnv(c.Getenv, c.Stdout)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
 	if c.DryRun {
 		_, err := Plan(root, c.Stdout, c.Force)
 		return err
@@ -74,12 +77,7 @@ func (c Command) Run(ctx context.Context) error {
 		return fmt.Errorf("path of this binary: %w", err)
 	}
 	d := Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: c.Request,
-		LockWait: c.LockWait, PublishWait: c.PublishWait, Force: c.Force, Resume: c.Resume, Self: self}
-	if c.PauseAt != "" {
-		d.Before = PauseHook(c.PauseAt, func(s string) {
-			fmt.Fprintf(c.Stdout, "paused before %s (pid %d)\n", s, os.Getpid())
-		})
-	}
+		LockWait: c.LockWait, PublishWait: c.PublishWait, Force: c.Force, Resume: c.Resume, Self: self, Before: pause}
 	res, err := Run(ctx, d)
 	if err != nil {
 		return err

@@ -26,13 +26,18 @@
 // settle always stops the run.
 //
 // Imported by the stage packages (lib/reset, lib/bootstrap, lib/repave,
-// lib/upgrade), never by cmd/ or by a package a stage imports.
+// lib/upgrade) and by rig tests (EnvPauseAt), never by cmd/ or by a package
+// a stage imports.
 package transition
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -250,16 +255,22 @@ func PauseHook(at string, paused func(name string)) func(ctx context.Context, na
 	}
 }
 
-// PauseFromEnv reads EnvPauseAt through getenv for a stage (named in the
-// error) whose pausable phases valid accepts: nil when unset, a usage error
-// for a name that is not a phase, else PauseHook(at, paused).
-func PauseFromEnv(getenv func(string) string, stage string, valid func(string) bool, paused func(name string)) (func(ctx context.Context, name string) error, error) {
+// PauseFromEnv reads EnvPauseAt through getenv for a stage whose pausable
+// phases are names: nil when unset, an error naming them when it is none of
+// them, else PauseHook(at, ...) that first prints "paused before <phase>
+// (pid N)" to w, the line rig tests wait for before they kill the process.
+// Every stage reads the hook here, so it means the same in each.
+func PauseFromEnv(getenv func(string) string, stage string, names []string, w io.Writer) (func(ctx context.Context, name string) error, error) {
 	at := getenv(EnvPauseAt)
 	if at == "" {
 		return nil, nil
 	}
-	if !valid(at) {
-		return nil, fmt.Errorf("%s=%q: not a %s phase", EnvPauseAt, at, stage)
+	if !slices.Contains(names, at) {
+		return nil, fmt.Errorf("%s=%q: not a %s phase (%s)", EnvPauseAt, at, stage, strings.Join(names, ", "))
 	}
-	return PauseHook(at, paused), nil
+	return PauseHook(at, func(name string) {
+		if w != nil {
+			fmt.Fprintf(w, "paused before %s (pid %d)\n", name, os.Getpid())
+		}
+	}), nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -232,15 +233,15 @@ func TestPauseFromEnv(t *testing.T) {
 			return ""
 		}
 	}
-	valid := func(s string) bool { return s == "prepare" || s == "switch" }
-	if h, err := PauseFromEnv(env(""), "repave", valid, nil); h != nil || err != nil {
+	names := []string{"prepare", "switch"}
+	if h, err := PauseFromEnv(env(""), "repave", names, nil); h != nil || err != nil {
 		t.Fatalf("unset: hook %v, err %v", h != nil, err)
 	}
-	if _, err := PauseFromEnv(env("nap"), "repave", valid, nil); err == nil || !strings.Contains(err.Error(), `KUBESLOT_TEST_PAUSE_AT="nap": not a repave phase`) {
+	if _, err := PauseFromEnv(env("nap"), "repave", names, nil); err == nil || !strings.Contains(err.Error(), `KUBESLOT_TEST_PAUSE_AT="nap": not a repave phase (prepare, switch)`) {
 		t.Fatalf("bad phase: %v", err)
 	}
-	var paused string
-	h, err := PauseFromEnv(env("switch"), "repave", valid, func(n string) { paused = n })
+	var out bytes.Buffer
+	h, err := PauseFromEnv(env("switch"), "repave", names, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func TestPauseFromEnv(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := h(ctx, "switch"); err == nil || paused != "switch" {
-		t.Fatalf("switch: err %v, paused %q", err, paused)
+	if err := h(ctx, "switch"); err == nil || out.String() != fmt.Sprintf("paused before switch (pid %d)\n", os.Getpid()) {
+		t.Fatalf("switch: err %v, printed %q", err, out.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -74,10 +75,14 @@ func PhaseChains() [][]string {
 }
 
 // PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any of
-// Phases): the run stops before that phase, calls paused and waits to be
-// killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, paused func(phase string)) (func(context.Context, string) error, error) {
-	return transition.PauseFromEnv(getenv, "upgrade", func(s string) bool { return Phase(s).Valid() }, paused)
+// Phases; transition.PauseFromEnv): the run stops before that phase and
+// waits to be killed; nil when unset.
+func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+	var names []string
+	for _, p := range Phases() {
+		names = append(names, string(p))
+	}
+	return transition.PauseFromEnv(getenv, "upgrade", names, w)
 }
 
 // run runs the table from phase from, then settles the outcome: refused

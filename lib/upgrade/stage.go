@@ -10,6 +10,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
@@ -33,8 +34,9 @@ type Command struct {
 	// Preflight says what the upgrade would do and changes nothing; JSON
 	// prints that plan as JSON.
 	Preflight, JSON bool
-	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (Deps.Pause); nil: none.
-	Pause  func(context.Context, string) error
+	// Getenv reads the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv) of
+	// an upgrade.
+	Getenv func(string) string
 	Stdout io.Writer
 	Log    *slog.Logger
 }
@@ -43,7 +45,15 @@ type Command struct {
 // (Preflight), Recover, or Run (lock, admission, resume or claim, the
 // phases, the health gate or the rollback), and a summary on Stdout.
 func (c Command) Run(ctx context.Context) error {
+	var pause func(context.Context, string) error
+	if !c.Recover {
+		var err error
+		if pause, err = PauseFromEnv(c.Getenv, c.Stdout); err != nil {
+			return exitcode.UsageError(err)
+		}
+	}
 	d, closeBus := c.deps(ctx)
+	d.Pause = pause
 	defer closeBus()
 	var res *Result
 	var err error
@@ -76,7 +86,7 @@ func (c Command) deps(ctx context.Context) (*Deps, func()) {
 		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
 		Bundles: BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
-		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch, Pause: c.Pause,
+		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch,
 	}, sd.Close
 }
 
