@@ -345,18 +345,23 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 	if err := d.Requests.WriteStatus(st); err != nil {
 		d.Log.Warn("could not write progress", "err", err)
 	}
-	if d.Pause != nil {
-		if err := d.Pause(ctx, string(RestartNode)); err != nil {
-			return nil, err
-		}
-	}
-	t0 := d.now()
-	err = o.RestartNode(ctx, a.Slot)
-	st.Phases = append(st.Phases, requests.PhaseTiming{Name: "restart", StartedAt: t0.UTC(), Duration: d.now().Sub(t0)})
-	if err == nil {
-		t1 := d.now()
-		err = d.waitNode(ctx, b, a.Config, a.Slot)
-		st.Phases = append(st.Phases, requests.PhaseTiming{Name: string(Verify), StartedAt: t1.UTC(), Duration: d.now().Sub(t1)})
+	// Two phases through the stage runner: the test hook pauses before
+	// restart-node; both are timed into the status, a failed one too.
+	var t0 time.Time
+	tr := transition.Runner{Stage: "restart", Log: d.Log, Pause: d.Pause, Now: d.now,
+		Timed: func(t requests.PhaseTiming, _ error) { st.Phases = append(st.Phases, t) }}
+	_, err = tr.Run(ctx, []transition.Phase{
+		{Name: string(RestartNode), What: "restart the node machine", Run: func(ctx context.Context) error {
+			t0 = d.now()
+			return o.RestartNode(ctx, a.Slot)
+		}},
+		{Name: string(Verify), What: "wait for the node", Run: func(ctx context.Context) error {
+			return d.waitNode(ctx, b, a.Config, a.Slot)
+		}},
+	})
+	var pe *transition.PhaseError
+	if errors.As(err, &pe) && !pe.Ran {
+		return nil, err // the test hook stopped it before the restart
 	}
 	st.ActiveSlot = a.Slot
 	if err != nil {
