@@ -1,0 +1,249 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/transition"
+)
+
+// runner carries one install run through its phases.
+type runner struct {
+	d       Deps
+	cfg     *config.Config
+	rec     *ownership.Record
+	log     *slog.Logger
+	backend isolation.Backend
+	op      isolation.Operator
+}
+
+// slot is the slot a bootstrap installs: the first configured one.
+func (r *runner) slot() string { return r.cfg.Isolation.Slots[0] }
+
+// list is the table of phases, in order; each is named by the checkpoint
+// the record holds while it runs. complete is not a phase: it is written
+// after the last one (phases).
+func (r *runner) list() []transition.Phase {
+	return []transition.Phase{
+		r.phase(ownership.CheckpointPreparingHost, "prepare the host (lib/hostprep)", r.prepareHost),
+		r.phase(ownership.CheckpointPreparingSlot, "provision and configure the slot", r.prepareSlot),
+		r.phase(ownership.CheckpointStartingNode, "start the node, wait for it to be Ready, enable its machine at boot", r.startNode),
+		r.phase(ownership.CheckpointInstallingUnits, "install the release and the unit files, then commit the applied configuration", r.installUnits),
+	}
+}
+
+// phase is one row of the table: a failure is reported on the Machine as
+// <Phase>Failed, naming the phase.
+func (r *runner) phase(cp ownership.Checkpoint, what string, run func(context.Context) error) transition.Phase {
+	return transition.Phase{Name: string(cp), What: what, Run: run,
+		OnFailure: func(ctx context.Context, err error) {
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: cp, State: Failed, Err: &transition.PhaseError{Phase: string(cp), Err: err}})
+		}}
+}
+
+// PhaseNames are the names of the phases in order (the checkpoints before
+// complete), from the table the run uses.
+func PhaseNames() []string {
+	var out []string
+	for _, p := range (&runner{}).list() {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// phases runs every phase from the record's checkpoint on, through the
+// stage runner (lib/transition). The checkpoint of a phase is written (and
+// reported Running) before it starts, so a crash resumes that phase (each is
+// idempotent); complete is written only after the commit.
+func (r *runner) phases(ctx context.Context, res *Result) error {
+	// A version the skew policy forbids is refused before anything is
+	// downloaded (best effort: a cluster that cannot be asked yet is waited
+	// for later, by the Node Ready wait).
+	if !r.rec.Checkpoint.Passed(ownership.CheckpointPreparingSlot) {
+		server, known, err := checkSkew(ctx, r.d.Cluster, r.cfg)
+		if err != nil {
+			err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
+			return err
+		}
+		if known {
+			r.log.Info("kubernetes version within the skew policy", "version", r.cfg.Kubernetes.Version, "apiserver", server)
+		} else {
+			r.log.Warn("version skew not checked: the API server's version is unknown", "reason", server)
+		}
+	}
+	// The kubelet of the version, looked up on the release mirror by every
+	// run that has phases left: the slot is built from it and the applied
+	// configuration records it.
+	if err := r.d.Releases.Pin(ctx, r.cfg); err != nil {
+		err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
+		r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
+		return err
+	}
+	tr := transition.Runner{Stage: "bootstrap", Log: r.log,
+		Skip: func(name string) bool { return r.rec.Checkpoint.Passed(ownership.Checkpoint(name)) },
+		Save: func(ctx context.Context, p transition.Phase) error {
+			cp := ownership.Checkpoint(p.Name)
+			if err := r.checkpoint(cp); err != nil {
+				return err
+			}
+			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: cp, State: Running})
+			return nil
+		},
+		Pause: func(ctx context.Context, name string) error { return r.pause(ctx, ownership.Checkpoint(name)) },
+	}
+	timings, err := tr.Run(ctx, r.list())
+	for _, t := range timings {
+		res.Phases = append(res.Phases, ownership.Checkpoint(t.Name))
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.pause(ctx, ownership.CheckpointComplete); err != nil {
+		return err
+	}
+	if err := r.checkpoint(ownership.CheckpointComplete); err != nil {
+		return err
+	}
+	r.log.Info("bootstrap complete", "slot", r.slot())
+	r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointComplete, State: Succeeded, Slot: r.slot()})
+	return nil
+}
+
+func (r *runner) checkpoint(cp ownership.Checkpoint) error {
+	if r.rec.Checkpoint == cp {
+		return nil
+	}
+	if err := r.rec.SetCheckpoint(cp); err != nil {
+		return err
+	}
+	return ownership.Save(r.d.Root, r.rec)
+}
+
+// pause is the KUBESLOT_TEST_PAUSE_AT hook (the runner's Pause, and before
+// complete is written).
+func (r *runner) pause(ctx context.Context, cp ownership.Checkpoint) error {
+	if r.d.Pause == nil {
+		return nil
+	}
+	return r.d.Pause(ctx, string(cp))
+}
+
+// isolation builds the backend and operator once per run.
+func (r *runner) isolation() (isolation.Backend, error) {
+	if r.backend == nil {
+		b, o, err := r.d.NewIsolation(r.cfg, r.rec)
+		if err != nil {
+			return nil, err
+		}
+		r.backend, r.op = b, o
+	}
+	return r.backend, nil
+}
+
+func (r *runner) prepareHost(ctx context.Context) error {
+	return r.d.Host.Apply(ctx, r.cfg, r.rec)
+}
+
+func (r *runner) prepareSlot(ctx context.Context) error {
+	b, err := r.isolation()
+	if err != nil {
+		return err
+	}
+	if err := b.Provision(ctx, r.slot()); err != nil {
+		return err
+	}
+	return b.Configure(ctx, r.slot())
+}
+
+// startNode boots the node, waits for its kubelet's health and the Node
+// Ready (together bounded by timeouts.node_ready), and enables the node's
+// machine unit at boot.
+func (r *runner) startNode(ctx context.Context) error {
+	b, err := r.isolation()
+	if err != nil {
+		return err
+	}
+	slot := r.slot()
+	if err := b.Start(ctx, slot); err != nil {
+		return err
+	}
+	bound := r.cfg.Timeouts.NodeReady.Duration
+	wctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
+	defer cancel()
+	t0 := time.Now()
+	if err := waitHealthy(wctx, b, slot); err != nil {
+		return err
+	}
+	if err := r.d.Cluster.WaitNodeReady(wctx, r.cfg); err != nil {
+		return err
+	}
+	r.log.Info("node Ready", "slot", slot, "waited", time.Since(t0).Round(time.Millisecond))
+	// What runs is the release asked for (a mirror serving another
+	// release's binary under the version's path is caught here).
+	v, err := b.KubeletVersion(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if !kuberelease.SameRelease(v, r.cfg.Kubernetes.Version) {
+		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes.version is %s (check artifacts.kubelet or the release mirror)", slot, v, r.cfg.Kubernetes.Version)
+	}
+	changed, err := enableMachine(r.d.Root, r.rec, isolation.Mode(r.cfg.Isolation.Mode), slot)
+	if err != nil {
+		return err
+	}
+	if changed {
+		return r.d.Systemd.Reload(ctx)
+	}
+	return nil
+}
+
+func waitHealthy(ctx context.Context, b isolation.Backend, slot string) error {
+	for {
+		err := b.KubeletHealthy(ctx, slot)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// installUnits installs the release and the unit files, then commits: the
+// applied configuration of the slot and applied/active, only now that the
+// node passed verification.
+func (r *runner) installUnits(ctx context.Context) error {
+	if err := r.d.Releaser.Ensure(ctx); err != nil {
+		return err
+	}
+	changed, err := installUnits(r.d.Root, r.rec)
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		r.log.Info("unit files installed", "changed", changed)
+	}
+	if err := r.d.Systemd.Reload(ctx); err != nil {
+		return err
+	}
+	a, err := isolation.NewApplied(r.slot(), r.cfg, buildinfo.Version, r.d.now())
+	if err != nil {
+		return err
+	}
+	store := state.NewStore(r.d.Root)
+	if err := store.SaveApplied(a); err != nil {
+		return err
+	}
+	return store.SetActive(a.Slot)
+}
