@@ -129,21 +129,16 @@ func (d *Deps) table(st *State, log *slog.Logger) []transition.Phase {
 			return run(ctx, st, target)
 		}}
 	}
-	t := []transition.Phase{
+	return []transition.Phase{
 		ph(Prepare, "provision and configure the target slot", d.prepare),
-		ph(Switch, "stop the old node", d.switchOld),
-		ph(Start, "start the target's node", d.start),
-		ph(Verify, "wait for the target's node", d.verify),
+		ph(Switch, "stop the old node", d.switchOld).FailingTo(string(Rollback), rollBack),
+		ph(Start, "start the target's node", d.start).FailingTo(string(Rollback), rollBack),
+		ph(Verify, "wait for the target's node", d.verify).FailingTo(string(Rollback), rollBack),
 		ph(Commit, "commit the target slot", d.commit),
-		ph(Clean, "remove the old slot", d.clean),
+		ph(Clean, "remove the old slot", d.clean).Final(),
 		ph(Rollback, "stop the target, start the old slot", d.rollback),
 		ph(RollbackVerify, "wait for the old slot's node, remove the target", d.rollbackVerify),
 	}
-	for i := 1; i <= 3; i++ { // switch, start, verify
-		t[i].OnFailure, t[i].FailTo = rollBack, string(Rollback)
-	}
-	t[5].Last = true // clean
-	return t
 }
 
 // PhaseChains are the chains of the repave's table (transition.Chains),

@@ -65,6 +65,19 @@ type Phase struct {
 	Last bool
 }
 
+// FailingTo returns p whose failure calls report (if not nil) and then goes
+// to the phase named to (a rollback), so a table says its edges in place.
+func (p Phase) FailingTo(to string, report func(ctx context.Context, err error)) Phase {
+	p.FailTo, p.OnFailure = to, report
+	return p
+}
+
+// Final returns p that ends the run when it succeeds (Last).
+func (p Phase) Final() Phase {
+	p.Last = true
+	return p
+}
+
 // Runner runs a stage's phases. Every field is optional but Log.
 type Runner struct {
 	// Stage and Noun make the log messages: "<Stage> <Noun> started" and

@@ -26,46 +26,39 @@ func (t *txn) table() []transition.Phase {
 	ph := func(p Phase, what string, run func(context.Context) error) transition.Phase {
 		return transition.Phase{Name: string(p), What: what, Run: run}
 	}
-	after := func(why func(err error) string) func(context.Context, error) {
-		return func(_ context.Context, err error) {
+	// A failure after the switch records why and goes to the rollback.
+	// current may or may not have moved when switch fails: the rollback is
+	// a no-op for a link that did not.
+	rollBack := func(p transition.Phase, why func(err error) string) transition.Phase {
+		return p.FailingTo(string(Rollback), func(_ context.Context, err error) {
 			t.reason = why(err)
 			t.log.Error("upgrade failed after the switch; rolling back", "reason", t.reason)
-		}
+		})
 	}
-	tab := []transition.Phase{
+	return []transition.Phase{
 		ph(Preflight, "versions and releases", t.preflight),
 		ph(Download, "fetch the bundle", t.download),
 		ph(LastGood, "last-good names the running release", func(context.Context) error { return release.SetLastGood(t.d.Root, t.res.FromRelease) }),
 		ph(Unpack, "unpack the bundle", t.unpack),
 		ph(SmokeTest, "smoke test of the new binaries", t.smokeTest),
 		ph(Signal, "write the signal", t.writeNewSignal),
-		ph(Switch, "current names the new release", t.switchCurrent),
-		ph(Units, "the new release's unit files", t.units),
-		ph(Restart, "the new watcher runs", t.restart),
-		ph(Health, "health gate", t.health),
-		ph(Rollback, "current names last-good again", t.rollBack),
+		rollBack(ph(Switch, "current names the new release", t.switchCurrent), func(err error) string {
+			return fmt.Sprintf("switching to %s failed: %v", t.sig.ToRelease, err)
+		}),
+		rollBack(ph(Units, "the new release's unit files", t.units), func(err error) string {
+			return fmt.Sprintf("installing the unit files of %s failed: %v", t.sig.ToVersion, err)
+		}),
+		rollBack(ph(Restart, "the new watcher runs", t.restart), func(err error) string {
+			return fmt.Sprintf("new watcher %s could not be restarted: %v; rolled back to %s", t.sig.ToVersion, err, t.sig.FromVersion)
+		}),
+		rollBack(ph(Health, "health gate", t.health), func(err error) string {
+			if u, ok := errors.AsType[*unhealthy](err); ok {
+				return fmt.Sprintf("new watcher %s %s; rolled back to %s", t.sig.ToVersion, u.why, t.sig.FromVersion)
+			}
+			return fmt.Sprintf("new watcher %s: health gate: %v; rolled back to %s", t.sig.ToVersion, err, t.sig.FromVersion)
+		}).Final(),
+		ph(Rollback, "current names last-good again", t.rollBack).Final(),
 	}
-	// current may or may not have moved when switch fails: the rollback is
-	// a no-op for a link that did not.
-	tab[6].OnFailure = after(func(err error) string { return fmt.Sprintf("switching to %s failed: %v", t.sig.ToRelease, err) })
-	tab[7].OnFailure = after(func(err error) string {
-		return fmt.Sprintf("installing the unit files of %s failed: %v", t.sig.ToVersion, err)
-	})
-	tab[8].OnFailure = after(func(err error) string {
-		return fmt.Sprintf("new watcher %s could not be restarted: %v; rolled back to %s", t.sig.ToVersion, err, t.sig.FromVersion)
-	})
-	tab[9].OnFailure = after(func(err error) string {
-		if u, ok := errors.AsType[*unhealthy](err); ok {
-			return fmt.Sprintf("new watcher %s %s; rolled back to %s", t.sig.ToVersion, u.why, t.sig.FromVersion)
-		}
-		return fmt.Sprintf("new watcher %s: health gate: %v; rolled back to %s", t.sig.ToVersion, err, t.sig.FromVersion)
-	})
-	for i := 6; i <= 9; i++ {
-		tab[i].FailTo = string(Rollback)
-	}
-	tab[9].Last = true
-	tab[10].Last = true
-	return tab
 }
 
 // PhaseChains are the chains of the upgrade's table (transition.Chains),
