@@ -307,35 +307,23 @@ func ReadFile(p string, kind Kind) (*Request, error) {
 }
 
 // Pending returns the unclaimed request of kind, or nil.
-func (d *Dir) Pending(kind Kind) (*Request, error) {
-	p, err := d.RequestPath(kind)
-	if err != nil {
-		return nil, err
-	}
-	r, err := readRequest(p, kind)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
-}
+func (d *Dir) Pending(kind Kind) (*Request, error) { return d.readAt(d.RequestPath, kind) }
 
 // Claimed returns the claimed request of kind, or nil.
-func (d *Dir) Claimed(kind Kind) (*Request, error) {
-	p, err := d.ClaimedPath(kind)
+func (d *Dir) Claimed(kind Kind) (*Request, error) { return d.readAt(d.ClaimedPath, kind) }
+
+// readAt reads the request of kind at the path where names it; no file is
+// nil.
+func (d *Dir) readAt(where func(Kind) (string, error), kind Kind) (*Request, error) {
+	p, err := where(kind)
 	if err != nil {
 		return nil, err
 	}
-	r, err := readRequest(p, kind)
+	r, err := ReadFile(p, kind)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return r, err
 }
 
 // Write drops r as the pending request of its kind. It does nothing and
