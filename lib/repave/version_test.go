@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -17,10 +16,7 @@ func (r *rig) requestVersion(t *testing.T, gen int64, v string) {
 	t.Helper()
 	cfg := testConfig(t, "new")
 	cfg.Kubernetes.Version = v
-	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""),
-		MachineGeneration: gen, Desired: cfg, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	r.requestConfig(t, gen, cfg)
 }
 
 // A version the skew policy forbids is refused in prepare, before anything
@@ -90,10 +86,7 @@ func TestChangedSandboxImageChecked(t *testing.T) {
 	}
 	cfg := testConfig(t, "new2")
 	cfg.Node.SandboxImage = "mirror.example/pause:9"
-	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 3, ""),
-		MachineGeneration: 3, Desired: cfg, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	r.requestConfig(t, 3, cfg)
 	before := r.h.count("provision:a")
 	s, err := execute(t, r, Job{Kind: requests.Repave})
 	if err == nil || s.Phase != requests.Failed || !strings.Contains(s.Message, "spec.node.sandboxImage") || !strings.Contains(s.Message, "no registry serves it") {
