@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +23,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -208,17 +209,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("host-1", strings.Repeat("ab", 32), "devel")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
+	rec := testhost.Record(t, "host-1", testhost.Sum)
 	for _, cp := range ownership.InstallCheckpoints()[1:] {
 		if err := rec.SetCheckpoint(cp); err != nil {
 			t.Fatal(err)
