@@ -16,6 +16,7 @@ import (
 // same target, journalled before it is created; a second Move changes
 // nothing.
 func TestBootLinksMove(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	prefix := root.Prefix()
 	rec := testhost.Owned(t, root, "node1", testhost.Sum)

@@ -16,6 +16,7 @@ import (
 // The stage's prologue: a busy lock and an installation that is not
 // complete both defer (69), before systemd or the host is touched.
 func TestCommandDefers(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	var out bytes.Buffer
 	c := Command{Root: root, SystemdBus: "unix:path=/nonexistent/bus", Job: Job{Kind: "repave", Slot: NextSlot},
