@@ -95,6 +95,17 @@ func TestRepaveOrder(t *testing.T) {
 
 var errCrash = errors.New("simulated crash")
 
+// crashAt is a pause hook that ends the run as a crash (errCrash) before
+// phase p.
+func crashAt(p Phase) func(context.Context, string) error {
+	return func(_ context.Context, name string) error {
+		if Phase(name) == p {
+			return errCrash
+		}
+		return nil
+	}
+}
+
 // TestResumeFromEveryPhase: a run that dies at the start of each phase (the
 // state written) is resumed by the next run, which completes the repave.
 func TestResumeFromEveryPhase(t *testing.T) {
@@ -104,13 +115,7 @@ func TestResumeFromEveryPhase(t *testing.T) {
 			t.Parallel()
 			r := newRig(t)
 			req := r.request(t, 5)
-			r.d.Pause = func(ctx context.Context, name string) error {
-				q := Phase(name)
-				if q == p {
-					return errCrash
-				}
-				return nil
-			}
+			r.d.Pause = crashAt(p)
 			if _, err := execute(t, r, Job{Kind: requests.Repave, Slot: NextSlot}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v, want the crash", err)
 			}
@@ -371,13 +376,7 @@ func TestResumeAfterReboot(t *testing.T) {
 			t.Parallel()
 			r := newRig(t)
 			r.request(t, 5)
-			r.d.Pause = func(ctx context.Context, name string) error {
-				q := Phase(name)
-				if q == p {
-					return errCrash
-				}
-				return nil
-			}
+			r.d.Pause = crashAt(p)
 			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v", err)
 			}
@@ -500,13 +499,7 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
 		r.request(t, 5)
-		r.d.Pause = func(ctx context.Context, name string) error {
-			q := Phase(name)
-			if q == Verify {
-				return errCrash
-			}
-			return nil
-		}
+		r.d.Pause = crashAt(Verify)
 		if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 			t.Fatalf("first run: %v", err)
 		}
@@ -547,6 +540,29 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 	})
 }
 
+// cacheDir is the host's artifact cache directory, made.
+func (r *rig) cacheDir(t *testing.T) string {
+	t.Helper()
+	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// cached lists the names in the cache directory dir.
+func cached(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // TestRepavePrunesTheCache (issue 16, item 11): after a committed repave the
 // artifact cache keeps what the applied and requested configurations use,
 // and loses the old slot's artifacts and killed downloads' temp files.
@@ -555,13 +571,7 @@ func TestRepavePrunesTheCache(t *testing.T) {
 	r := newRig(t)
 	req := r.request(t, 3)
 	old := r.active(t).Config
-	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := r.cacheDir(t)
 	put := func(name string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
 			t.Fatal(err)
@@ -574,11 +584,7 @@ func TestRepavePrunesTheCache(t *testing.T) {
 	if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
 		t.Fatalf("repave: %+v %v", s, err)
 	}
-	ents, _ := os.ReadDir(dir)
-	var left []string
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
+	left := cached(dir)
 	for _, d := range req.Desired.Digests() {
 		if !slices.Contains(left, d) {
 			t.Errorf("the applied configuration's %s was pruned", d)
@@ -609,13 +615,7 @@ func TestResumedCommitReverifies(t *testing.T) {
 			desired := testConfig(t, "new")
 			desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
 			req := r.requestConfig(t, 5, desired)
-			r.d.Pause = func(ctx context.Context, name string) error {
-				q := Phase(name)
-				if q == Commit {
-					return errCrash
-				}
-				return nil
-			}
+			r.d.Pause = crashAt(Commit)
 			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v", err)
 			}
@@ -730,13 +730,7 @@ func TestRunStartTidiesTheCache(t *testing.T) {
 	r := newRig(t)
 	applied := r.active(t).Config
 	pending := r.request(t, 3) // a repave waiting its turn
-	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := r.cacheDir(t)
 	stale := strings.Repeat("e", 64)
 	names := append(append(slices.Clone(applied.Digests()), pending.Desired.Digests()...), stale, "."+stale+".tmp-7")
 	for _, n := range names {
@@ -751,11 +745,7 @@ func TestRunStartTidiesTheCache(t *testing.T) {
 	if s, err := execute(t, r, Job{Kind: requests.Restart}); err != nil || s.Phase != requests.Succeeded {
 		t.Fatalf("restart: %+v %v", s, err)
 	}
-	ents, _ := os.ReadDir(dir)
-	var left []string
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
+	left := cached(dir)
 	for _, d := range append(applied.Digests(), pending.Desired.Digests()...) {
 		if !slices.Contains(left, d) {
 			t.Errorf("%s in use was pruned", d)
