@@ -32,6 +32,7 @@ func wantContains(t *testing.T, err error, fragments ...string) {
 }
 
 func TestAdmitFresh(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	d, r, err := Admit(root, "node-1", testFP)
 	if d != Fresh || r != nil || err != nil {
@@ -55,11 +56,13 @@ func TestAdmitFresh(t *testing.T) {
 }
 
 func TestAdmitResumeFromEachCheckpoint(t *testing.T) {
+	t.Parallel()
 	for _, cp := range InstallCheckpoints() {
 		if cp == CheckpointComplete {
 			continue
 		}
 		t.Run(string(cp), func(t *testing.T) {
+			t.Parallel()
 			root := testkit.LaidOut(t)
 			want := installed(t, root, cp)
 			d, r, err := Admit(root, "node-1", testFP)
@@ -74,6 +77,7 @@ func TestAdmitResumeFromEachCheckpoint(t *testing.T) {
 }
 
 func TestAdmitComplete(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	want := installed(t, root, CheckpointComplete)
 	d, r, err := Admit(root, "node-1", testFP)
@@ -86,6 +90,7 @@ func TestAdmitComplete(t *testing.T) {
 }
 
 func TestAdmitRefusesDifferentMachine(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	old := installed(t, root, CheckpointComplete)
 	d, r, err := Admit(root, "node-2", testFP)
@@ -103,6 +108,7 @@ func TestAdmitRefusesDifferentMachine(t *testing.T) {
 }
 
 func TestAdmitRefusesDifferentFingerprint(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	installed(t, root, CheckpointStartingNode)
 	_, _, err := Admit(root, "node-1", otherFP)
@@ -114,6 +120,7 @@ func TestAdmitRefusesDifferentFingerprint(t *testing.T) {
 }
 
 func TestAdmitRefusesWhileResetting(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	old := installed(t, root, CheckpointResetting)
 	// Resetting wins over everything, the same identity included.
@@ -134,6 +141,7 @@ func TestAdmitRefusesWhileResetting(t *testing.T) {
 }
 
 func TestAdmitDamagedRecord(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	writeMutated(t, root, func(m map[string]any) { m["checkpoint"] = "flying" })
 	d, r, err := Admit(root, "node-1", testFP)
@@ -143,6 +151,7 @@ func TestAdmitDamagedRecord(t *testing.T) {
 }
 
 func TestAdmitRefusesBadArguments(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	for _, id := range []struct{ machine, fp string }{{"", testFP}, {"node-1", ""}, {"node-1", "XYZ"}} {
 		if _, _, err := Admit(root, id.machine, id.fp); err == nil {

@@ -12,6 +12,7 @@ import (
 )
 
 func TestJournalPersistedBeforeReturn(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	c := Change{Kind: KindFile, Path: "/etc/fstab", Prior: Prior{State: PriorFile, Mode: 0o644, Content: []byte("old fstab\n")}}
@@ -42,6 +43,7 @@ func TestJournalPersistedBeforeReturn(t *testing.T) {
 }
 
 func TestJournalDuplicateKeepsFirst(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	const p = "/etc/sysctl.d/90-kubeslot.conf"
@@ -88,6 +90,7 @@ func TestJournalDuplicateKeepsFirst(t *testing.T) {
 }
 
 func TestJournalChangesReverse(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	paths := []string{"/var/lib/machines/a", "/etc/systemd/nspawn/a.nspawn", "/etc/systemd/system/kubeslot-node.service"}
@@ -122,6 +125,7 @@ func TestJournalChangesReverse(t *testing.T) {
 }
 
 func TestJournalRejectsInvalid(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	for _, tc := range []struct {
@@ -157,6 +161,7 @@ func TestJournalRejectsInvalid(t *testing.T) {
 }
 
 func TestJournalSaveFailureRollsBack(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	if err := r.Record(root, Change{Kind: KindDir, Path: "/srv/a", Prior: Prior{State: PriorAbsent}}); err != nil {
@@ -181,6 +186,7 @@ func TestJournalSaveFailureRollsBack(t *testing.T) {
 }
 
 func TestCapturePrior(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	local := func(hostPath string) string {
 		p, err := root.Resolve(hostPath)
@@ -248,6 +254,7 @@ func TestCapturePrior(t *testing.T) {
 // journalled and when a record is loaded (issue 17, item 9): reset runs
 // apt-get remove with a package's name.
 func TestJournalRejectsBadNames(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	for _, name := range []string{"systemd-container\nrm", "--purge", "-y", "Foo", "a b"} {

@@ -57,6 +57,7 @@ func acquireWithin(t *testing.T, root *hostroot.Root, stage string, d time.Durat
 }
 
 func TestLockHeldByChildProcess(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLockHolder$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"="+root.Prefix())
@@ -169,6 +170,7 @@ func readLockFile(t *testing.T, root *hostroot.Root) Holder {
 // and flock locks belong to the description, not the process. The stages
 // rely on this (and tests do, to hold the lock without a child).
 func TestLockSameProcessContends(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	first, err := acquireWithin(t, root, "kubeslot-repaver", 5*time.Second)
 	if err != nil {
@@ -196,6 +198,7 @@ func TestLockSameProcessContends(t *testing.T) {
 
 // A waiter is let in when the holder releases while it waits.
 func TestLockWaiterGetsReleasedLock(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	first, err := acquireWithin(t, root, "kubeslot-repaver", 5*time.Second)
 	if err != nil {
@@ -221,6 +224,7 @@ func TestLockWaiterGetsReleasedLock(t *testing.T) {
 }
 
 func TestLockFileContent(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	l, err := acquireWithin(t, root, "kubeslot-bootstrap", 5*time.Second)
 	if err != nil {
@@ -271,6 +275,7 @@ func TestLockFileContent(t *testing.T) {
 
 // A holder that wrote nothing readable is still reported, not hidden.
 func TestLockTimeoutUnknownHolder(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	p, _ := root.Lock()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -300,6 +305,7 @@ func TestLockTimeoutUnknownHolder(t *testing.T) {
 
 // A cancelled wait (the stage is being stopped) says so.
 func TestLockCancelled(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	first, err := acquireWithin(t, root, "kubeslot-repaver", 5*time.Second)
 	if err != nil {
@@ -320,6 +326,7 @@ func TestLockCancelled(t *testing.T) {
 // A link planted in place of the lock file is not followed: the file it
 // points at is neither truncated nor chmod'd (issue 17, item 6).
 func TestLockFileLinkNotFollowed(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	// Under the prefix "/" a link to /etc/shadow names the host's own.
 	victim := filepath.Join(root.Prefix(), "etc", "shadow")
@@ -361,6 +368,7 @@ func TestLockFileLinkNotFollowed(t *testing.T) {
 // Yield lets a waiter in while it waits, then takes the lock back once the
 // waiter released it, and holds it afterwards.
 func TestLockYield(t *testing.T) {
+	t.Parallel()
 	root := testkit.Root(t)
 	held, err := acquireWithin(t, root, "kubeslot-resetter", 5*time.Second)
 	if err != nil {

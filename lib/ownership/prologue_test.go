@@ -27,6 +27,7 @@ func free(t *testing.T, root *hostroot.Root) bool {
 }
 
 func TestBeginBusyDefers(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	other, err := Acquire(context.Background(), root, Holder{Stage: "kubeslot-other"}, nil)
 	if err != nil {
@@ -53,6 +54,7 @@ func TestBeginBusyDefers(t *testing.T) {
 }
 
 func TestBeginHoldsAndNamesTheInstallation(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	rec := installed(t, root, CheckpointComplete)
 	h, err := Begin(context.Background(), root, Prologue{Stage: "kubeslot-test"})
@@ -88,6 +90,7 @@ func TestBeginHoldsAndNamesTheInstallation(t *testing.T) {
 }
 
 func TestBeginAdmission(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	refused := errors.New("not this one")
 	h, err := Begin(context.Background(), root, Prologue{Stage: "kubeslot-test",
@@ -119,6 +122,7 @@ func TestBeginAdmission(t *testing.T) {
 }
 
 func TestRequireComplete(t *testing.T) {
+	t.Parallel()
 	admit := RequireComplete("not complete: bootstrap first")
 	for _, cp := range []Checkpoint{"", CheckpointStartingNode, CheckpointResetting} {
 		var rec *Record

@@ -52,6 +52,7 @@ func recordPath(t *testing.T, root *hostroot.Root) string {
 }
 
 func TestNewRecord(t *testing.T) {
+	t.Parallel()
 	a := newRecord(t, "node-1", testFP)
 	b := newRecord(t, "node-1", testFP)
 	if len(a.InstallID) != 32 || !isHex(a.InstallID) {
@@ -76,6 +77,7 @@ func TestNewRecord(t *testing.T) {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r := newRecord(t, "node-1", testFP)
 	if err := r.SetCheckpoint(CheckpointStartingNode); err != nil {
@@ -105,6 +107,7 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestLoadMissing(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	r, err := Load(root)
 	if r != nil || err != nil {
@@ -118,6 +121,7 @@ func TestLoadMissing(t *testing.T) {
 }
 
 func TestRecordFileMode(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	p := recordPath(t, root)
 	// An existing, wider file must be narrowed too.
@@ -186,6 +190,7 @@ func wantDamaged(t *testing.T, root *hostroot.Root, fragments ...string) {
 }
 
 func TestLoadTornRecord(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	if err := Save(root, newRecord(t, "node-1", testFP)); err != nil {
 		t.Fatal(err)
@@ -212,12 +217,14 @@ func TestLoadTornRecord(t *testing.T) {
 }
 
 func TestLoadUnknownCheckpoint(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	writeMutated(t, root, func(m map[string]any) { m["checkpoint"] = "flying" })
 	wantDamaged(t, root, `checkpoint "flying"`, "preparing-host")
 }
 
 func TestLoadUnknownSchemaVersion(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	writeMutated(t, root, func(m map[string]any) { m["schemaVersion"] = 2 })
 	wantDamaged(t, root, "schemaVersion 2")
@@ -227,6 +234,7 @@ func TestLoadUnknownSchemaVersion(t *testing.T) {
 }
 
 func TestLoadRefusesOtherDamage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		mutate func(m map[string]any)
@@ -250,6 +258,7 @@ func TestLoadRefusesOtherDamage(t *testing.T) {
 		{"wrong type", func(m map[string]any) { m["schemaVersion"] = "one" }, "schemaVersion"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			root := testkit.LaidOut(t)
 			writeMutated(t, root, tc.mutate)
 			wantDamaged(t, root, tc.want)
@@ -258,6 +267,7 @@ func TestLoadRefusesOtherDamage(t *testing.T) {
 }
 
 func TestSaveRefusesInvalidRecord(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	p := recordPath(t, root)
 	for _, mutate := range []func(r *Record){
@@ -286,6 +296,7 @@ func TestSaveRefusesInvalidRecord(t *testing.T) {
 }
 
 func TestCheckpointOrder(t *testing.T) {
+	t.Parallel()
 	cps := InstallCheckpoints()
 	if len(cps) != 5 || cps[0] != CheckpointPreparingHost || cps[4] != CheckpointComplete {
 		t.Fatalf("InstallCheckpoints() = %v", cps)
@@ -318,6 +329,7 @@ func TestCheckpointOrder(t *testing.T) {
 }
 
 func TestSetCheckpoint(t *testing.T) {
+	t.Parallel()
 	r := newRecord(t, "node-1", testFP)
 	before := r.UpdatedAt
 	if err := r.SetCheckpoint(CheckpointInstallingUnits); err != nil {
@@ -336,6 +348,7 @@ func TestSetCheckpoint(t *testing.T) {
 }
 
 func TestRemove(t *testing.T) {
+	t.Parallel()
 	root := testkit.LaidOut(t)
 	if err := Save(root, newRecord(t, "node-1", testFP)); err != nil {
 		t.Fatal(err)
@@ -352,6 +365,7 @@ func TestRemove(t *testing.T) {
 }
 
 func TestShortFingerprint(t *testing.T) {
+	t.Parallel()
 	if got := ShortFingerprint(testFP); got != "0123456789ab" {
 		t.Errorf("ShortFingerprint = %q", got)
 	}

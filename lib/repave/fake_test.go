@@ -2,15 +2,9 @@ package repave
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +16,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // host is a fake host with two slots, shared by every backend built over
@@ -292,39 +288,14 @@ func (f *fakeBoot) Move(ctx context.Context, from, to string) error {
 	return nil
 }
 
-var testCA = func() string {
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}()
-
+// testConfig is node1's configuration with the label tier=label. Every one
+// has the same CA (testkit.SharedCA), so configurations that differ only in
+// what a fingerprint leaves out have the same fingerprint.
 func testConfig(t *testing.T, label string) *config.Config {
 	t.Helper()
-	sum := strings.Repeat("ab", 32)
-	cfg, err := config.Parse("test.toml", []byte(fmt.Sprintf(`[machine]
-name = "node1"
-[cluster]
-server = "https://127.0.0.1:6443"
-ca_pem = %q
-bootstrap_token = "abcdef.0123456789abcdef"
-[kubernetes]
-version = "1.37.2"
-labels = { "tier" = %q }
-[rootfs]
-source = "http://127.0.0.1/rootfs.tar.gz"
-sha256 = %q
-[artifacts.kubelet]
-url = "http://127.0.0.1/kubelet"
-sha256 = %q
-[timeouts]
-node_ready = "2s"
-`, testCA, label, sum, sum)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return testhost.Config(t, testhost.Doc{Machine: "node1", CA: testkit.SharedCA(),
+		KubernetesLines: fmt.Sprintf("labels = { \"tier\" = %q }\n", label),
+		Tables:          "[timeouts]\nnode_ready = \"2s\"\n"})
 }
 
 // rig is a host root with slot a committed and running.
@@ -336,13 +307,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
 	h := newHost()
 	store := state.NewStore(root)
 	old := testConfig(t, "old")
@@ -370,8 +335,14 @@ func newRig(t *testing.T) *rig {
 // request drops a repave request with a new label, as the watcher would.
 func (r *rig) request(t *testing.T, gen int64) *requests.Request {
 	t.Helper()
+	return r.requestConfig(t, gen, testConfig(t, "new"))
+}
+
+// requestConfig drops a repave request of generation gen for desired.
+func (r *rig) requestConfig(t *testing.T, gen int64, desired *config.Config) *requests.Request {
+	t.Helper()
 	req := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""), MachineGeneration: gen,
-		Reason: "spec changed", Desired: testConfig(t, "new"), CreatedAt: time.Now()}
+		Reason: "spec changed", Desired: desired, CreatedAt: time.Now()}
 	if _, err := r.d.Requests.Write(req); err != nil {
 		t.Fatal(err)
 	}

@@ -5,32 +5,21 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
 
 // TestBootLinksMove: the enable link moves from slot a to slot b with the
 // same target, journalled before it is created; a second Move changes
 // nothing.
 func TestBootLinksMove(t *testing.T) {
-	prefix := t.TempDir()
-	root, err := hostroot.New(prefix, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("node1", strings.Repeat("ab", 32), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ownership.Save(root, rec); err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	root := testkit.Root(t)
+	prefix := root.Prefix()
+	rec := testhost.Owned(t, root, "node1", testhost.Sum)
 	wants := filepath.Join(prefix, "etc/systemd/system/machines.target.wants")
 	if err := os.MkdirAll(wants, 0o755); err != nil {
 		t.Fatal(err)

@@ -44,6 +44,7 @@ func execute(t *testing.T, r *rig, j Job) (*requests.Status, error) {
 // order, the state file naming each phase before it runs; the target is
 // committed, the boot link moved, the old slot removed, the claim finished.
 func TestRepaveOrder(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	req := r.request(t, 3)
 	var seen []Phase
@@ -94,20 +95,27 @@ func TestRepaveOrder(t *testing.T) {
 
 var errCrash = errors.New("simulated crash")
 
+// crashAt is a pause hook that ends the run as a crash (errCrash) before
+// phase p.
+func crashAt(p Phase) func(context.Context, string) error {
+	return func(_ context.Context, name string) error {
+		if Phase(name) == p {
+			return errCrash
+		}
+		return nil
+	}
+}
+
 // TestResumeFromEveryPhase: a run that dies at the start of each phase (the
 // state written) is resumed by the next run, which completes the repave.
 func TestResumeFromEveryPhase(t *testing.T) {
+	t.Parallel()
 	for _, p := range Phases() {
 		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
 			r := newRig(t)
 			req := r.request(t, 5)
-			r.d.Pause = func(ctx context.Context, name string) error {
-				q := Phase(name)
-				if q == p {
-					return errCrash
-				}
-				return nil
-			}
+			r.d.Pause = crashAt(p)
 			if _, err := execute(t, r, Job{Kind: requests.Repave, Slot: NextSlot}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v, want the crash", err)
 			}
@@ -166,6 +174,7 @@ func checkRolledBack(t *testing.T, r *rig, s *requests.Status, err error, reason
 }
 
 func TestRollbackOnStartFailure(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.request(t, 2)
 	r.h.fail["start:b"] = errors.New("machine b did not boot")
@@ -182,6 +191,7 @@ func TestRollbackOnStartFailure(t *testing.T) {
 }
 
 func TestRollbackOnVerifyTimeout(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	req := r.request(t, 2)
 	req.Desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
@@ -200,6 +210,7 @@ func TestRollbackOnVerifyTimeout(t *testing.T) {
 // TestPrepareFailureKeepsOldNode: a bad rootfs fails in prepare; the old
 // node was never stopped and nothing is committed.
 func TestPrepareFailureKeepsOldNode(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.request(t, 2)
 	r.h.fail["provision:b"] = errors.New("rootfs sha256 mismatch")
@@ -227,6 +238,7 @@ func TestPrepareFailureKeepsOldNode(t *testing.T) {
 // TestRollbackFailureKeepsState: when the old slot cannot come back either,
 // the state stays so that a re-run retries the rollback, and nothing names b.
 func TestRollbackFailureKeepsState(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.request(t, 2)
 	r.h.fail["start:b"] = errors.New("b broken")
@@ -247,6 +259,7 @@ func TestRollbackFailureKeepsState(t *testing.T) {
 // unit firings, or a watcher and a person) serialise on the lock; the
 // request is claimed once, and the second finds nothing to do.
 func TestTwoTriggersOneRepave(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.request(t, 4)
 	var wg sync.WaitGroup
@@ -285,6 +298,7 @@ func TestTwoTriggersOneRepave(t *testing.T) {
 // TestManualRepaveRebuildsActive: by hand, without a request, the active
 // applied configuration is rebuilt onto the named slot.
 func TestManualRepaveRebuildsActive(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	s, err := execute(t, r, Job{Kind: requests.Repave, Slot: "b"})
 	if err != nil || s.Phase != requests.Succeeded || !strings.HasPrefix(s.RequestID, "repave-0-manual-") {
@@ -306,6 +320,7 @@ func TestManualRepaveRebuildsActive(t *testing.T) {
 // TestBadRequestFinished: a claimed request that fails validation is
 // reported Failed and removed, so the path unit does not loop on it.
 func TestBadRequestFinished(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	req := r.request(t, 2)
 	req.Desired.Isolation.Slots = []string{"x", "y"}
@@ -326,6 +341,7 @@ func TestBadRequestFinished(t *testing.T) {
 }
 
 func TestRestartInPlace(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	req := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 7, "op1"), MachineGeneration: 7,
 		Operation: "op1", CreatedAt: time.Now()}
@@ -354,17 +370,13 @@ func TestRestartInPlace(t *testing.T) {
 // down; the resume stops the old node before it starts the target, and
 // verifies the target again.
 func TestResumeAfterReboot(t *testing.T) {
+	t.Parallel()
 	for _, p := range []Phase{Switch, Start, Verify} {
 		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
 			r := newRig(t)
 			r.request(t, 5)
-			r.d.Pause = func(ctx context.Context, name string) error {
-				q := Phase(name)
-				if q == p {
-					return errCrash
-				}
-				return nil
-			}
+			r.d.Pause = crashAt(p)
 			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v", err)
 			}
@@ -387,6 +399,7 @@ func TestResumeAfterReboot(t *testing.T) {
 // new one dropped; labels kubeslot never set stay. A label update that fails
 // leaves the repave committed, with a warning in the status.
 func TestNodeLabelsFollowTheConfiguration(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	repave := func(labels map[string]string, gen int64) *requests.Status {
 		t.Helper()
@@ -437,6 +450,7 @@ func TestNodeLabelsFollowTheConfiguration(t *testing.T) {
 // TestSameRequestTwiceRunsOnce: a request written again with the same ID
 // after it ran is claimed and finished without a second repave.
 func TestSameRequestTwiceRunsOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	req := r.request(t, 6)
 	s, err := execute(t, r, Job{Kind: requests.Repave, Triggered: true})
@@ -472,6 +486,7 @@ func TestSameRequestTwiceRunsOnce(t *testing.T) {
 // posted; a floor of "now" would wait for the next one, minutes away), and
 // rollback and restart wait for the restarted kubelet.
 func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
+	t.Parallel()
 	lastFloor := func(r *rig) time.Time {
 		r.h.mu.Lock()
 		defer r.h.mu.Unlock()
@@ -481,15 +496,10 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 		return r.h.waitedSince[len(r.h.waitedSince)-1]
 	}
 	t.Run("resumed verify", func(t *testing.T) {
+		t.Parallel()
 		r := newRig(t)
 		r.request(t, 5)
-		r.d.Pause = func(ctx context.Context, name string) error {
-			q := Phase(name)
-			if q == Verify {
-				return errCrash
-			}
-			return nil
-		}
+		r.d.Pause = crashAt(Verify)
 		if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 			t.Fatalf("first run: %v", err)
 		}
@@ -504,6 +514,7 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 		}
 	})
 	t.Run("rollback", func(t *testing.T) {
+		t.Parallel()
 		r := newRig(t)
 		r.request(t, 2)
 		r.h.fail["start:b"] = errors.New("machine b did not boot")
@@ -516,6 +527,7 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 		}
 	})
 	t.Run("restart", func(t *testing.T) {
+		t.Parallel()
 		r := newRig(t)
 		r.request(t, 2) // unclaimed: a restart does not touch it
 		before := time.Now()
@@ -528,13 +540,9 @@ func TestNodeReadyFloorIsTheRunningKubelet(t *testing.T) {
 	})
 }
 
-// TestRepavePrunesTheCache (issue 16, item 11): after a committed repave the
-// artifact cache keeps what the applied and requested configurations use,
-// and loses the old slot's artifacts and killed downloads' temp files.
-func TestRepavePrunesTheCache(t *testing.T) {
-	r := newRig(t)
-	req := r.request(t, 3)
-	old := r.active(t).Config
+// cacheDir is the host's artifact cache directory, made.
+func (r *rig) cacheDir(t *testing.T) string {
+	t.Helper()
 	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
 	if err != nil {
 		t.Fatal(err)
@@ -542,6 +550,28 @@ func TestRepavePrunesTheCache(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// cached lists the names in the cache directory dir.
+func cached(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestRepavePrunesTheCache (issue 16, item 11): after a committed repave the
+// artifact cache keeps what the applied and requested configurations use,
+// and loses the old slot's artifacts and killed downloads' temp files.
+func TestRepavePrunesTheCache(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	req := r.request(t, 3)
+	old := r.active(t).Config
+	dir := r.cacheDir(t)
 	put := func(name string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
 			t.Fatal(err)
@@ -554,11 +584,7 @@ func TestRepavePrunesTheCache(t *testing.T) {
 	if s, err := execute(t, r, Job{Kind: requests.Repave}); err != nil || s.Phase != requests.Succeeded {
 		t.Fatalf("repave: %+v %v", s, err)
 	}
-	ents, _ := os.ReadDir(dir)
-	var left []string
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
+	left := cached(dir)
 	for _, d := range req.Desired.Digests() {
 		if !slices.Contains(left, d) {
 			t.Errorf("the applied configuration's %s was pruned", d)
@@ -580,17 +606,16 @@ func TestRepavePrunesTheCache(t *testing.T) {
 // verifying the target again, never by committing a slot whose node is not
 // running; when the target no longer comes up, the commit is taken back.
 func TestResumedCommitReverifies(t *testing.T) {
+	t.Parallel()
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("target broken %v", broken), func(t *testing.T) {
+			t.Parallel()
 			r := newRig(t)
-			req := r.request(t, 5)
-			r.d.Pause = func(ctx context.Context, name string) error {
-				q := Phase(name)
-				if q == Commit {
-					return errCrash
-				}
-				return nil
-			}
+			// The resumed verify of a broken target waits this long.
+			desired := testConfig(t, "new")
+			desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
+			req := r.requestConfig(t, 5, desired)
+			r.d.Pause = crashAt(Commit)
 			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v", err)
 			}
@@ -608,7 +633,6 @@ func TestResumedCommitReverifies(t *testing.T) {
 			r.h.running = map[string]bool{"a": true} // power cut: the boot link still starts a
 			r.h.broken["b"] = broken
 			r.d.Pause = nil
-			req.Desired.Timeouts.NodeReady.Duration = 300 * time.Millisecond
 			s, err := execute(t, r, Job{Kind: requests.Repave})
 			if !broken {
 				if err != nil || s.Phase != requests.Succeeded || !r.h.running["b"] || r.h.running["a"] {
@@ -634,8 +658,10 @@ func TestResumedCommitReverifies(t *testing.T) {
 // rolls back; the state file keeps the phase, and the next run resumes and
 // finishes it.
 func TestStopIsNotFailure(t *testing.T) {
+	t.Parallel()
 	for _, p := range []Phase{Prepare, Verify} {
 		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
 			r := newRig(t)
 			req := r.request(t, 6)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -673,6 +699,7 @@ func TestStopIsNotFailure(t *testing.T) {
 // repaver on every run (issue 17, item 4): it is moved aside with a Failed
 // status, the host untouched, and a second run finds nothing.
 func TestOtherKindsRequestRefused(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	p, err := r.d.Requests.RequestPath(requests.Repave)
 	if err != nil {
@@ -699,16 +726,11 @@ func TestOtherKindsRequestRefused(t *testing.T) {
 // killed download left and what nothing uses, and keeps what the applied
 // configuration and a pending repave use.
 func TestRunStartTidiesTheCache(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	applied := r.active(t).Config
 	pending := r.request(t, 3) // a repave waiting its turn
-	dir, err := r.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := r.cacheDir(t)
 	stale := strings.Repeat("e", 64)
 	names := append(append(slices.Clone(applied.Digests()), pending.Desired.Digests()...), stale, "."+stale+".tmp-7")
 	for _, n := range names {
@@ -723,11 +745,7 @@ func TestRunStartTidiesTheCache(t *testing.T) {
 	if s, err := execute(t, r, Job{Kind: requests.Restart}); err != nil || s.Phase != requests.Succeeded {
 		t.Fatalf("restart: %+v %v", s, err)
 	}
-	ents, _ := os.ReadDir(dir)
-	var left []string
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
+	left := cached(dir)
 	for _, d := range append(applied.Digests(), pending.Desired.Digests()...) {
 		if !slices.Contains(left, d) {
 			t.Errorf("%s in use was pruned", d)
@@ -743,6 +761,7 @@ func TestRunStartTidiesTheCache(t *testing.T) {
 // A triggered run whose only request was moved aside says so, naming the
 // file and why, not "no request to claim" as if nobody had asked.
 func TestRefusedRequestLoggedAsRefused(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	var logs bytes.Buffer
 	r.d.Log = slog.New(slog.NewTextHandler(&logs, nil))

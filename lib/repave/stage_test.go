@@ -9,17 +9,15 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 // The stage's prologue: a busy lock and an installation that is not
 // complete both defer (69), before systemd or the host is touched.
 func TestCommandDefers(t *testing.T) {
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	root := testkit.Root(t)
 	var out bytes.Buffer
 	c := Command{Root: root, SystemdBus: "unix:path=/nonexistent/bus", Job: Job{Kind: "repave", Slot: NextSlot},
 		LockWait: 200 * time.Millisecond, Getenv: func(string) string { return "" }, Stdout: &out,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -17,17 +16,16 @@ func (r *rig) requestVersion(t *testing.T, gen int64, v string) {
 	t.Helper()
 	cfg := testConfig(t, "new")
 	cfg.Kubernetes.Version = v
-	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, gen, ""),
-		MachineGeneration: gen, Desired: cfg, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	r.requestConfig(t, gen, cfg)
 }
 
 // A version the skew policy forbids is refused in prepare, before anything
 // is fetched or built; the node is left alone.
 func TestVersionSkewRefusedBeforeAnything(t *testing.T) {
+	t.Parallel()
 	for v, rule := range map[string]string{"1.33.0": "4 minor versions older", "1.38.0": "newer than the API server"} {
 		t.Run(v, func(t *testing.T) {
+			t.Parallel()
 			r := newRig(t)
 			r.requestVersion(t, 2, v)
 			s, err := execute(t, r, Job{Kind: requests.Repave})
@@ -51,6 +49,7 @@ func TestVersionSkewRefusedBeforeAnything(t *testing.T) {
 // serving the wrong file under a version's path) fails verify and is
 // rolled back; the previous version keeps running.
 func TestWrongKubeletBinaryRolledBack(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.requestVersion(t, 2, "1.37.0")
 	r.h.servedVersion = "1.37.2"
@@ -63,6 +62,7 @@ func TestWrongKubeletBinaryRolledBack(t *testing.T) {
 
 // The right binary passes both checks: the slot's and the Node's.
 func TestVersionUpgradeVerified(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.requestVersion(t, 2, "1.36.3")
 	s, err := execute(t, r, Job{Kind: requests.Repave})
@@ -78,6 +78,7 @@ func TestVersionUpgradeVerified(t *testing.T) {
 // in prepare, before anything is built; an unchanged one is not asked for
 // again (both slots share containerd's image store).
 func TestChangedSandboxImageChecked(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	var asked []string
 	r.d.SandboxImage = func(ctx context.Context, cfg *config.Config) error {
@@ -90,10 +91,7 @@ func TestChangedSandboxImageChecked(t *testing.T) {
 	}
 	cfg := testConfig(t, "new2")
 	cfg.Node.SandboxImage = "mirror.example/pause:9"
-	if _, err := r.d.Requests.Write(&requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 3, ""),
-		MachineGeneration: 3, Desired: cfg, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	r.requestConfig(t, 3, cfg)
 	before := r.h.count("provision:a")
 	s, err := execute(t, r, Job{Kind: requests.Repave})
 	if err == nil || s.Phase != requests.Failed || !strings.Contains(s.Message, "spec.node.sandboxImage") || !strings.Contains(s.Message, "no registry serves it") {

@@ -24,6 +24,8 @@ import (
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
+	"github.com/kubeslot/kubeslot/lib/testkit"
+	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -208,17 +210,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	root, err := hostroot.New(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.EnsureLayout(); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := ownership.New("host-1", strings.Repeat("ab", 32), "devel")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testkit.LaidOut(t)
+	rec := testhost.Record(t, "host-1", testhost.Sum)
 	for _, cp := range ownership.InstallCheckpoints()[1:] {
 		if err := rec.SetCheckpoint(cp); err != nil {
 			t.Fatal(err)
@@ -227,7 +220,8 @@ func newEnv(t *testing.T) *env {
 	if err := ownership.Save(root, rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := release.Ensure(t.Context(), root, scripts(t, buildinfo.Version, nil), nil); err != nil {
+	src := scripts(t, buildinfo.Version, nil)
+	if err := retryBusy(func() error { _, err := release.Ensure(t.Context(), root, src, nil); return err }); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, root: root, sd: newFakeSystemd(t, root), log: &bytes.Buffer{}, clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
@@ -241,7 +235,7 @@ func newEnv(t *testing.T) *env {
 	})
 	e.d = &Deps{Root: root, Log: log, Requests: requests.New(root), Systemd: e.sd,
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, Retries: -1}},
-		Bundles: BundleFiles{}, Exec: ExecRunner{}, Exe: e.sd.exeOf, Arch: buildinfo.Arch,
+		Bundles: BundleFiles{}, Exec: busyRunner{ExecRunner{}}, Exe: e.sd.exeOf, Arch: buildinfo.Arch,
 		// The handover and health gate run on a fake clock that a poll
 		// moves on; a hung --version is refused after 1 s of wall time.
 		Now: e.clock.now, After: e.clock.after, VersionTimeout: time.Second}
@@ -384,7 +378,35 @@ func (e *env) installedWatcherUnit() string {
 // binaries answer --version.
 func (e *env) currentRuns() {
 	e.t.Helper()
-	if err := release.Usable(e.t.Context(), e.root); err != nil {
+	if err := retryBusy(func() error { return release.Usable(e.t.Context(), e.root) }); err != nil {
 		e.t.Errorf("current is not usable: %v", err)
 	}
+}
+
+// Tests run in parallel, and a process another test forks while this one
+// writes an executable holds the file open for writing until it executes
+// its own program: running the file in that moment fails with ETXTBSY ("text
+// file busy"). retryBusy calls f again, for that error only.
+func retryBusy(f func() error) error {
+	for i := 0; ; i++ {
+		err := f()
+		if err == nil || i == 100 || !strings.Contains(err.Error(), "text file busy") {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// busyRunner runs programs as its Runner does, again while one is busy
+// (retryBusy): the upgrader writes the binaries it runs.
+type busyRunner struct{ Runner }
+
+func (r busyRunner) Output(ctx context.Context, p string, args ...string) ([]byte, error) {
+	var out []byte
+	err := retryBusy(func() error {
+		var err error
+		out, err = r.Runner.Output(ctx, p, args...)
+		return err
+	})
+	return out, err
 }

@@ -22,11 +22,16 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
 const marker = "Environment=KUBESLOT_TEST_MARKER=green"
 
+// lockFile's content says who held the lock last: not a change of the host.
+const lockFile = "run/kubeslot/install.lock"
+
 func TestUpgradeByHand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
 	j := e.job()
@@ -86,6 +91,7 @@ func TestUpgradeByHand(t *testing.T) {
 }
 
 func TestUpgradeRequest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{})
 	id := e.request(e.serve(p), sha)
@@ -155,6 +161,7 @@ func TestUpgradeRequest(t *testing.T) {
 }
 
 func TestNothingToDo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	res, err := Run(t.Context(), e.d, e.job())
 	if err != nil || res.Outcome != Nothing {
@@ -168,6 +175,7 @@ func TestNothingToDo(t *testing.T) {
 }
 
 func TestDeferred(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	l, err := ownership.Acquire(t.Context(), e.root, ownership.Holder{Stage: "test"}, nil)
 	if err != nil {
@@ -212,6 +220,7 @@ func unsafeBundle(t *testing.T) string {
 // TestPreSwitchFaultsRefused: every fault before the switch fails the
 // request with the reason, switches nothing and leaves no release behind.
 func TestPreSwitchFaultsRefused(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		// make returns the bundle path, the sha256 to ask for, and whether
@@ -255,6 +264,7 @@ func TestPreSwitchFaultsRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			p, sha, served := c.make(e)
 			j := e.job()
@@ -308,6 +318,7 @@ func otherArch() string {
 }
 
 func TestRollbackUnhealthyWatcher(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		set  func(sd *fakeSystemd)
@@ -317,6 +328,7 @@ func TestRollbackUnhealthyWatcher(t *testing.T) {
 		{"restarted", func(sd *fakeSystemd) { sd.flaky["green"] = 2 }, "was restarted 1 times"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			c.set(e.sd)
 			p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
@@ -358,6 +370,7 @@ func TestRollbackUnhealthyWatcher(t *testing.T) {
 // upgrade completes, or rolls back when the new watcher is bad, and current
 // always names a release that runs.
 func TestResumeAfterInterruption(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []bool{false, true} {
 		phases := []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health}
 		if bad {
@@ -369,6 +382,7 @@ func TestResumeAfterInterruption(t *testing.T) {
 				name += "/bad watcher"
 			}
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				e := newEnv(t)
 				e.sd.crash["green"] = bad
 				p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
@@ -418,8 +432,10 @@ func TestResumeAfterInterruption(t *testing.T) {
 // switch (its systemd call fails on the done ctx) neither rolls back nor
 // records a failure; the next run finishes the upgrade.
 func TestStopIsNotFailure(t *testing.T) {
+	t.Parallel()
 	for _, at := range []Phase{Units, Restart} {
 		t.Run(string(at), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
 			id := e.request(e.serve(p), sha)
@@ -458,6 +474,7 @@ func TestStopIsNotFailure(t *testing.T) {
 }
 
 func TestRecoverIdempotent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
 	e.request(e.serve(p), sha)
@@ -500,6 +517,7 @@ func TestRecoverIdempotent(t *testing.T) {
 }
 
 func TestRecoverWithoutSignalAndWithBrokenLastGood(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{})
 	e.request(e.serve(p), sha)
@@ -525,9 +543,10 @@ func TestRecoverWithoutSignalAndWithBrokenLastGood(t *testing.T) {
 }
 
 func TestPreflightChangesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{watcherLine: marker})
-	before := tree(t, e.root.Prefix())
+	before := testkit.Tree(t, e.root.Prefix(), lockFile)
 	plan, err := PreflightPlan(t.Context(), e.d, Job{Bundle: p, SHA256: sha})
 	if err != nil {
 		t.Fatal(err)
@@ -542,8 +561,8 @@ func TestPreflightChangesNothing(t *testing.T) {
 	if !found {
 		t.Errorf("unit changes %v lack the watcher unit", plan.UnitChanges)
 	}
-	if after := tree(t, e.root.Prefix()); after != before {
-		t.Errorf("preflight changed the host root:\nbefore %s\nafter  %s", before, after)
+	if diff := testkit.TreeDiff(before, testkit.Tree(t, e.root.Prefix(), lockFile)); diff != "" {
+		t.Errorf("preflight changed the host root:\n%s", diff)
 	}
 	var buf bytes.Buffer
 	plan.WriteText(&buf)
@@ -558,24 +577,8 @@ func TestPreflightChangesNothing(t *testing.T) {
 	}
 }
 
-// tree lists every path under dir with its size and mode.
-func tree(t *testing.T, dir string) string {
-	var b strings.Builder
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		fi, _ := d.Info()
-		if strings.HasSuffix(p, "install.lock") {
-			return nil
-		}
-		b.WriteString(p + " " + fi.Mode().String() + "\n")
-		return nil
-	})
-	return b.String()
-}
-
 func TestHandover(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name        string
 		reexec      bool
@@ -600,6 +603,7 @@ func TestHandover(t *testing.T) {
 		{name: "re-executed then crashes", reexec: true, crash: true, restarts: 2, outcome: RolledBack},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			e.sd.reexec, e.sd.crash["green"], e.sd.flaky["green"] = c.reexec, c.crash, c.flaky
 			e.sd.mu.Lock()
@@ -630,6 +634,7 @@ func TestHandover(t *testing.T) {
 // removed with its enable link; a rollback removes what the failed release
 // added.
 func TestDroppedUnits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.sd.reexec = true
 	extra := map[string]string{"kubeslot-extra.service": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}
@@ -696,6 +701,7 @@ func TestDroppedUnits(t *testing.T) {
 // Failed status instead of failing every run; the next good request runs
 // (issue 17, item 4).
 func TestUnusableClaimedRequestMovedAside(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cp, err := e.d.Requests.ClaimedPath(requests.Upgrade)
 	if err != nil {
@@ -733,6 +739,7 @@ func (c *countingRunner) Output(ctx context.Context, p string, args ...string) (
 // manifests, or from the binaries' build information read as files (issue
 // 17, item 1).
 func TestPreflightExecutesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	rec := &countingRunner{inner: e.d.Exec}
 	e.d.Exec = rec
@@ -752,6 +759,7 @@ func TestPreflightExecutesNothing(t *testing.T) {
 // A pre-signed bundle URL with credentials reaches neither the log nor the
 // preflight's plan (issue 17, item 5).
 func TestBundleURLRedacted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, sha := e.makeBundle("2.0", bundleOpts{})
 	u := e.serve(p) + "?X-Amz-Signature=sekr1tsig"
@@ -778,6 +786,7 @@ func TestBundleURLRedacted(t *testing.T) {
 // A triggered run whose request was moved aside reports that, naming the
 // file and why, not "no upgrade request to claim".
 func TestRefusedRequestReportedAsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p, err := e.d.Requests.RequestPath(requests.Upgrade)
 	if err != nil {
