@@ -27,48 +27,17 @@ import (
 // restarts its own unit: a child in the unit's cgroup would die with it.
 func (c Command) serve(ctx context.Context, st *started) error {
 	log := c.Log
-	fol := newFollower(st.root)
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch the host root: %w", err)
-	}
-	defer fw.Close()
-	base, err := st.root.Path()
+	w, err := watchFiles(st)
 	if err != nil {
 		return err
 	}
-	// The base holds the current link (flipped by rename); the kubeconfig's
-	// directory holds the identity (rewritten by rename when the kubelet
-	// rotates it).
-	idDir := filepath.Dir(st.kubeconfig)
-	for _, d := range append([]string{base, idDir}, fol.dirs()...) {
-		if err := fw.Add(d); err != nil {
-			return fmt.Errorf("watch %s: %w", d, err)
-		}
-	}
+	defer w.fw.Close()
 	// A change between this process's exec and the watch above has no event.
-	if now := fol.changed(); now != "" {
+	if now := w.fol.changed(); now != "" {
 		return reexec(log, now)
 	}
-
-	var readyOnce sync.Once
-	ready := func(status string) {
-		readyOnce.Do(func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status) })
-	}
-	readyTimer := time.AfterFunc(c.ReadyAfter, func() {
-		log.Warn("the cluster was not reached yet; telling systemd the watcher is up, and retrying", "after", c.ReadyAfter)
-		ready("waiting for the cluster")
-	})
-	defer readyTimer.Stop()
-	var watchdog <-chan time.Time
-	if d, err := daemon.SdWatchdogEnabled(false); err == nil && d > 0 {
-		// At once too: systemd's watchdog clock runs across re-execs, and
-		// upgrades in a row would otherwise starve it.
-		_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
-		t := time.NewTicker(d / 3)
-		defer t.Stop()
-		watchdog = t.C
-	}
+	sd := c.tellSystemd()
+	defer sd.stop()
 	hooksErr := ""
 	if st.hooksErr != nil {
 		hooksErr = st.hooksErr.Error()
@@ -93,7 +62,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
 				AgentVersion: buildinfo.Version, Log: log, Started: c.Started, UpgradeSettle: c.UpgradeSettle, HooksErr: hooksErr,
 				BetweenReads: readGate(c.getenv(EnvTestReadGate), log),
-				Synced:       func() { readyTimer.Stop(); ready("watching Machine " + st.machineName) },
+				Synced:       func() { sd.synced("watching Machine " + st.machineName) },
 			})
 		}()
 		restart, next := false, ""
@@ -107,15 +76,13 @@ func (c Command) serve(ctx context.Context, st *started) error {
 			case err := <-done:
 				cancel()
 				return err
-			case <-watchdog:
+			case <-sd.watchdog:
 				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
-			case ev := <-fw.Events:
+			case ev := <-w.fw.Events:
 				switch {
-				case filepath.Dir(ev.Name) == base && filepath.Base(ev.Name) == hostroot.CurrentLink, fol.concerns(ev.Name):
-					next = fol.changed()
-				// With the kubeconfig directly in the base, only the kubeconfig
-				// itself names the identity; anything else there is not ours.
-				case filepath.Dir(ev.Name) == idDir && (idDir != base || ev.Name == st.kubeconfig):
+				case w.isRelease(ev.Name):
+					next = w.fol.changed()
+				case w.isIdentity(ev.Name):
 					idSettle.Reset(identitySettle)
 				}
 			case <-idSettle.C:
@@ -130,7 +97,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 					log.Info("node identity changed; reconnecting")
 					cfg, id, restart = ncfg, nid, true
 				}
-			case err := <-fw.Errors:
+			case err := <-w.fw.Errors:
 				log.Warn("host root watch error", "err", err.Error())
 			}
 		}
@@ -139,6 +106,89 @@ func (c Command) serve(ctx context.Context, st *started) error {
 		if next != "" {
 			return reexec(log, next)
 		}
+	}
+}
+
+// fileWatch is what serve watches on the host: the base, which holds the
+// current link (flipped by rename); the kubeconfig's directory, which holds
+// the identity (rewritten by rename when the kubelet rotates it); and the
+// directories the follower needs.
+type fileWatch struct {
+	fw                    *fsnotify.Watcher
+	fol                   *follower
+	base, idDir, kubeconf string
+}
+
+func watchFiles(st *started) (*fileWatch, error) {
+	base, err := st.root.Path()
+	if err != nil {
+		return nil, err
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch the host root: %w", err)
+	}
+	w := &fileWatch{fw: fw, fol: newFollower(st.root), base: base, idDir: filepath.Dir(st.kubeconfig), kubeconf: st.kubeconfig}
+	for _, d := range append([]string{base, w.idDir}, w.fol.dirs()...) {
+		if err := fw.Add(d); err != nil {
+			fw.Close()
+			return nil, fmt.Errorf("watch %s: %w", d, err)
+		}
+	}
+	return w, nil
+}
+
+// isRelease: name may lead the unit's path to another binary.
+func (w *fileWatch) isRelease(name string) bool {
+	return filepath.Dir(name) == w.base && filepath.Base(name) == hostroot.CurrentLink || w.fol.concerns(name)
+}
+
+// isIdentity: name may be the node identity. With the kubeconfig directly
+// in the base, only the kubeconfig itself names it; anything else there is
+// not ours.
+func (w *fileWatch) isIdentity(name string) bool {
+	return filepath.Dir(name) == w.idDir && (w.idDir != w.base || name == w.kubeconf)
+}
+
+// notifier tells systemd the watcher is up (READY, once: after the first
+// sync, or after ReadyAfter without the cluster) and alive (watchdog ticks).
+type notifier struct {
+	once     sync.Once
+	timer    *time.Timer
+	ticker   *time.Ticker
+	watchdog <-chan time.Time // nil without a watchdog
+}
+
+func (c Command) tellSystemd() *notifier {
+	n := &notifier{}
+	n.timer = time.AfterFunc(c.ReadyAfter, func() {
+		c.Log.Warn("the cluster was not reached yet; telling systemd the watcher is up, and retrying", "after", c.ReadyAfter)
+		n.ready("waiting for the cluster")
+	})
+	if d, err := daemon.SdWatchdogEnabled(false); err == nil && d > 0 {
+		// At once too: systemd's watchdog clock runs across re-execs, and
+		// upgrades in a row would otherwise starve it.
+		_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		n.ticker = time.NewTicker(d / 3)
+		n.watchdog = n.ticker.C
+	}
+	return n
+}
+
+func (n *notifier) ready(status string) {
+	n.once.Do(func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status) })
+}
+
+// synced is the first sync with the cluster: READY now.
+func (n *notifier) synced(status string) {
+	n.timer.Stop()
+	n.ready(status)
+}
+
+func (n *notifier) stop() {
+	n.timer.Stop()
+	if n.ticker != nil {
+		n.ticker.Stop()
 	}
 }
 
