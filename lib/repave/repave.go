@@ -117,22 +117,18 @@ const (
 // Phases lists the forward phases in order.
 func Phases() []Phase { return []Phase{Prepare, Switch, Start, Verify, Commit, Clean} }
 
+// allPhases are the forward phases, the rollback's and the restart's.
+func allPhases() []Phase { return append(Phases(), Rollback, RollbackVerify, RestartNode) }
+
 // Valid reports whether p is a forward phase or a rollback phase.
-func (p Phase) Valid() bool {
-	for _, x := range append(Phases(), Rollback, RollbackVerify, RestartNode) {
-		if p == x {
-			return true
-		}
-	}
-	return false
-}
+func (p Phase) Valid() bool { return slices.Contains(allPhases(), p) }
 
 // PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any
 // Valid phase; transition.PauseFromEnv): the run stops before that phase,
 // its state written, and waits to be killed; nil when unset.
 func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
 	var names []string
-	for _, p := range append(Phases(), Rollback, RollbackVerify, RestartNode) {
+	for _, p := range allPhases() {
 		names = append(names, string(p))
 	}
 	return transition.PauseFromEnv(getenv, "repave", names, w)

@@ -195,16 +195,6 @@ func StepNames() []string {
 	return out
 }
 
-// ValidStep reports whether name is a step.
-func ValidStep(name string) bool {
-	for _, s := range Steps() {
-		if s.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // Result says what a run did.
 type Result struct {
 	// Nothing: no ownership record, nothing was reset.

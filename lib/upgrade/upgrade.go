@@ -87,16 +87,6 @@ func Phases() []Phase {
 	return []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health, Rollback}
 }
 
-// Valid reports whether p is one of Phases.
-func (p Phase) Valid() bool {
-	for _, x := range Phases() {
-		if p == x {
-			return true
-		}
-	}
-	return false
-}
-
 // WatcherUnit is the unit the health gate is about.
 const WatcherUnit = "kubeslot-watcher.service"
 
