@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/transition"
@@ -203,7 +204,7 @@ func TestRepaveOnRig(t *testing.T) {
 	// kill left are not raced by the resume, then started again: its PathExists= fires for the state file.
 	want := "b"
 	flip := map[string]string{"a": "b", "b": "a"}
-	for i, phase := range []string{"prepare", "switch", "start", "verify", "commit", "clean"} {
+	for i, phase := range []string{"prepare", "standby", "switch", "start", "verify", "commit", "clean"} {
 		unit := fmt.Sprintf("rig-repaver-%d", i)
 		// The target's kubelet may have posted its status before the kill (verify): the new heartbeat is newer
 		// than the start of the interrupted run, and the kubelet does not post again for minutes.
@@ -218,6 +219,14 @@ func TestRepaveOnRig(t *testing.T) {
 		data, err := r.h.ReadFile("/opt/kubeslot/state/repave.json")
 		if err != nil || !strings.Contains(string(data), `"phase": "`+phase+`"`) {
 			t.Fatalf("after kill -9 at %s the state file is %v: %s", phase, err, data)
+		}
+		if phase == "switch" { // the warm standby: the target booted, its kubelet held back; the old node serves
+			if got := nodeUnitStates(ctx, r.h, want); got != "inactive inactive" {
+				t.Errorf("warm target %s before the switch: kubelet, containerd %q, want inactive (held back)", want, got)
+			}
+			if got := nodeUnitStates(ctx, r.h, flip[want]); got != "active active" {
+				t.Errorf("old node %s before the switch: kubelet, containerd %q, want active", flip[want], got)
+			}
 		}
 		before := want
 		if phase == "clean" { // committed already
@@ -492,4 +501,10 @@ func TestRepaveMachineSpecOnRig(t *testing.T) {
 		return got.Labels["kubeslot.dev/spec"] == "changed", fmt.Sprintf("labels %v", got.Labels)
 	})
 	t.Logf("Machine %s: slot %s, fingerprint %s, phase %s", m.Name, m.Status.ActiveSlot, m.Status.Applied.Fingerprint, m.Status.Phase)
+}
+
+// nodeUnitStates is "<kubelet> <containerd>" as the node machine of slot reports them (is-active).
+func nodeUnitStates(ctx context.Context, h *sdhost.Host, slot string) string {
+	out, _ := h.Run(ctx, "systemctl", "-M", slot, "is-active", "kubelet.service", "containerd.service")
+	return strings.Join(strings.Fields(string(out)), " ")
 }

@@ -119,6 +119,7 @@ func (b fakeBackend) Provision(_ context.Context, slot string) error {
 func (b fakeBackend) Configure(_ context.Context, slot string) error {
 	return b.f.call("configure=" + slot)
 }
+func (b fakeBackend) Boot(_ context.Context, slot string) error  { return b.f.call("boot=" + slot) }
 func (b fakeBackend) Start(_ context.Context, slot string) error { return b.f.call("start=" + slot) }
 func (b fakeBackend) Stop(_ context.Context, slot string) error  { return b.f.call("stop=" + slot) }
 func (b fakeBackend) Remove(_ context.Context, slot string) error {

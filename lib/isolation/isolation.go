@@ -96,8 +96,12 @@ type Backend interface {
 	// Configure writes the node's files into the rootfs and the host-side
 	// settings of the slot (journalled before they are created).
 	Configure(ctx context.Context, slot string) error
-	// Start boots the slot's node, waits until it has booted, and starts
-	// containerd and the kubelet inside.
+	// Boot boots the slot's node and waits until it has booted, without
+	// starting containerd and the kubelet unless the slot serves already
+	// (a warm standby: the old slot's node keeps serving meanwhile).
+	Boot(ctx context.Context, slot string) error
+	// Start boots the slot's node (Boot), marks the slot as the serving
+	// one and starts containerd and the kubelet inside.
 	Start(ctx context.Context, slot string) error
 	// Stop stops kubelet, containerd, then the node, gracefully and
 	// bounded; a node that does not run is fine.

@@ -32,6 +32,7 @@ import (
 func (c *Client) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
 	node := cfg.Machine.NodeName
 	last := "no node identity yet"
+	t0 := time.Now()
 	var cs *kubernetes.Clientset
 	for {
 		if cs == nil {
@@ -74,9 +75,20 @@ func (c *Client) WaitReady(ctx context.Context, cfg *config.Config, since time.T
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w; last: %s", context.Cause(ctx), last)
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(readyPoll(time.Since(t0))):
 		}
 	}
+}
+
+// readyPoll is WaitReady's pause after waiting for elapsed: 100 ms at
+// first (the wait is inside a node's downtime, and a healthy kubelet posts
+// Ready within a second), then 500 ms (two GETs a poll for as long as
+// timeouts.node_ready).
+func readyPoll(elapsed time.Duration) time.Duration {
+	if elapsed < 5*time.Second {
+		return 100 * time.Millisecond
+	}
+	return 500 * time.Millisecond
 }
 
 // PodCIDRGrace is how long a Node in [node.cni] mode "bridge" may go

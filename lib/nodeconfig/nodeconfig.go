@@ -98,7 +98,19 @@ const (
 	PreloadList     = "/etc/kubeslot/preload.list"
 	PreloadUnit     = "kubeslot-preload.service"
 	PreloadUnitPath = "/etc/systemd/system/" + PreloadUnit
+	// ServingFile marks the slot whose node serves. containerd, the
+	// kubelet and the units that feed them start only where it exists
+	// (ConditionPathExists=), so a repave can boot the target's machine
+	// while the old node still serves (a warm standby): two containerds on
+	// the one state directory (ContainerdRoot) would wait on each other's
+	// lock, and two kubelets would fight over the Node. The backend writes
+	// it just before it starts them (lib/isolation/nspawn, Serve); it stays
+	// in the rootfs, so the serving slot's node starts them at every boot.
+	ServingFile = "/etc/kubeslot/serving"
 )
+
+// servingCondition gates a node unit on ServingFile.
+const servingCondition = "ConditionPathExists=" + ServingFile + "\n"
 
 // Cgroups is the cgroup profile of a node: what the host's cgroups let the
 // kubelet do. The backend detects it on the host (DetectCgroups).

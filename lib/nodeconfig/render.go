@@ -53,11 +53,11 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		files = append(files, File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644})
 		fmt.Fprintf(&ctdDeps, "Requires=%[1]s\nAfter=%[1]s\n", CgroupRWUnit)
 	}
-	if ctdDeps.Len() > 0 {
-		// containerd pulls in the units it needs before it: the kubelet
-		// unit requires containerd, and Start starts the kubelet.
-		files = append(files, File{ContainerdDropIn, []byte("# Written by kubeslot; it is rewritten on every configure.\n[Unit]\n" + ctdDeps.String()), 0o644})
-	}
+	// containerd pulls in the units it needs before it (the kubelet unit
+	// requires containerd, and Start starts the kubelet), and runs only in
+	// the serving slot: the drop-in applies to the rootfs's own unit too.
+	files = append(files, File{ContainerdDropIn, []byte("# Written by kubeslot; it is rewritten on every configure.\n[Unit]\n" +
+		servingCondition + ctdDeps.String()), 0o644})
 	if len(opts.Preload) > 0 {
 		files = append(files,
 			File{PreloadList, []byte(strings.Join(opts.Preload, "\n") + "\n"), 0o644},
@@ -261,7 +261,7 @@ func kubeletUnit(node, labels string, opts Options) string {
 Description=kubelet (kubeslot node)
 Requires=%[1]s
 After=%[1]s
-%[4]sStartLimitIntervalSec=0
+%[5]s%[4]sStartLimitIntervalSec=0
 
 [Service]
 ExecStart=%[2]s
@@ -275,7 +275,7 @@ RestartSec=2s
 
 [Install]
 WantedBy=multi-user.target
-`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload)
+`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload, servingCondition)
 }
 
 // cniLoopbackMode is the CNI mode of Options.LoopbackCNI (not a [node.cni]
@@ -373,7 +373,7 @@ const cniBridgeTemplate = `{
 const cniSeedUnit = `# Written by kubeslot; it is rewritten on every configure.
 [Unit]
 Description=Seed the CNI plugin directory (kubeslot)
-Before=` + ContainerdUnit + `
+` + servingCondition + `Before=` + ContainerdUnit + `
 DefaultDependencies=no
 After=local-fs.target
 
@@ -388,7 +388,7 @@ RemainAfterExit=yes
 const cgroupRWUnit = `# Written by kubeslot for a sandbox with writable cgroup v1 controllers; it is rewritten on every configure.
 [Unit]
 Description=Remount the cgroup v1 controllers read-write (kubeslot sandbox)
-DefaultDependencies=no
+` + servingCondition + `DefaultDependencies=no
 Before=` + ContainerdUnit + `
 
 [Service]
@@ -414,7 +414,7 @@ func preloadUnit(opts Options) string {
 	return `# Written by kubeslot from [node] preload_images; it is rewritten on every configure.
 [Unit]
 Description=Import preloaded images into containerd (kubeslot)
-Requires=` + ContainerdUnit + `
+` + servingCondition + `Requires=` + ContainerdUnit + `
 After=` + ContainerdUnit + `
 Before=` + KubeletUnit + `
 

@@ -25,7 +25,8 @@ import (
 type host struct {
 	mu          sync.Mutex
 	provisioned map[string]bool
-	running     map[string]bool
+	running     map[string]bool   // the node serves: kubelet and containerd run
+	booted      map[string]bool   // the machine runs (serving or warm)
 	broken      map[string]bool   // kubelet never healthy
 	fail        map[string]error  // "op:slot" → error
 	calls       []string          // "op:slot"
@@ -50,7 +51,7 @@ type host struct {
 }
 
 func newHost() *host {
-	return &host{provisioned: map[string]bool{"a": true}, running: map[string]bool{"a": true},
+	return &host{provisioned: map[string]bool{"a": true}, running: map[string]bool{"a": true}, booted: map[string]bool{"a": true},
 		broken: map[string]bool{}, fail: map[string]error{}, cfgOf: map[string]string{}, started: map[string]time.Time{},
 		nodeLabels:    map[string]string{"tier": "old", "kubernetes.io/hostname": "node1"},
 		serverVersion: "v1.37.2", binary: map[string]string{"a": "1.37.2"}}
@@ -95,7 +96,7 @@ func (b *fakeBackend) Provision(ctx context.Context, slot string) error {
 	}
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
-	if b.h.running[slot] {
+	if b.h.booted[slot] {
 		return fmt.Errorf("provision %s: running", slot)
 	}
 	b.h.provisioned[slot], b.h.cfgOf[slot] = true, b.cfg.Fingerprint()
@@ -119,6 +120,19 @@ func (b *fakeBackend) Configure(ctx context.Context, slot string) error {
 	return b.h.do("configure", slot)
 }
 
+func (b *fakeBackend) Boot(ctx context.Context, slot string) error {
+	if err := b.h.do("warm", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if !b.h.provisioned[slot] {
+		return fmt.Errorf("boot %s: not provisioned", slot)
+	}
+	b.h.booted[slot] = true
+	return nil
+}
+
 func (b *fakeBackend) Start(ctx context.Context, slot string) error {
 	if err := b.h.do("start", slot); err != nil {
 		return err
@@ -131,7 +145,7 @@ func (b *fakeBackend) Start(ctx context.Context, slot string) error {
 	if !b.h.running[slot] {
 		b.h.started[slot] = time.Now()
 	}
-	b.h.running[slot] = true
+	b.h.running[slot], b.h.booted[slot] = true, true
 	return nil
 }
 
@@ -141,7 +155,7 @@ func (b *fakeBackend) Stop(ctx context.Context, slot string) error {
 	}
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
-	b.h.running[slot] = false
+	b.h.running[slot], b.h.booted[slot] = false, false
 	return nil
 }
 
@@ -151,7 +165,7 @@ func (b *fakeBackend) Remove(ctx context.Context, slot string) error {
 	}
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
-	if b.h.running[slot] {
+	if b.h.booted[slot] {
 		return fmt.Errorf("remove %s: running", slot)
 	}
 	b.h.provisioned[slot] = false

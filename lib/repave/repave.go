@@ -100,8 +100,9 @@ type Phase string
 // Phases of a repave, in order, and the rollback.
 const (
 	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
+	Standby  Phase = "standby"  // boot the target's machine warm (no containerd, no kubelet); the node keeps serving
 	Switch   Phase = "switch"   // stop the old node gracefully
-	Start    Phase = "start"    // boot the target with the kept identity
+	Start    Phase = "start"    // start containerd and the kubelet in the target (booting it first if it is not)
 	Verify   Phase = "verify"   // kubelet healthy, Node Ready as posted by that kubelet
 	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
 	Clean    Phase = "clean"    // remove the old slot
@@ -115,7 +116,7 @@ const (
 )
 
 // Phases lists the forward phases in order.
-func Phases() []Phase { return []Phase{Prepare, Switch, Start, Verify, Commit, Clean} }
+func Phases() []Phase { return []Phase{Prepare, Standby, Switch, Start, Verify, Commit, Clean} }
 
 // allPhases are the forward phases, the rollback's and the restart's.
 func allPhases() []Phase { return append(Phases(), Rollback, RollbackVerify, RestartNode) }
@@ -308,7 +309,7 @@ func (d *Deps) poll() time.Duration {
 	if d.Poll > 0 {
 		return d.Poll
 	}
-	return 200 * time.Millisecond
+	return 50 * time.Millisecond // a local healthz GET; inside the downtime
 }
 
 // backend builds the backend of cfg's own mode.

@@ -69,11 +69,11 @@ func TestRepaveOrder(t *testing.T) {
 	if !slices.Equal(seen, Phases()) {
 		t.Errorf("phases %v, want %v", seen, Phases())
 	}
-	want := "provision:b configure:b stop:a stop:a start:b boot:b remove:a"
+	want := "provision:b configure:b warm:b stop:a stop:a start:b boot:b remove:a"
 	if got := r.h.callList(); got != want {
 		t.Errorf("calls %q, want %q", got, want)
 	}
-	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" || s.RequestID != req.ID || s.Downtime <= 0 || len(s.Phases) != 6 {
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" || s.RequestID != req.ID || s.Downtime <= 0 || len(s.Phases) != 7 {
 		t.Errorf("status %+v", s)
 	}
 	if got, err := r.d.Requests.ReadStatus(req.ID); err != nil || got.Phase != requests.Succeeded {
@@ -173,6 +173,23 @@ func checkRolledBack(t *testing.T, r *rig, s *requests.Status, err error, reason
 	}
 }
 
+// TestStandbyFailureKeepsTheOldNodeServing: a target whose machine does not
+// boot warm is rolled back before the old node was ever stopped: no
+// downtime, the target's machine stopped and the slot removed.
+func TestStandbyFailureKeepsTheOldNodeServing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.request(t, 2)
+	r.h.fail["warm:b"] = errors.New("machine b did not boot")
+	s, err := execute(t, r, Job{Kind: requests.Repave})
+	if !errors.Is(err, ErrRolledBack) || s.Phase != requests.Failed || s.Downtime != 0 || !strings.Contains(s.Message, "did not boot") {
+		t.Fatalf("status %+v, %v: want Failed without downtime", s, err)
+	}
+	if r.h.count("stop:a") != 0 || !r.h.running["a"] || r.h.booted["b"] || r.h.provisioned["b"] {
+		t.Errorf("host: running %v, booted %v, provisioned %v; calls %s", r.h.running, r.h.booted, r.h.provisioned, r.h.callList())
+	}
+}
+
 func TestRollbackOnStartFailure(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -185,7 +202,7 @@ func TestRollbackOnStartFailure(t *testing.T) {
 	for _, p := range s.Phases {
 		names = append(names, p.Name)
 	}
-	if want := []string{"prepare", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
+	if want := []string{"prepare", "standby", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
 		t.Errorf("status phases %q, want %q", names, want)
 	}
 }
@@ -371,7 +388,7 @@ func TestRestartInPlace(t *testing.T) {
 // verifies the target again.
 func TestResumeAfterReboot(t *testing.T) {
 	t.Parallel()
-	for _, p := range []Phase{Switch, Start, Verify} {
+	for _, p := range []Phase{Standby, Switch, Start, Verify} {
 		t.Run(string(p), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t)
@@ -380,7 +397,7 @@ func TestResumeAfterReboot(t *testing.T) {
 			if _, err := execute(t, r, Job{Kind: requests.Repave}); !errors.Is(err, errCrash) {
 				t.Fatalf("first run: %v", err)
 			}
-			r.h.running = map[string]bool{"a": true} // the host booted: only the enabled slot runs
+			r.h.running, r.h.booted = map[string]bool{"a": true}, map[string]bool{"a": true} // the host booted: only the enabled slot runs
 			r.d.Pause = nil
 			s, err := execute(t, r, Job{Kind: requests.Repave})
 			if err != nil || s.Phase != requests.Succeeded {

@@ -131,6 +131,7 @@ func (d *Deps) table(st *State, log *slog.Logger) []transition.Phase {
 	}
 	return []transition.Phase{
 		ph(Prepare, "provision and configure the target slot", d.prepare),
+		ph(Standby, "boot the target's machine warm", d.standby).FailingTo(string(Rollback), rollBack),
 		ph(Switch, "stop the old node", d.switchOld).FailingTo(string(Rollback), rollBack),
 		ph(Start, "start the target's node", d.start).FailingTo(string(Rollback), rollBack),
 		ph(Verify, "wait for the target's node", d.verify).FailingTo(string(Rollback), rollBack),
@@ -172,6 +173,16 @@ func (d *Deps) prepare(ctx context.Context, st *State, _ isolation.Backend) erro
 		return err
 	}
 	return target.Configure(ctx, st.To)
+}
+
+// standby boots the target's machine while the old node still serves:
+// containerd and the kubelet are held back by their condition
+// (nodeconfig.ServingFile), so that the downtime that starts at switch is a
+// kubelet stop and a kubelet start, not a machine boot. The target is not
+// enabled at host boot: a power cut from here to commit boots the old slot
+// alone, and the resume boots the target again (or start does, cold).
+func (d *Deps) standby(ctx context.Context, st *State, target isolation.Backend) error {
+	return target.Boot(ctx, st.To)
 }
 
 // switchOld stops the old node; the downtime starts here, once.

@@ -130,10 +130,20 @@ type nodeStateDir struct {
 
 func (b *Backend) nodeState() []nodeStateDir {
 	dirs := []nodeStateDir{{b.root.HostPath(hostroot.NodeDir, "containerd"), nodeconfig.ContainerdRoot, 0o711}}
-	if !b.node.LoopbackCNI && b.cfg.Node.CNI.CNIMode() == config.CNICluster {
-		dirs = append(dirs,
-			nodeStateDir{b.root.HostPath(hostroot.NodeDir, "cni", "net.d"), nodeconfig.CNIConfDir, 0o755},
+	netd := nodeStateDir{b.root.HostPath(hostroot.NodeDir, "cni", "net.d"), nodeconfig.CNIConfDir, 0o755}
+	switch {
+	case b.node.LoopbackCNI:
+	case b.cfg.Node.CNI.CNIMode() == config.CNICluster:
+		dirs = append(dirs, netd,
 			nodeStateDir{b.root.HostPath(hostroot.NodeDir, "cni", "bin"), nodeconfig.ClusterCNIBinDir, 0o755})
+	case b.bridgeNetwork():
+		// containerd renders the bridge network's config from its template
+		// only once the kubelet passes the Node's podCIDR on; kept on the
+		// host, the config of the last node is there when a new slot's
+		// containerd starts, so its network is ready at once and the Node
+		// turns Ready at the kubelet's first status (not one status period,
+		// 10 s, later). A new podCIDR is rendered over it.
+		dirs = append(dirs, netd)
 	}
 	return dirs
 }
