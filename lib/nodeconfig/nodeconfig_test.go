@@ -416,3 +416,30 @@ func TestRenderedUnitsEscapeDollars(t *testing.T) {
 		}
 	}
 }
+
+// TestServingGatesTheNodeUnits: containerd, the kubelet and the units that
+// feed them start only in the serving slot (a warm standby runs none of
+// them), in every profile; the serving file itself is the backend's, never
+// rendered (a configure must not make a target serve).
+func TestServingGatesTheNodeUnits(t *testing.T) {
+	cfg := testConfig(t, testkit.CA(t), "")
+	for name, opts := range map[string]Options{
+		"production": {},
+		"sandbox":    {CgroupV1Writable: true, LoopbackCNI: true, Preload: []string{CacheMount + "/x"}},
+	} {
+		files := render(t, cfg, opts)
+		if _, ok := files[ServingFile]; ok {
+			t.Errorf("%s: %s rendered", name, ServingFile)
+		}
+		gated := []string{KubeletUnitPath, ContainerdDropIn}
+		if opts.CgroupV1Writable {
+			gated = append(gated, CgroupRWUnitPath, PreloadUnitPath)
+		}
+		for _, p := range gated {
+			f, ok := files[p]
+			if !ok || !strings.Contains(string(f.Data), "\n"+servingCondition) {
+				t.Errorf("%s: %s is not gated on %s:\n%s", name, p, ServingFile, f.Data)
+			}
+		}
+	}
+}
