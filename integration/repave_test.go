@@ -221,11 +221,12 @@ func TestRepaveOnRig(t *testing.T) {
 			t.Fatalf("after kill -9 at %s the state file is %v: %s", phase, err, data)
 		}
 		if phase == "switch" { // the warm standby: the target booted, its kubelet held back; the old node serves
-			if got := nodeUnitStates(ctx, r.h, want); got != "inactive inactive" {
-				t.Errorf("warm target %s before the switch: kubelet, containerd %q, want inactive (held back)", want, got)
+			// want is the active slot until the resume.
+			if got := nodeUnitStates(ctx, r.h, flip[want]); got != "inactive inactive" {
+				t.Errorf("warm target %s before the switch: kubelet, containerd %q, want inactive (held back)", flip[want], got)
 			}
-			if got := nodeUnitStates(ctx, r.h, flip[want]); got != "active active" {
-				t.Errorf("old node %s before the switch: kubelet, containerd %q, want active", flip[want], got)
+			if got := nodeUnitStates(ctx, r.h, want); got != "active active" {
+				t.Errorf("old node %s before the switch: kubelet, containerd %q, want active", want, got)
 			}
 		}
 		before := want

@@ -107,6 +107,11 @@ const (
 	// it just before it starts them (lib/isolation/nspawn, Serve); it stays
 	// in the rootfs, so the serving slot's node starts them at every boot.
 	ServingFile = "/etc/kubeslot/serving"
+	// NodeTargetDropIn enables containerd and the kubelet (Wants= of
+	// multi-user.target, as `systemctl enable` would link them) as a plain
+	// file rendered with the others: starting them needs no daemon-reload
+	// in the node, which `systemctl enable --now` costs inside the downtime.
+	NodeTargetDropIn = "/etc/systemd/system/multi-user.target.d/kubeslot.conf"
 )
 
 // servingCondition gates a node unit on ServingFile.

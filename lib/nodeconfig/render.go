@@ -32,6 +32,7 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		{KubeletConfig, []byte(kc), 0o644},
 		{ContainerdConfig, []byte(containerdTOML(cfg, opts)), 0o644},
 		{KubeletUnitPath, []byte(kubeletUnit(node, labels, opts)), 0o644},
+		{NodeTargetDropIn, []byte("# Written by kubeslot; it is rewritten on every configure.\n[Unit]\nWants=" + ContainerdUnit + " " + KubeletUnit + "\n"), 0o644},
 	}
 	switch cniMode(cfg, opts) {
 	case cniLoopbackMode:

@@ -257,8 +257,24 @@ func TestStartStopOrder(t *testing.T) {
 		}
 		return []byte("running\n"), nil
 	}
+	// Warm first (a repave's standby): booted, not serving, nothing started inside.
+	serving := "/var/lib/machines/a" + nodeconfig.ServingFile
+	if err := b.Boot(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(serving) {
+		t.Error("a warm boot marked the slot as serving")
+	}
+	for _, c := range e.run.Inner() {
+		if strings.HasPrefix(c, "systemctl start") || strings.HasPrefix(c, "systemctl enable") {
+			t.Errorf("a warm boot ran %q in the node", c)
+		}
+	}
 	if err := b.Start(ctx, "a"); err != nil {
 		t.Fatal(err)
+	}
+	if !e.exists(serving) {
+		t.Error("start did not mark the slot as serving")
 	}
 	if polls.Load() < 3 {
 		t.Errorf("start did not wait for the node to boot (%d polls)", polls.Load())
@@ -267,7 +283,7 @@ func TestStartStopOrder(t *testing.T) {
 		t.Errorf("systemd calls: %v", e.sd.Calls())
 	}
 	inner := e.run.Inner()
-	if last := inner[len(inner)-1]; last != "systemctl enable --now containerd.service kubelet.service" {
+	if last := inner[len(inner)-1]; last != "systemctl start containerd.service kubelet.service" {
 		t.Errorf("last command in the node: %q", last)
 	}
 	for _, c := range e.run.cmds {

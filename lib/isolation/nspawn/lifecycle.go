@@ -56,9 +56,9 @@ func (b *Backend) Boot(ctx context.Context, slot string) error {
 	return nil
 }
 
-// Start boots slot's node (Boot), marks the slot as serving and enables and
-// starts containerd and the kubelet inside. Enabling and the mark make later
-// boots of the node start them by themselves. Start on a running node (a
+// Start boots slot's node (Boot), marks the slot as serving and starts
+// containerd and the kubelet inside. The mark (and the rendered
+// nodeconfig.NodeTargetDropIn) make later boots start them by themselves. Start on a running node (a
 // warm one too) only makes sure both are started.
 func (b *Backend) Start(ctx context.Context, slot string) error {
 	t0 := time.Now()
@@ -75,7 +75,8 @@ func (b *Backend) Start(ctx context.Context, slot string) error {
 	if err := b.markServing(slot); err != nil {
 		return fmt.Errorf("start slot %s: %w", slot, err)
 	}
-	out, err := b.Exec(ctx, slot, "systemctl", "enable", "--now", nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit)
+	// Enabled by the rendered nodeconfig.NodeTargetDropIn: a start only.
+	out, err := b.Exec(ctx, slot, "systemctl", "start", nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit)
 	if err != nil {
 		return fmt.Errorf("start slot %s: start containerd and kubelet in the node: %w\n%s", slot, err, b.nodeJournal(ctx, slot))
 	}
