@@ -608,4 +608,13 @@ func TestBridgeModeJournalsThePodNetwork(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d pod network entries, want 1", n)
 	}
+	// The network containerd renders from the template is kept on the host,
+	// so the next slot's containerd has it at start.
+	settings, err := os.ReadFile(filepath.Join(e.root.Prefix(), "etc/systemd/nspawn/a.nspawn"))
+	if want := "Bind=/opt/kubeslot/node/cni/net.d:" + nodeconfig.CNIConfDir + "\n"; err != nil || !strings.Contains(string(settings), want) {
+		t.Errorf("settings lack %q (%v):\n%s", want, err, settings)
+	}
+	if !e.exists("/opt/kubeslot/node/cni/net.d") {
+		t.Error("the kept net.d was not created")
+	}
 }
