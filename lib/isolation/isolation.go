@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/isolation/nspawn"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -157,6 +158,12 @@ type Units struct {
 	// Owns reports whether a unit path kubeslot journalled (a file, a
 	// drop-in, an enable link) belongs to the mode's machines.
 	Owns func(unitPath string) bool
+	// RootfsMount is the host unit that mounts slot's rootfs when it is
+	// layered ("" when the mode has none): stopped after the machine.
+	RootfsMount func(slot string) string
+	// Mechanism reads how slot's rootfs is made ("overlay" or "copy", and
+	// why no fast path was taken); found is false without a rootfs.
+	Mechanism func(root *hostroot.Root, slot string) (mechanism, noFastPath string, found bool, err error)
 }
 
 // table is THE mode composition table.
@@ -181,8 +188,10 @@ var table = map[Mode]Entry{
 			Boot: func(slot string) Link {
 				return Link{Path: nspawn.BootLink(slot), Unit: nspawn.UnitTemplate}
 			},
-			BootTarget: Link{Path: nspawn.BootTargetLink(), Unit: nspawn.BootTarget},
-			Owns:       nspawn.OwnsUnitPath,
+			BootTarget:  Link{Path: nspawn.BootTargetLink(), Unit: nspawn.BootTarget},
+			Owns:        nspawn.OwnsUnitPath,
+			RootfsMount: nspawn.MountUnitName,
+			Mechanism:   nspawn.ReadMechanism,
 		},
 	},
 }
@@ -199,6 +208,24 @@ func (m Mode) units() Units {
 
 // MachineUnit is the host unit that runs slot's node in mode m.
 func (m Mode) MachineUnit(slot string) string { return m.units().Machine(slot) }
+
+// RootfsMountUnit is the host unit that mounts slot's rootfs in mode m
+// when the slot is layered; "" when m has none.
+func (m Mode) RootfsMountUnit(slot string) string {
+	if f := m.units().RootfsMount; f != nil {
+		return f(slot)
+	}
+	return ""
+}
+
+// SlotMechanism reads how slot's rootfs is made in mode m (see
+// Units.Mechanism); found is false when the slot has none or m cannot say.
+func (m Mode) SlotMechanism(root *hostroot.Root, slot string) (mechanism, noFastPath string, found bool, err error) {
+	if f := m.units().Mechanism; f != nil {
+		return f(root, slot)
+	}
+	return "", "", false, nil
+}
 
 // BootLink is the enable link that starts slot's node in mode m at host
 // boot.

@@ -49,8 +49,9 @@ type treeStamp struct {
 // cleanTree returns the local path of the verified, unpacked tree of the
 // rootfs tarball tarball (sha256 digest), building it first when it is
 // missing or has no valid marker. Trees of other digests are removed after a
-// new one is built: one clean tree per host is enough (a repave that keeps
-// the rootfs reuses it), and each is as large as the rootfs.
+// new one is built, but those a layered slot stands on: one clean tree per
+// slot is enough (a repave that keeps the rootfs reuses it), and each is as
+// large as the rootfs.
 func (b *Backend) cleanTree(ctx context.Context, digest, tarball string) (string, error) {
 	digest = strings.ToLower(digest)
 	if !validDigest(digest) {
@@ -141,15 +142,20 @@ func treeValid(dir, digest string) (bool, error) {
 	return true, nil
 }
 
-// pruneTrees removes every tree but keep's; a failure only costs disk.
+// pruneTrees removes every tree but keep's and those a slot's layers name
+// (a mounted slot's lower must stay); a failure only costs disk.
 func (b *Backend) pruneTrees(trees, keep string) {
+	inUse, _ := b.treesInUse()
+	if inUse == nil {
+		return // a layer record could not be read: keep them all
+	}
 	entries, err := os.ReadDir(trees)
 	if err != nil {
 		b.log.Warn("could not list the tree cache", "path", trees, "err", err)
 		return
 	}
 	for _, e := range entries {
-		if e.Name() == keep || !e.IsDir() {
+		if e.Name() == keep || !e.IsDir() || inUse[e.Name()] {
 			continue
 		}
 		if err := removeTree(filepath.Join(trees, e.Name())); err != nil {
