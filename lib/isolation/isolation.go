@@ -164,6 +164,9 @@ type Units struct {
 	// Mechanism reads how slot's rootfs is made ("overlay" or "copy", and
 	// why no fast path was taken); found is false without a rootfs.
 	Mechanism func(root *hostroot.Root, slot string) (mechanism, noFastPath string, found bool, err error)
+	// Probe is the preflight of the rootfs mechanism a slot build would
+	// choose on this host, and why not the fast path.
+	Probe func(root *hostroot.Root) (mechanism, noFastPath string)
 }
 
 // table is THE mode composition table.
@@ -192,6 +195,7 @@ var table = map[Mode]Entry{
 			Owns:        nspawn.OwnsUnitPath,
 			RootfsMount: nspawn.MountUnitName,
 			Mechanism:   nspawn.ReadMechanism,
+			Probe:       nspawn.Probe,
 		},
 	},
 }
@@ -225,6 +229,15 @@ func (m Mode) SlotMechanism(root *hostroot.Root, slot string) (mechanism, noFast
 		return f(root, slot)
 	}
 	return "", "", false, nil
+}
+
+// ProbeRootfs says which rootfs mechanism a slot build in mode m would
+// choose on this host, and why not the fast path; "" when m has no choice.
+func (m Mode) ProbeRootfs(root *hostroot.Root) (mechanism, noFastPath string) {
+	if f := m.units().Probe; f != nil {
+		return f(root)
+	}
+	return "", ""
 }
 
 // BootLink is the enable link that starts slot's node in mode m at host

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -395,4 +396,30 @@ func (b *Backend) removeMountUnit(ctx context.Context, slot string) error {
 func ReadMechanism(root *hostroot.Root, slot string) (mechanism, noFastPath string, found bool, err error) {
 	s, found, err := (&Backend{root: root}).slotStamp(slot)
 	return s.mechanism(), s.NoFastPath, found, err
+}
+
+// Probe is the rootfs mechanism preflight of `kubeslot-bootstrap --preflight`:
+// the trial mount a slot build makes, in the nearest existing directories of
+// the tree cache and of /var/lib/machines (a fresh host has neither), with
+// its scratch directories removed again.
+func Probe(root *hostroot.Root) (mechanism, noFastPath string) {
+	b := &Backend{root: root, log: slog.New(slog.DiscardHandler)}
+	if root.Prefix() == "/" {
+		b.mount = sysMounter{}
+	}
+	var dirs []string
+	for _, p := range []string{root.HostPath(hostroot.CacheDir, treesDir), hostroot.MachinesDir} {
+		local, err := root.Resolve(p)
+		if err != nil {
+			return MechanismCopy, fmt.Sprintf("%s: %v", p, err)
+		}
+		for local != root.Prefix() && local != "/" {
+			if fi, err := os.Stat(local); err == nil && fi.IsDir() {
+				break
+			}
+			local = filepath.Dir(local)
+		}
+		dirs = append(dirs, local)
+	}
+	return b.chooseMechanism(dirs[0], dirs[1])
 }
