@@ -110,7 +110,7 @@ func TestProvisionOverlayLayers(t *testing.T) {
 	if ok, err := b.Provisioned("a"); !ok || err != nil {
 		t.Errorf("Provisioned with the mount not active: %v %v", ok, err)
 	}
-	if mech, why, found, err := b.SlotMechanism("a"); mech != MechanismOverlay || why != "" || !found || err != nil {
+	if mech, why, found, err := ReadMechanism(e.root, "a"); mech != MechanismOverlay || why != "" || !found || err != nil {
 		t.Errorf("SlotMechanism: %q %q %v %v", mech, why, found, err)
 	}
 
@@ -161,7 +161,7 @@ func TestProvisionFallsBackToCopy(t *testing.T) {
 	if err := b.Provision(context.Background(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	mech, why, found, err := b.SlotMechanism("a")
+	mech, why, found, err := ReadMechanism(e.root, "a")
 	if mech != MechanismCopy || !found || err != nil {
 		t.Fatalf("SlotMechanism: %q %q %v %v", mech, why, found, err)
 	}

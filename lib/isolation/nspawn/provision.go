@@ -77,17 +77,6 @@ func (b *Backend) slotStamp(slot string) (s Stamp, found bool, err error) {
 	return readStamp(rootfs)
 }
 
-// SlotMechanism reports how slot's rootfs is made ("overlay" or "copy",
-// with the reason no fast path was taken), for `kubeslot status`; found is
-// false when the slot has no rootfs.
-func (b *Backend) SlotMechanism(slot string) (mechanism, noFastPath string, found bool, err error) {
-	if err := b.checkSlot(slot); err != nil {
-		return "", "", false, err
-	}
-	s, found, err := b.slotStamp(slot)
-	return s.mechanism(), s.NoFastPath, found, err
-}
-
 func (b *Backend) wantStamp() Stamp {
 	a := b.cfg.Artifacts
 	k, _ := b.cfg.KubeletArtifact() // unpinned: "", never equal to a built slot's stamp
@@ -571,8 +560,8 @@ func removeTree(local string) error {
 // staging trees, nspawn settings and unit drop-in; what is absent is fine.
 // A layered slot's mount unit stays: the slot's next build writes the same
 // bytes and needs no daemon-reload (a reset removes it; started without
-// layers, it fails, and so would the node). It refuses while the slot's node runs,
-// and refuses a rootfs kubeslot did not make.
+// layers, it fails, and so would the node). It refuses while the slot's
+// node runs, and refuses a rootfs kubeslot did not make.
 func (b *Backend) Remove(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err
