@@ -23,10 +23,10 @@ import (
 )
 
 // The clean-tree cache: each rootfs digest is unpacked once, into
-// <base>/cache/trees/<sha256>/rootfs, and a slot is provisioned by copying
-// that tree (a reflink per file where the filesystem has them), which costs
-// about a plain copy instead of a gunzip and untar (issue 7: preparing a slot
-// from the cache was ≈4× a `cp -a`).
+// <base>/cache/trees/<sha256>/rootfs. A slot is that tree as the lower
+// layer of an overlay (overlay.go), or, where overlayfs cannot work, a copy
+// of it (a reflink per file where the filesystem has them), which costs
+// about a plain copy instead of a gunzip and untar (issue 7).
 //
 // A tree is built in a staging directory next to it, its marker written
 // last, then renamed into place; it is never modified afterwards. A tree
