@@ -258,9 +258,11 @@ func (b *Backend) ensureMounted(ctx context.Context, slot string) error {
 	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("mount point: %w", err)
 	}
+	t0 := time.Now()
 	if err := b.d.Systemd.StartUnit(ctx, mountUnitName(slot)); err != nil {
 		return fmt.Errorf("mount the rootfs of slot %s: %w", slot, err)
 	}
+	b.log.Info("slot rootfs mounted", "slot", slot, "unit", mountUnitName(slot), "took", time.Since(t0).Round(time.Microsecond))
 	return nil
 }
 
