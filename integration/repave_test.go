@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,9 @@ func TestRepaveOnRig(t *testing.T) {
 	}
 	if out, err := r.h.Run(ctx, "/opt/kubeslot/current/kubeslot", "status"); err != nil || !strings.Contains(string(out), "b (nspawn mode") {
 		t.Errorf("kubeslot status does not show slot b: %v\n%s", err, out)
+	} else if !regexp.MustCompile(`Slot b rootfs: +overlay\n`).Match(out) {
+		// The rig's /var/lib/machines is on its disk tmpfs: the fast path works there (issue 19).
+		t.Errorf("slot b is not a layered slot:\n%s", out)
 	}
 	// The fast path: our preparation (unpack from the verified cache) against a plain full copy of the rootfs.
 	prep := r.phase(s, "prepare")

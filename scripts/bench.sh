@@ -8,7 +8,8 @@
 #
 # What runs (one test binary, one control plane):
 #   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime, slot prepare
-#               vs cp -a, whole repave), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
+#               vs cp -a, whole repave), TestOverlaySlotsOnRig (a layered slot's preparation at two rootfs sizes beside
+#               cp -a of the same tree), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
 #               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
 #               restart and a repave, from a probe outside the node; Node Ready -> pods Ready),
 #               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 upgrade), TestWatcherIdleOnRig
@@ -36,7 +37,7 @@ mkdir -p "$out"
 log=$out/go-test.log
 figures=$out/figures.jsonl
 : >"$figures"
-tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestKubernetesUpgradeOnRig|TestWatcherIdleOnRig)$'}
+tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestOverlaySlotsOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestKubernetesUpgradeOnRig|TestWatcherIdleOnRig)$'}
 benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures

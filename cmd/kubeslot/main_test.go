@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,5 +243,36 @@ func TestStatusUnusablePending(t *testing.T) {
 	_, out, _ := clitest.Call(run, "", "--root-prefix", prefix, "status")
 	if !strings.Contains(out, "repave.json (unusable:") || !strings.Contains(out, "holds a restart request") || strings.Contains(out, "restart.json (unusable") {
 		t.Errorf("pending requests not marked by usability:\n%s", out)
+	}
+}
+
+// Status says how each slot's rootfs is made, from the slot's own record:
+// a layered slot, a copied one with the reason no fast path was taken, none.
+func TestStatusSlotMechanism(t *testing.T) {
+	prefix, root := installed(t)
+	put := func(hostPath, data string) {
+		t.Helper()
+		local := filepath.Join(root.Prefix(), hostPath)
+		if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(local, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("/var/lib/machines/.a.layers/layers.json", `{"stamp": {"rootfs": "r", "kubelet": "k", "rootfs_mechanism": "overlay"}, "artifacts": "x", "builtAt": "2030-01-01T00:00:00Z"}`)
+	code, out, errs := clitest.Call(run, "", "--root-prefix", prefix, "status")
+	if code != exitcode.OK || !regexp.MustCompile(`Slot a rootfs: +overlay\n`).MatchString(out) || !regexp.MustCompile(`Slot b rootfs: +none\n`).MatchString(out) {
+		t.Errorf("exit %d, stderr %q, status:\n%s", code, errs, out)
+	}
+	put("/var/lib/machines/b/etc/kubeslot/provisioned.json", `{"rootfs": "r", "kubelet": "k", "rootfs_mechanism": "copy", "no_fast_path": "trial overlay mount failed: upper on nfs"}`)
+	code, out, _ = clitest.Call(run, "", "--root-prefix", prefix, "status", "-o", "json")
+	var st status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != exitcode.OK {
+		t.Fatalf("json: exit %d, %v", code, err)
+	}
+	want := []slotView{{Slot: "a", Rootfs: "overlay"}, {Slot: "b", Rootfs: "copy", NoFastPath: "trial overlay mount failed: upper on nfs"}}
+	if !slices.Equal(st.Slots, want) {
+		t.Errorf("slots %+v, want %+v", st.Slots, want)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cli"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -47,7 +48,18 @@ type status struct {
 	// Rejected are request files moved aside because no worker could use
 	// them (each also has a Failed status when it named a request ID).
 	Rejected []string `json:"rejected"`
-	Problems []string `json:"problems"`
+	// Slots says how each slot's rootfs is made (issue 19: the fast path
+	// or the copy, and why).
+	Slots    []slotView `json:"slots,omitempty"`
+	Problems []string   `json:"problems"`
+}
+
+// slotView is one slot's rootfs: "overlay" (layers over the clean tree),
+// "copy" (the fallback, with the reason no fast path was taken) or "none".
+type slotView struct {
+	Slot       string `json:"slot"`
+	Rootfs     string `json:"rootfsMechanism"`
+	NoFastPath string `json:"noFastPath,omitempty"`
 }
 
 type ownershipView struct {
@@ -127,6 +139,21 @@ func collect(root *hostroot.Root) *status {
 			Slot: a.Slot, Mode: a.Mode, Summary: a.Config.Summary(), Fingerprint: a.Fingerprint,
 			AgentVersion: a.AgentVersion, AppliedAt: a.AppliedAt,
 		}
+		if mode, err := isolation.AppliedMode(a); err != nil {
+			problem(err)
+		} else {
+			for _, slot := range a.Config.Isolation.Slots {
+				mech, why, found, err := mode.SlotMechanism(root, slot)
+				switch {
+				case err != nil:
+					problem(fmt.Errorf("slot %s rootfs: %w", slot, err))
+				case !found:
+					st.Slots = append(st.Slots, slotView{Slot: slot, Rootfs: "none"})
+				default:
+					st.Slots = append(st.Slots, slotView{Slot: slot, Rootfs: mech, NoFastPath: why})
+				}
+			}
+		}
 	}
 	if dir, err := root.Path(hostroot.RequestsDir); err != nil {
 		problem(err)
@@ -201,6 +228,13 @@ func printStatus(w io.Writer, st *status) {
 		row("Fingerprint:", a.Fingerprint)
 	} else {
 		row("Active slot:", "none committed yet")
+	}
+	for _, v := range st.Slots {
+		r := v.Rootfs
+		if v.NoFastPath != "" {
+			r += " (no fast path: " + v.NoFastPath + ")"
+		}
+		row("Slot "+v.Slot+" rootfs:", r)
 	}
 	if len(st.Requests) == 0 {
 		row("Pending requests:", "none")

@@ -404,6 +404,15 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 		}
 	}
 	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())
+	if mode, err := isolation.ParseMode(cfg.Isolation.Mode); err == nil {
+		switch mech, why := mode.ProbeRootfs(d.Root); {
+		case mech == "":
+		case why == "":
+			fmt.Fprintf(w, "slot rootfs: %s (the trial mount worked)\n", mech)
+		default:
+			fmt.Fprintf(w, "slot rootfs: %s, no fast path: %s\n", mech, why)
+		}
+	}
 	switch server, known, err := checkSkew(ctx, d.Cluster, cfg); {
 	case err != nil:
 		fmt.Fprintf(w, "kubernetes version: BLOCKED: %v\n", err)

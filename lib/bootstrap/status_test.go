@@ -80,7 +80,7 @@ func TestPreflightChangesNothing(t *testing.T) {
 	if err := Preflight(t.Context(), f.deps(), testConfig(t, "worker-1"), &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fresh installation", "slot a: change", "preflight: ok"} {
+	for _, want := range []string{"fresh installation", "slot a: change", "slot rootfs: copy, no fast path: root prefix", "preflight: ok"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("preflight output lacks %q:\n%s", want, out.String())
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/isolation/nspawn"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -161,6 +162,15 @@ type Units struct {
 	// Owns reports whether a unit path kubeslot journalled (a file, a
 	// drop-in, an enable link) belongs to the mode's machines.
 	Owns func(unitPath string) bool
+	// RootfsMount is the host unit that mounts slot's rootfs when it is
+	// layered ("" when the mode has none): stopped after the machine.
+	RootfsMount func(slot string) string
+	// Mechanism reads how slot's rootfs is made ("overlay" or "copy", and
+	// why no fast path was taken); found is false without a rootfs.
+	Mechanism func(root *hostroot.Root, slot string) (mechanism, noFastPath string, found bool, err error)
+	// Probe is the preflight of the rootfs mechanism a slot build would
+	// choose on this host, and why not the fast path.
+	Probe func(root *hostroot.Root) (mechanism, noFastPath string)
 }
 
 // table is THE mode composition table.
@@ -185,8 +195,11 @@ var table = map[Mode]Entry{
 			Boot: func(slot string) Link {
 				return Link{Path: nspawn.BootLink(slot), Unit: nspawn.UnitTemplate}
 			},
-			BootTarget: Link{Path: nspawn.BootTargetLink(), Unit: nspawn.BootTarget},
-			Owns:       nspawn.OwnsUnitPath,
+			BootTarget:  Link{Path: nspawn.BootTargetLink(), Unit: nspawn.BootTarget},
+			Owns:        nspawn.OwnsUnitPath,
+			RootfsMount: nspawn.MountUnitName,
+			Mechanism:   nspawn.ReadMechanism,
+			Probe:       nspawn.Probe,
 		},
 	},
 }
@@ -203,6 +216,33 @@ func (m Mode) units() Units {
 
 // MachineUnit is the host unit that runs slot's node in mode m.
 func (m Mode) MachineUnit(slot string) string { return m.units().Machine(slot) }
+
+// RootfsMountUnit is the host unit that mounts slot's rootfs in mode m
+// when the slot is layered; "" when m has none.
+func (m Mode) RootfsMountUnit(slot string) string {
+	if f := m.units().RootfsMount; f != nil {
+		return f(slot)
+	}
+	return ""
+}
+
+// SlotMechanism reads how slot's rootfs is made in mode m (see
+// Units.Mechanism); found is false when the slot has none or m cannot say.
+func (m Mode) SlotMechanism(root *hostroot.Root, slot string) (mechanism, noFastPath string, found bool, err error) {
+	if f := m.units().Mechanism; f != nil {
+		return f(root, slot)
+	}
+	return "", "", false, nil
+}
+
+// ProbeRootfs says which rootfs mechanism a slot build in mode m would
+// choose on this host, and why not the fast path; "" when m has no choice.
+func (m Mode) ProbeRootfs(root *hostroot.Root) (mechanism, noFastPath string) {
+	if f := m.units().Probe; f != nil {
+		return f(root)
+	}
+	return "", ""
+}
 
 // BootLink is the enable link that starts slot's node in mode m at host
 // boot.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/units"
 )
@@ -89,6 +90,9 @@ func (r *runner) planStep(step string) []string {
 	case StepStopMachines:
 		for _, s := range r.machineSlots() {
 			out = append(out, "stop "+machineUnit(s))
+			if u := isolation.DefaultMode.RootfsMountUnit(s); u != "" {
+				out = append(out, "stop "+u+" (unmounts a layered slot's rootfs)")
+			}
 		}
 	case StepRemoveBootstrapUnit:
 		out = append(out, "stop "+units.Bootstrap)

@@ -154,7 +154,7 @@ func StepsFor(request bool) []Step {
 		{StepReportRequest, "report the AgentReset request Succeeded (request path only)", (*runner).reportRequest},
 		{StepStopWatcher, "stop the watcher", (*runner).stopWatcher},
 		{StepStopUnits, "stop and disable the path units, the recovery unit and every worker unit instance", (*runner).stopUnits},
-		{StepStopMachines, "stop the slots' node machines", (*runner).stopMachines},
+		{StepStopMachines, "stop the slots' node machines and unmount their layered rootfs", (*runner).stopMachines},
 		{StepRemoveNspawn, "remove nspawn settings, drop-ins and boot links", (*runner).removeNspawn},
 		{StepRemoveRootfs, "remove the slots' rootfs", (*runner).removeRootfs},
 		{StepUndoJournal, "undo the remaining host changes of the journal, newest first", (*runner).undoJournal},

@@ -64,6 +64,10 @@ func TestJournalGroups(t *testing.T) {
 	for p := range want {
 		t.Errorf("%s: not in the journal", p)
 	}
+	// A layered slot's mount unit goes with the slots' settings, after stop-machines unmounted it.
+	if g := ownGroup(ownership.Change{Kind: ownership.KindUnit, Path: "/etc/systemd/system/var-lib-machines-a.mount"}); g != StepRemoveNspawn {
+		t.Errorf("slot mount unit: undone in %s, want %s", g, StepRemoveNspawn)
+	}
 }
 
 func checkReset(t *testing.T, h *host) {
@@ -122,6 +126,10 @@ func TestResetRemovesOnlyWhatItMade(t *testing.T) {
 	w, p, m, b := idx("stop "+units.Watcher), idx("stop kubeslot-reset.path"), idx("stop systemd-nspawn@a.service"), idx("stop "+units.Bootstrap)
 	if !(w < p && p < m && m < b) {
 		t.Errorf("stop order: watcher %d, path unit %d, machine %d, bootstrap %d: %v", w, p, m, b, calls)
+	}
+	// A layered slot's rootfs is unmounted after its machine, before its directories go.
+	if mnt := idx("stop var-lib-machines-a.mount"); !(m < mnt && mnt < b) {
+		t.Errorf("stop order: machine %d, rootfs mount %d, bootstrap %d: %v", m, mnt, b, calls)
 	}
 	if !slices.Contains(calls, "reload") {
 		t.Errorf("systemd never reloaded: %v", calls)
@@ -238,7 +246,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"/etc/systemd/nspawn/a.nspawn", "remove /etc/systemd/system/kubeslot-bootstrap.service",
-		"stop systemd-nspawn@a.service", "package systemd-container: apt-get remove", "custom.service: restore the prior file",
+		"stop systemd-nspawn@a.service", "stop var-lib-machines-a.mount", "package systemd-container: apt-get remove", "custom.service: restore the prior file",
 		"/opt/kubeslot/releases", "nothing was changed"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("dry run does not mention %q:\n%s", want, s)

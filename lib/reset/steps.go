@@ -242,6 +242,14 @@ func (r *runner) stopMachines(ctx context.Context) error {
 		if err := r.stopMachine(ctx, slot); err != nil {
 			return err
 		}
+		// A layered slot's rootfs is an overlay mounted by its own unit:
+		// unmounted now, so that remove-rootfs finds a plain directory (and
+		// still refuses any other mount inside a slot).
+		if unit := isolation.DefaultMode.RootfsMountUnit(slot); unit != "" {
+			if err := r.d.Systemd.StopUnit(ctx, unit); err != nil {
+				return fmt.Errorf("unmount the rootfs of slot %s: %w", slot, err)
+			}
+		}
 	}
 	return nil
 }

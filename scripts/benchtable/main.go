@@ -202,6 +202,9 @@ type row struct {
 func format(v float64, unit string) string {
 	switch unit {
 	case "s":
+		if v < 0.01 { // sub-millisecond figures (an overlay slot's preparation) keep their digits
+			return fmt.Sprintf("%.2f ms", v*1000)
+		}
 		if v < 1 {
 			return fmt.Sprintf("%.0f ms", v*1000)
 		}
@@ -237,8 +240,14 @@ func (r *run) cell(w row) string {
 const (
 	prepOurs = "repave: target slot prepared from the cache (prepare phase)"
 	prepCopy = "repave: cp -a of the same rootfs"
-	rssName  = "watcher (rig host, under systemd): RSS"
-	idleName = "watcher (rig host, under systemd): idle API requests"
+	// TestOverlaySlotsOnRig: the real Provision of a layered slot from the cached tree, at two rootfs sizes.
+	slotPrep1 = "slot prepare 1x: Provision from the cached tree and artifacts (after their verification)"
+	slotPrep2 = "slot prepare 2x: Provision from the cached tree and artifacts (after their verification)"
+	slotCopy1 = "slot prepare 1x: cp -a of the same tree"
+	slotCopy2 = "slot prepare 2x: cp -a of the same tree"
+	slotProv1 = "slot prepare 1x: whole Provision (cached artifacts re-verified)"
+	rssName   = "watcher (rig host, under systemd): RSS"
+	idleName  = "watcher (rig host, under systemd): idle API requests"
 	// TestWatcherIdleOnRig: the watcher as production hosts run it, counted per client at the apiserver.
 	idleUnit        = "watcher (rig host, its unit, node identity): idle requests besides watches (apiserver audit)"
 	idleUnitWatches = "watcher (rig host, its unit, node identity): watches opened when idle (apiserver audit)"
@@ -261,6 +270,14 @@ var rows = []row{
 			b, _, _, ok2 := r.value(prepCopy)
 			return a / b, "ratio", ok1 && ok2 && b > 0
 		}},
+	{label: "slot preparation, layered (Provision, cached tree; rootfs 1x)", target: "<= 50 ms", tests: "TestOverlaySlotsOnRig", names: []string{slotPrep1}},
+	{label: "slot preparation, cp -a of the same tree (1x)", target: "(reference)", tests: "TestOverlaySlotsOnRig", names: []string{slotCopy1}},
+	{label: "slot preparation, cp -a / layered (1x)", target: ">= 10", tests: "TestOverlaySlotsOnRig", derive: ratioOf(slotCopy1, slotPrep1)},
+	{label: "slot preparation, layered (rootfs 2x)", target: "<= 50 ms", tests: "TestOverlaySlotsOnRig", names: []string{slotPrep2}},
+	{label: "slot preparation, cp -a of the same tree (2x)", target: "(reference)", tests: "TestOverlaySlotsOnRig", names: []string{slotCopy2}},
+	{label: "slot preparation, cp -a / layered (2x)", target: ">= 10", tests: "TestOverlaySlotsOnRig", derive: ratioOf(slotCopy2, slotPrep2)},
+	{label: "slot preparation, layered 2x / 1x (flat when the rootfs doubles)", target: "~ 1", tests: "TestOverlaySlotsOnRig", derive: ratioOf(slotPrep2, slotPrep1)},
+	{label: "whole Provision, layered (1x; the cached kubelet re-verified by sha256)", target: "", tests: "TestOverlaySlotsOnRig", names: []string{slotProv1}},
 	{label: "whole repave (request dropped -> Succeeded)", target: "< 30 s", tests: "TestRepaveOnRig",
 		names: []string{"repave a->b: request dropped -> status Succeeded (path unit included)"}},
 	{label: "agent upgrade (bundle downloaded -> healthy new watcher)", target: "< 15 s", tests: "TestUpgrade.*",
@@ -297,6 +314,15 @@ var rows = []row{
 		tests: "BenchmarkFleet", names: []string{"fleet N=1: requests per agent besides watches (apiserver audit, node identity)"}},
 	{label: "watcher idle Machine/operation requests (kubeconfig identity; apiserver counters, TestWatcherOnRig)", target: "0 besides watches",
 		tests: "TestWatcher.*", names: []string{idleName}},
+}
+
+// ratioOf derives the ratio of two figures.
+func ratioOf(num, den string) func(r *run) (float64, string, bool) {
+	return func(r *run) (float64, string, bool) {
+		a, _, _, ok1 := r.value(num)
+		b, _, _, ok2 := r.value(den)
+		return a / b, "ratio", ok1 && ok2 && b > 0
+	}
 }
 
 // table renders the run.

@@ -79,3 +79,33 @@ func TestReadFiguresRejectsDamage(t *testing.T) {
 		}
 	}
 }
+
+// The layered slot rows: sub-millisecond figures keep their digits, the ratios against cp -a and across sizes.
+func TestSlotPrepareRows(t *testing.T) {
+	r := newRun()
+	in := `{"name":"` + slotPrep1 + `","value":0.0004,"unit":"s"}
+{"name":"` + slotCopy1 + `","value":2.4,"unit":"s"}
+{"name":"` + slotPrep2 + `","value":0.0005,"unit":"s"}
+{"name":"` + slotCopy2 + `","value":4.8,"unit":"s"}
+`
+	if err := r.readFigures(strings.NewReader(in), "in"); err != nil {
+		t.Fatal(err)
+	}
+	var norm []string
+	for _, l := range strings.Split(r.table(), "\n") {
+		norm = append(norm, strings.Join(strings.Fields(l), " "))
+	}
+	flat := strings.Join(norm, "\n")
+	for _, want := range []string{
+		"slot preparation, layered (Provision, cached tree; rootfs 1x) 0.40 ms <= 50 ms",
+		"slot preparation, cp -a of the same tree (1x) 2.40 s (reference)",
+		"slot preparation, cp -a / layered (1x) 6000.000 >= 10",
+		"slot preparation, cp -a / layered (2x) 9600.000 >= 10",
+		"slot preparation, layered 2x / 1x (flat when the rootfs doubles) 1.250 ~ 1",
+		"whole Provision, layered (1x; the cached kubelet re-verified by sha256) n/a (not measured",
+	} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("table lacks %q:\n%s", want, flat)
+		}
+	}
+}

@@ -49,6 +49,12 @@ if [ "$fresh" = 1 ]; then
   echo "${uuid//-/}" > "$R/etc/machine-id"
 fi
 
+# /var/lib/machines on the disk itself: a slot's rootfs is an overlay whose upper must not be on overlayfs (the host's
+# root is one), and its lower (the clean tree under /opt/kubeslot, on the root overlay) is then at depth 2, the limit.
+# A real host's /var/lib/machines is a plain directory on a real disk; nothing in production needs this.
+mkdir -p -m 0700 "$disk/machines" "$R/var/lib/machines"
+mount --bind "$disk/machines" "$R/var/lib/machines"
+
 # 2. API filesystems.
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 # sysctls are global (net.* too when the network is shared): read-only, so nothing inside can change the machine's.

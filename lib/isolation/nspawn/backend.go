@@ -7,8 +7,9 @@
 //
 // Host files it owns, each journalled in the ownership record before it is
 // created: the slot rootfs (and its ".<slot>.partial" staging directory),
-// /etc/systemd/nspawn/<slot>.nspawn and the drop-in
-// /etc/systemd/system/systemd-nspawn@<slot>.service.d/kubeslot.conf.
+// a layered slot's layers (".<slot>.layers", overlay.go) and mount unit
+// var-lib-machines-<slot>.mount, /etc/systemd/nspawn/<slot>.nspawn and the
+// drop-in /etc/systemd/system/systemd-nspawn@<slot>.service.d/kubeslot.conf.
 package nspawn
 
 import (
@@ -49,6 +50,9 @@ type Backend struct {
 	identity string // host path of the node identity directory
 	node     nodeconfig.Options
 	http     *http.Client
+	// mount makes the trial overlay mount that chooses a slot's rootfs
+	// mechanism; nil (a root prefix other than "/") chooses the copy.
+	mount mounter
 }
 
 // New binds a backend to d. It validates the dependencies and the
@@ -79,6 +83,9 @@ func New(d hostapi.Deps) (*Backend, error) {
 		},
 		// No proxy: the kubelet's healthz is on this host's loopback.
 		http: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
+	}
+	if d.Root.Prefix() == "/" {
+		b.mount = sysMounter{}
 	}
 	if err := nodeconfig.Check(d.Config, b.node); err != nil {
 		// Labels the kubelet refuses, bad ports: say so before anything changes.
@@ -129,10 +136,12 @@ func BootTargetLink() string {
 
 // OwnsUnitPath reports whether a unit path kubeslot journalled belongs to
 // the machines: a file or drop-in of a slot's machine unit, its boot link,
-// or a link to BootTarget (not the target's own unit file).
+// a link to BootTarget (not the target's own unit file), or a slot's
+// rootfs mount unit.
 func OwnsUnitPath(p string) bool {
 	link := path.Dir(p) != hostroot.UnitDir
-	return strings.Contains(p, "/systemd-nspawn@") || link && path.Base(p) == BootTarget
+	mount := !link && strings.HasPrefix(path.Base(p), escapePath(hostroot.MachinesDir)+"-") && strings.HasSuffix(p, ".mount")
+	return strings.Contains(p, "/systemd-nspawn@") || link && path.Base(p) == BootTarget || mount
 }
 
 // checkSlot refuses a slot the configuration does not name: a typo must

@@ -40,6 +40,41 @@ type Stamp struct {
 	Containerd string `json:"containerd,omitempty"`
 	Runc       string `json:"runc,omitempty"`
 	CNIPlugins string `json:"cni_plugins,omitempty"`
+	// Mechanism is how the rootfs was made: MechanismOverlay (layers over
+	// the clean tree, overlay.go) or MechanismCopy ("" in stamps written
+	// before there was a choice). NoFastPath says why a copy was chosen.
+	Mechanism  string `json:"rootfs_mechanism,omitempty"`
+	NoFastPath string `json:"no_fast_path,omitempty"`
+}
+
+// sameBuild reports whether two stamps name the same rootfs and artifacts,
+// however the rootfs was made.
+func (s Stamp) sameBuild(o Stamp) bool {
+	s.Mechanism, s.NoFastPath, o.Mechanism, o.NoFastPath = "", "", "", ""
+	return s == o
+}
+
+// mechanism is s.Mechanism, with the copy for stamps that predate it.
+func (s Stamp) mechanism() string {
+	if s.Mechanism == "" {
+		return MechanismCopy
+	}
+	return s.Mechanism
+}
+
+// slotStamp reads slot's stamp: a layered slot's from its layer record
+// (its rootfs is an empty mount point while the mount is not active), a
+// copied slot's from its rootfs.
+func (b *Backend) slotStamp(slot string) (s Stamp, found bool, err error) {
+	rec, found, err := b.readLayers(slot)
+	if err != nil || found {
+		return rec.Stamp, found, err
+	}
+	rootfs, err := b.slotDir(rootfsPath(slot))
+	if err != nil {
+		return s, false, err
+	}
+	return readStamp(rootfs)
 }
 
 func (b *Backend) wantStamp() Stamp {
@@ -91,23 +126,26 @@ func (b *Backend) Provisioned(slot string) (bool, error) {
 	if err := b.checkSlot(slot); err != nil {
 		return false, err
 	}
-	rootfs, err := b.slotDir(rootfsPath(slot))
-	if err != nil {
-		return false, err
-	}
-	have, found, err := readStamp(rootfs)
-	return found && have == b.wantStamp(), err
+	have, found, err := b.slotStamp(slot)
+	return found && have.sameBuild(b.wantStamp()), err
 }
 
-// Provision builds slot's rootfs from the verified artifact cache: a copy
-// of the clean tree of the rootfs tarball (or an OCI image's flattened
-// tarball, lib/oci), unpacked once into the tree cache (tree.go), made in a
-// fresh staging directory next to the slot,
-// the kubelet (and the optional containerd, runc and CNI plugins) installed
-// into it, the stamp written, then renamed into place, so a half-built tree
-// is never taken for a slot. Every artifact is fetched and verified before
-// anything is created. A slot already built from the same artifacts is left
-// as it is; one built from others is rebuilt, unless its node is running.
+// Provision builds slot's rootfs from the verified artifact cache. The
+// clean tree of the rootfs tarball (or of an OCI image's flattened tarball,
+// lib/oci) is unpacked once into the tree cache (tree.go); then, chosen by
+// a trial mount (chooseMechanism) and recorded in the slot's stamp, either
+//
+//   - overlay: the tree and an artifact layer below the slot's own upper
+//     layer, mounted by the slot's mount unit (overlay.go), in O(1) of the
+//     rootfs size; or
+//   - copy, the named fallback: a copy of the tree in a fresh staging
+//     directory next to the slot, the kubelet (and the optional containerd,
+//     runc and CNI plugins) installed into it, the stamp written, then
+//     renamed into place, so a half-built tree is never taken for a slot.
+//
+// Every artifact is fetched and verified before anything is created. A slot
+// already built from the same artifacts is left as it is (a layered one is
+// mounted); one built from others is rebuilt, unless its node is running.
 func (b *Backend) Provision(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err
@@ -119,12 +157,17 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 		return err
 	}
 	want := b.wantStamp()
-	have, found, err := readStamp(rootfs)
+	have, found, err := b.slotStamp(slot)
 	if err != nil {
 		return fmt.Errorf("provision slot %s: %w", slot, err)
 	}
-	if found && have == want {
-		log.Info("slot already provisioned from these artifacts", "rootfs", rootfs)
+	if found && have.sameBuild(want) && (have.mechanism() == MechanismCopy || b.haveTree(have.RootFS)) {
+		if have.mechanism() == MechanismOverlay {
+			if err := b.ensureMounted(ctx, slot); err != nil {
+				return fmt.Errorf("provision slot %s: %w", slot, err)
+			}
+		}
+		log.Info("slot already provisioned from these artifacts", "rootfs", rootfs, "mechanism", have.mechanism())
 		return nil
 	}
 
@@ -135,7 +178,13 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 		return fmt.Errorf("provision slot %s: %w", slot, err)
 	}
 
-	if _, err := os.Lstat(rootfs); err == nil {
+	layers, err := b.slotDir(layersPath(slot))
+	if err != nil {
+		return err
+	}
+	_, rerr := os.Lstat(rootfs)
+	_, lerr := os.Lstat(layers)
+	if rerr == nil || lerr == nil {
 		if err := b.checkOurs(slot, rootfs, found); err != nil {
 			return fmt.Errorf("provision slot %s: %w", slot, err)
 		}
@@ -143,11 +192,8 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 			return fmt.Errorf("provision slot %s: its rootfs was built from other artifacts, and %w", slot, err)
 		}
 		log.Info("rebuilding slot rootfs built from other artifacts", "rootfs", rootfs, "had", have, "want", want)
-		if err := removeTree(rootfs); err != nil {
-			return fmt.Errorf("provision slot %s: %w", slot, err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("provision slot %s: %w", slot, err)
+	} else if !errors.Is(rerr, fs.ErrNotExist) {
+		return fmt.Errorf("provision slot %s: %w", slot, rerr)
 	}
 
 	if err := b.ensureDir(hostroot.MachinesDir, 0o700); err != nil {
@@ -158,25 +204,58 @@ func (b *Backend) Provision(ctx context.Context, slot string) error {
 			return fmt.Errorf("provision slot %s: %w", slot, err)
 		}
 	}
+	// What a kill or an older build left: the mount stopped first.
+	if err := b.teardown(ctx, slot); err != nil {
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+	trees, err := b.root.Path(hostroot.CacheDir, treesDir)
+	if err != nil {
+		return err
+	}
+	machines, err := b.local(hostroot.MachinesDir)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	want.Mechanism, want.NoFastPath = b.chooseMechanism(trees, machines)
+	if want.Mechanism == MechanismCopy {
+		log.Warn("no fast path for the slot rootfs: copying the clean tree", "reason", want.NoFastPath)
+		err = b.provisionCopy(ctx, slot, fetched, want)
+	} else {
+		err = b.provisionOverlay(ctx, slot, fetched, want)
+	}
+	if err != nil {
+		return fmt.Errorf("provision slot %s: %w", slot, err)
+	}
+	log.Info("slot provisioned", "rootfs", rootfs, "mechanism", want.Mechanism,
+		"build", time.Since(t1).Round(time.Microsecond), "total", time.Since(t0).Round(time.Microsecond))
+	return nil
+}
+
+// provisionCopy builds slot's rootfs as a copy of the clean tree in its
+// staging directory and renames it into place.
+func (b *Backend) provisionCopy(ctx context.Context, slot string, fetched fetched, want Stamp) error {
 	partial, err := b.slotDir(partialPath(slot))
 	if err != nil {
 		return err
 	}
-	if err := removeTree(partial); err != nil { // left by a crash
-		return fmt.Errorf("provision slot %s: %w", slot, err)
+	rootfs, err := b.slotDir(rootfsPath(slot))
+	if err != nil {
+		return err
 	}
-	t1 := time.Now()
+	// A slot layered before would pull in its mount over the copy.
+	if err := b.removeMountUnit(ctx, slot); err != nil {
+		return err
+	}
 	if err := b.build(ctx, partial, fetched, want); err != nil {
 		if rerr := removeTree(partial); rerr != nil {
-			log.Warn("could not remove the staging tree", "path", partial, "err", rerr)
+			b.log.Warn("could not remove the staging tree", "path", partial, "err", rerr)
 		}
-		return fmt.Errorf("provision slot %s: %w", slot, err)
+		return err
 	}
 	if err := atomicfile.Rename(partial, rootfs); err != nil {
-		return fmt.Errorf("provision slot %s: move %s into place: %w", slot, partial, err)
+		return fmt.Errorf("move %s into place: %w", partial, err)
 	}
-	log.Info("slot provisioned", "rootfs", rootfs, "build", time.Since(t1).Round(time.Millisecond),
-		"total", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -477,9 +556,12 @@ func removeTree(local string) error {
 	return atomicfile.SyncDir(filepath.Dir(local))
 }
 
-// Remove deletes slot's rootfs, staging tree, nspawn settings and unit
-// drop-in; what is absent is fine. It refuses while the slot's node runs,
-// and refuses a rootfs kubeslot did not make.
+// Remove deletes slot's rootfs (unmounted first when layered), its layers,
+// staging trees, nspawn settings and unit drop-in; what is absent is fine.
+// A layered slot's mount unit stays: the slot's next build writes the same
+// bytes and needs no daemon-reload (a reset removes it; started without
+// layers, it fails, and so would the node). It refuses while the slot's
+// node runs, and refuses a rootfs kubeslot did not make.
 func (b *Backend) Remove(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err
@@ -492,7 +574,7 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 		return err
 	}
 	if _, err := os.Lstat(rootfs); err == nil {
-		_, stamped, err := readStamp(rootfs)
+		_, stamped, err := b.slotStamp(slot)
 		if err != nil {
 			stamped = true // a damaged stamp is still ours
 		}
@@ -500,14 +582,8 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 			return fmt.Errorf("remove slot %s: %w", slot, err)
 		}
 	}
-	partial, err := b.slotDir(partialPath(slot))
-	if err != nil {
-		return err
-	}
-	for _, p := range []string{rootfs, partial} {
-		if err := removeTree(p); err != nil {
-			return fmt.Errorf("remove slot %s: %w", slot, err)
-		}
+	if err := b.teardown(ctx, slot); err != nil {
+		return fmt.Errorf("remove slot %s: %w", slot, err)
 	}
 	if err := b.removeFile(settingsPath(slot)); err != nil {
 		return fmt.Errorf("remove slot %s: %w", slot, err)

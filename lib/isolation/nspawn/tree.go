@@ -23,10 +23,10 @@ import (
 )
 
 // The clean-tree cache: each rootfs digest is unpacked once, into
-// <base>/cache/trees/<sha256>/rootfs, and a slot is provisioned by copying
-// that tree (a reflink per file where the filesystem has them), which costs
-// about a plain copy instead of a gunzip and untar (issue 7: preparing a slot
-// from the cache was ≈4× a `cp -a`).
+// <base>/cache/trees/<sha256>/rootfs. A slot is that tree as the lower
+// layer of an overlay (overlay.go), or, where overlayfs cannot work, a copy
+// of it (a reflink per file where the filesystem has them), which costs
+// about a plain copy instead of a gunzip and untar (issue 7).
 //
 // A tree is built in a staging directory next to it, its marker written
 // last, then renamed into place; it is never modified afterwards. A tree
@@ -49,8 +49,9 @@ type treeStamp struct {
 // cleanTree returns the local path of the verified, unpacked tree of the
 // rootfs tarball tarball (sha256 digest), building it first when it is
 // missing or has no valid marker. Trees of other digests are removed after a
-// new one is built: one clean tree per host is enough (a repave that keeps
-// the rootfs reuses it), and each is as large as the rootfs.
+// new one is built, but those a layered slot stands on: one clean tree per
+// slot is enough (a repave that keeps the rootfs reuses it), and each is as
+// large as the rootfs.
 func (b *Backend) cleanTree(ctx context.Context, digest, tarball string) (string, error) {
 	digest = strings.ToLower(digest)
 	if !validDigest(digest) {
@@ -141,15 +142,20 @@ func treeValid(dir, digest string) (bool, error) {
 	return true, nil
 }
 
-// pruneTrees removes every tree but keep's; a failure only costs disk.
+// pruneTrees removes every tree but keep's and those a slot's layers name
+// (a mounted slot's lower must stay); a failure only costs disk.
 func (b *Backend) pruneTrees(trees, keep string) {
+	inUse, _ := b.treesInUse()
+	if inUse == nil {
+		return // a layer record could not be read: keep them all
+	}
 	entries, err := os.ReadDir(trees)
 	if err != nil {
 		b.log.Warn("could not list the tree cache", "path", trees, "err", err)
 		return
 	}
 	for _, e := range entries {
-		if e.Name() == keep || !e.IsDir() {
+		if e.Name() == keep || !e.IsDir() || inUse[e.Name()] {
 			continue
 		}
 		if err := removeTree(filepath.Join(trees, e.Name())); err != nil {
