@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -130,7 +129,8 @@ func Run(ctx context.Context, o Options) error {
 		DeleteFunc: func(any) { l.nudge() },
 	}
 	informer := func(lw cache.ListerWatcher, obj runtime.Object) (cache.Store, cache.Controller) {
-		return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: obj, Handler: handler})
+		return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: obj, Handler: handler,
+			Transform: dropManagedFields})
 	}
 	var ctrls []cache.Controller
 	add := func(s cache.Store, c cache.Controller) cache.Store {
@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	byName := func(name string) fields.Selector { return fields.OneTermEqualSelector("metadata.name", name) }
 	l.machine = add(informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.MachinesResource, "", byName(o.MachineName)), &v1alpha1.Machine{}))
-	l.node = add(informer(cache.NewListWatchFromClient(core, "nodes", "", byName(o.NodeName)), &corev1.Node{}))
+	l.node = add(informer(cache.NewListWatchFromClient(core, "nodes", "", byName(o.NodeName)), &coreNode{}))
 	// Operations target a Machine by reference or by label selector, which
 	// the server cannot filter: this is the one cluster-wide watch, and
 	// Decide keeps only the operations that target this Machine.
