@@ -45,6 +45,9 @@ type Options struct {
 	// BetweenReads, test hook only, runs inside each read of the applied
 	// state, between its two files (state.Store.SetBetweenReads).
 	BetweenReads func()
+	// ReleaseStartup (the binary, not in-process fleets) pages the binary's
+	// start-up code out of memory once, after the first sync (pages.go).
+	ReleaseStartup bool
 }
 
 // DefaultUpgradeSettle is Options.UpgradeSettle's default.
@@ -154,6 +157,10 @@ func Run(ctx context.Context, o Options) error {
 	o.Log.Info("watches synced", "machine", o.MachineName, "node", o.NodeName)
 	if o.Synced != nil {
 		o.Synced()
+	}
+	if o.ReleaseStartup {
+		release := time.AfterFunc(releaseAfter, func() { releaseStartupPages(o.Log) })
+		defer release.Stop()
 	}
 	l.nudge()
 	for {
