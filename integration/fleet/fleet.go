@@ -57,6 +57,10 @@ type Options struct {
 	AgentVersion string
 	// Log receives the fleet's progress and each agent's warnings; nil discards them.
 	Log *slog.Logger
+	// Starting bounds how many agents are between their start and their first sync at once (default 50): a
+	// thousand TLS handshakes and first lists at the same instant would only queue on the apiserver's CPUs (and
+	// time out), where a real fleet's hosts boot spread out.
+	Starting int
 }
 
 // Fleet is a running set of agents.
@@ -74,8 +78,9 @@ type Fleet struct {
 	errs   []error
 }
 
-// Start installs a host root for each agent and starts the agents. It returns once all are started (not yet
-// synced: see WaitRegistered). Stop ends them, also after an error here.
+// Start installs a host root for each agent and starts the agents, at most Options.Starting of them unsynced at
+// once. It returns once all are started (the last ones not yet synced: see WaitRegistered). Stop ends them, also
+// after an error here.
 func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if o.N <= 0 || o.CP == nil || o.Dir == "" || o.Prefix == "" {
 		return nil, fmt.Errorf("fleet: options N=%d CP set=%v Dir=%q Prefix=%q: all are required", o.N, o.CP != nil, o.Dir, o.Prefix)
@@ -83,9 +88,13 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Starting <= 0 {
+		o.Starting = 50
+	}
 	f := &Fleet{o: o, kinds: map[string]int64{}}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.cancel = cancel
+	starting := make(chan struct{}, o.Starting)
 	for i := range o.N {
 		name := fmt.Sprintf("%s-%d", o.Prefix, i)
 		root, cfg, err := f.install(name)
@@ -93,18 +102,24 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 			return f, err
 		}
 		f.names, f.roots = append(f.names, name), append(f.roots, root)
+		select {
+		case starting <- struct{}{}:
+		case <-ctx.Done():
+			return f, ctx.Err()
+		}
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
+			var once sync.Once
+			done := func() { once.Do(func() { <-starting }) }
+			defer done() // an agent that ends before its sync frees its place too
 			err := watcher.Run(runCtx, watcher.Options{Root: root, REST: cfg, NodeName: name, MachineName: name,
-				AgentVersion: o.AgentVersion, Log: o.Log.With("agent", name), Synced: func() { f.synced.Add(1) }})
+				AgentVersion: o.AgentVersion, Log: o.Log.With("agent", name),
+				Synced: func() { f.synced.Add(1); done() }})
 			if err != nil && runCtx.Err() == nil {
 				f.fail(fmt.Errorf("agent %s: watcher.Run: %w", name, err))
 			}
 		}()
-		if err := ctx.Err(); err != nil {
-			return f, err
-		}
 	}
 	return f, nil
 }
