@@ -48,7 +48,8 @@ KUBESLOT_KUBE_BIN=${KUBESLOT_KUBE_BIN:-$(scripts/kube-bins.sh)}
 KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev kubelet)}
 export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
-echo "bench: full log in $log, figures in $figures (about 15-20 minutes)"
+# The fleet at N=1000 adds some 15 minutes, most of it the agents' registration (DESIGN.md, "make bench").
+echo "bench: full log in $log, figures in $figures (about 35 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
 $GO test -count=1 -p 1 -timeout 60m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |
