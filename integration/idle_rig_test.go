@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,7 @@ func TestWatcherIdleOnRig(t *testing.T) {
 	}
 	time.Sleep(window - window/2)
 	to := time.Now()
+	rss := unitRSS(t, ctx, r)
 	if after := show(); after != before {
 		t.Errorf("kubeslot-watcher.service changed during the window: %s, then %s", before, after)
 	}
@@ -84,6 +86,11 @@ func TestWatcherIdleOnRig(t *testing.T) {
 	others, opened := idle.PerMinute(idle.Others), idle.PerMinute(idle.WatchesOpened)
 	figures.AddValue("watcher (rig host, its unit, node identity): idle requests besides watches (apiserver audit)", others, unitPerMinute)
 	figures.AddValue("watcher (rig host, its unit, node identity): watches opened when idle (apiserver audit)", opened, unitPerMinute)
+	figures.AddValue(idleRSSFigure, float64(rss["VmRSS"])/1024, unitMiB)
+	// The rig host's disk is a tmpfs: there the binary's pages are shared memory (RssShmem), not file pages.
+	fmt.Printf("rig: watcher in its unit, node identity, idle: RSS %d kB (anonymous %d kB, binary %d kB: file %d kB, "+
+		"tmpfs %d kB; peak %d kB)\n", rss["VmRSS"], rss["RssAnon"], rss["RssFile"]+rss["RssShmem"], rss["RssFile"],
+		rss["RssShmem"], rss["VmHWM"])
 	fmt.Printf("rig: watcher in its unit, node identity, idle %s at the apiserver: %.2f requests/min besides watches, "+
 		"%.2f watches opened/min\n", idle.Window.Round(time.Second), others, opened)
 	if idle.Others > 0 {
@@ -114,4 +121,39 @@ func testEnvDuration(t *testing.T, name string, def time.Duration) time.Duration
 		t.Fatalf("%s=%q: want a positive duration like 60s", name, v)
 	}
 	return d
+}
+
+// idleRSSFigure is the watcher's resident memory in its unit at the end of the idle window (issue 19, item 4: target
+// 15 MiB).
+const idleRSSFigure = "watcher (rig host, its unit, node identity): RSS when idle"
+
+// unitRSS reads kubeslot-watcher.service's memory from /proc/MAINPID/status (kB): VmRSS, RssAnon (heap, stacks),
+// RssFile and RssShmem (the binary's pages, from a disk or a tmpfs), VmHWM (peak).
+func unitRSS(t *testing.T, ctx context.Context, r *rpRig) map[string]int64 {
+	t.Helper()
+	out, err := r.h.Run(ctx, "systemctl", "show", "-P", "MainPID", "kubeslot-watcher.service")
+	pid := strings.TrimSpace(string(out))
+	if err != nil || pid == "" || pid == "0" {
+		t.Fatalf("kubeslot-watcher.service MainPID: %q %v", pid, err)
+	}
+	// MainPID is a PID of the host's namespace: read it through the host's own /proc.
+	b, err := os.ReadFile(r.h.Root() + "/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatalf("kubeslot-watcher.service (PID %s): %v", pid, err)
+	}
+	m := map[string]int64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		f := strings.Fields(v)
+		if !ok || len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+			m[k] = n
+		}
+	}
+	if m["VmRSS"] == 0 {
+		t.Fatalf("kubeslot-watcher.service (PID %s): no VmRSS in its status", pid)
+	}
+	return m
 }

@@ -24,7 +24,7 @@
 #   KUBESLOT_BENCH_OUT      directory for go-test.log and figures.jsonl [a new /tmp/kubeslot-bench.XXXXXX]
 #   KUBESLOT_BENCH_TESTS    go test -run pattern [the tests above]
 #   KUBESLOT_BENCH_BENCHES  go test -bench pattern [^(BenchmarkFleet|BenchmarkWatcherIdle)$]
-#   KUBESLOT_FLEET_N        fleet sizes, comma-separated [1,200]
+#   KUBESLOT_FLEET_N        fleet sizes, comma-separated [1,200,1000]: the per-agent figures side by side
 #   KUBESLOT_BENCH_WINDOW, KUBESLOT_BENCH_BASELINE, KUBESLOT_BENCH_SETTLE  idle window [60s], apiserver baseline
 #                           window [30s], pause before each [10s] (integration/bench_fleet_test.go)
 #   KUBESLOT_KUBE_BIN, KUBESLOT_REQUIRE_RIG  as for make test-integration
@@ -41,7 +41,7 @@ tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestOverlayS
 benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures
-export KUBESLOT_FLEET_N=${KUBESLOT_FLEET_N:-1,200}
+export KUBESLOT_FLEET_N=${KUBESLOT_FLEET_N:-1,200,1000}
 if [ "$(id -u)" = 0 ]; then
 	export KUBESLOT_REQUIRE_RIG=${KUBESLOT_REQUIRE_RIG:-1}
 fi
@@ -49,7 +49,8 @@ KUBESLOT_KUBE_BIN=${KUBESLOT_KUBE_BIN:-$(scripts/kube-bins.sh)}
 KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev kubelet)}
 export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
-echo "bench: full log in $log, figures in $figures (about 15-20 minutes)"
+# The fleet at N=1000 adds some 15 minutes, most of it the agents' registration (DESIGN.md, "make bench").
+echo "bench: full log in $log, figures in $figures (about 35 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
 $GO test -count=1 -p 1 -timeout 60m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |

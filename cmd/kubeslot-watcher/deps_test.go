@@ -14,8 +14,13 @@ import (
 // and tools/cache only; code it shares with the stages lives in packages
 // that do not import the clientset (lib/sandbox, lib/systemdconn,
 // lib/nodeidentity), never in lib/bootstrap or lib/nodeclient.
+//
+// k8s.io/api is out too (issue 19, item 4): core/v1 alone is ~1.9 MB of code
+// and as many MB of the binary's mapped, resident pages; the watcher reads
+// its Node and writes Events through lib/watcher's own small types.
 var heavyPackages = []string{
 	"k8s.io/client-go/kubernetes",
+	"k8s.io/api",
 	"github.com/kubeslot/kubeslot/lib/bootstrap",
 	"github.com/kubeslot/kubeslot/lib/nodeclient",
 }

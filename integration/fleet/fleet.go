@@ -57,6 +57,11 @@ type Options struct {
 	AgentVersion string
 	// Log receives the fleet's progress and each agent's warnings; nil discards them.
 	Log *slog.Logger
+	// Starting bounds how many agents are between their start and their Machine's first status write at once
+	// (default 50): a thousand TLS handshakes, first lists and registrations at the same instant only queue on the
+	// apiserver's CPUs until the agents' writes time out and are retried, where a real fleet's hosts boot spread
+	// out.
+	Starting int
 }
 
 // Fleet is a running set of agents.
@@ -74,8 +79,9 @@ type Fleet struct {
 	errs   []error
 }
 
-// Start installs a host root for each agent and starts the agents. It returns once all are started (not yet
-// synced: see WaitRegistered). Stop ends them, also after an error here.
+// Start installs a host root for each agent and starts the agents, at most Options.Starting of them not yet
+// registered at once. It returns once all are started (the last ones not yet synced: see WaitRegistered). Stop ends them, also
+// after an error here.
 func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if o.N <= 0 || o.CP == nil || o.Dir == "" || o.Prefix == "" {
 		return nil, fmt.Errorf("fleet: options N=%d CP set=%v Dir=%q Prefix=%q: all are required", o.N, o.CP != nil, o.Dir, o.Prefix)
@@ -83,28 +89,39 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Starting <= 0 {
+		o.Starting = 50
+	}
 	f := &Fleet{o: o, kinds: map[string]int64{}}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.cancel = cancel
+	starting := make(chan struct{}, o.Starting)
 	for i := range o.N {
 		name := fmt.Sprintf("%s-%d", o.Prefix, i)
-		root, cfg, err := f.install(name)
+		reported := &statusWritten{}
+		root, cfg, err := f.install(name, reported)
 		if err != nil {
 			return f, err
 		}
 		f.names, f.roots = append(f.names, name), append(f.roots, root)
+		select {
+		case starting <- struct{}{}:
+		case <-ctx.Done():
+			return f, ctx.Err()
+		}
+		var once sync.Once
+		done := func() { once.Do(func() { <-starting }) }
+		reported.done = done
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
+			defer done() // an agent that ends before its first status write frees its place too
 			err := watcher.Run(runCtx, watcher.Options{Root: root, REST: cfg, NodeName: name, MachineName: name,
 				AgentVersion: o.AgentVersion, Log: o.Log.With("agent", name), Synced: func() { f.synced.Add(1) }})
 			if err != nil && runCtx.Err() == nil {
 				f.fail(fmt.Errorf("agent %s: watcher.Run: %w", name, err))
 			}
 		}()
-		if err := ctx.Err(); err != nil {
-			return f, err
-		}
 	}
 	return f, nil
 }
@@ -165,13 +182,13 @@ func (f *Fleet) KindsSince(before map[string]int64) []string {
 
 // install lays down the agent name's host root under Dir and returns it with a client configuration that counts
 // the agent's requests.
-func (f *Fleet) install(name string) (*hostroot.Root, *rest.Config, error) {
+func (f *Fleet) install(name string, reported *statusWritten) (*hostroot.Root, *rest.Config, error) {
 	root, rc, err := Install(f.o.CP, filepath.Join(f.o.Dir, name), name, f.o.AgentVersion)
 	if err != nil {
 		return nil, nil, err
 	}
 	// Around the node identity's own wrapper (it bounds each request but watches).
-	rc.WrapTransport = transport.Wrappers(rc.WrapTransport, func(rt http.RoundTripper) http.RoundTripper { return countingRT{rt, f} })
+	rc.WrapTransport = transport.Wrappers(rc.WrapTransport, func(rt http.RoundTripper) http.RoundTripper { return countingRT{rt, f, reported} })
 	return root, rc, nil
 }
 
@@ -245,9 +262,13 @@ func Install(cp *kube.ControlPlane, prefix, name, agentVersion string) (*hostroo
 
 // countingRT counts the requests an agent sends, in total and by kind (see Fleet.SentByKind).
 type countingRT struct {
-	rt http.RoundTripper
-	f  *Fleet
+	rt       http.RoundTripper
+	f        *Fleet
+	reported *statusWritten
 }
+
+// statusWritten is told when its agent's first status write succeeded: its registration is over.
+type statusWritten struct{ done func() }
 
 func (c countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.f.sent.Add(1)
@@ -258,7 +279,12 @@ func (c countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.f.kindMu.Lock()
 	c.f.kinds[kind]++
 	c.f.kindMu.Unlock()
-	return c.rt.RoundTrip(r)
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil && resp.StatusCode < 300 && r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/status") &&
+		c.reported.done != nil {
+		c.reported.done()
+	}
+	return resp, err
 }
 
 // WrappedRoundTripper lets client-go reach the transport underneath (to cancel requests).

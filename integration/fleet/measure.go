@@ -26,6 +26,8 @@ type Proc struct {
 	CPU time.Duration // user + system time so far
 	RSS int64         // resident set, bytes
 	HWM int64         // peak resident set, bytes
+	// The resident set's anonymous part (heap, stacks) and file part (the binary's pages), bytes.
+	Anon, File int64
 }
 
 // ReadProc reads pid's CPU time (/proc/PID/stat) and resident memory (/proc/PID/status).
@@ -65,7 +67,8 @@ func ReadProc(pid int) (Proc, error) {
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
+		dst := map[string]*int64{"VmRSS": &p.RSS, "VmHWM": &p.HWM, "RssAnon": &p.Anon, "RssFile": &p.File}[k]
+		if !ok || dst == nil {
 			continue
 		}
 		f := strings.Fields(v) // "123456 kB"
@@ -76,11 +79,7 @@ func ReadProc(pid int) (Proc, error) {
 		if err != nil {
 			return p, fmt.Errorf("%s: %s: %w", status, k, err)
 		}
-		if k == "VmRSS" {
-			p.RSS = n << 10
-		} else {
-			p.HWM = n << 10
-		}
+		*dst = n << 10
 	}
 	if err := sc.Err(); err != nil {
 		return p, fmt.Errorf("%s: %w", status, err)
@@ -187,12 +186,30 @@ type Window struct {
 	RSS      int64   // apiserver resident set at the end
 }
 
+// Then is w followed by next: the two windows as one (the memory reading is next's).
+func (w Window) Then(next Window) Window {
+	return Window{Took: w.Took + next.Took, CPU: w.CPU + next.CPU, EtcdCPU: w.EtcdCPU + next.EtcdCPU,
+		Requests: w.Requests + next.Requests, RSS: next.RSS}
+}
+
+// CPUPerMinute is the apiserver's CPU time per minute of the window, in milliseconds.
+func (w Window) CPUPerMinute() float64 { return float64(w.CPU.Milliseconds()) / w.Took.Minutes() }
+
 // PerMinute scales a count over the window to one minute.
 func (w Window) PerMinute(v float64) float64 { return v / w.Took.Minutes() }
 
 // Observe sleeps for d (or until ctx ends) and returns what the apiserver and etcd did meanwhile.
+//
+// The window's CPU readings bracket neither scrape of the apiserver's /metrics (the start's scrape comes before its
+// reading, the end's after): a scrape costs the apiserver some 100 ms of CPU, and a scrape inside every window
+// weighs twice as much per minute in a 30 s baseline as in a 60 s window, which made the baseline look busier than
+// a window with one idle agent (a negative CPU per agent at N=1).
 func Observe(ctx context.Context, cp Control, d time.Duration) (Window, error) {
-	a0, e0, r0, err := sample(ctx, cp)
+	r0, err := RequestTotal(ctx, cp.AdminConfig(), cp.URL(), AgentResources...)
+	if err != nil {
+		return Window{}, err
+	}
+	a0, e0, err := readCosts(cp)
 	if err != nil {
 		return Window{}, err
 	}
@@ -202,11 +219,16 @@ func Observe(ctx context.Context, cp Control, d time.Duration) (Window, error) {
 		return Window{}, ctx.Err()
 	case <-time.After(d):
 	}
-	a1, e1, r1, err := sample(ctx, cp)
+	a1, e1, err := readCosts(cp)
 	if err != nil {
 		return Window{}, err
 	}
-	return Window{Took: time.Since(t0), CPU: a1.CPU - a0.CPU, EtcdCPU: e1.CPU - e0.CPU, Requests: r1 - r0, RSS: a1.RSS}, nil
+	took := time.Since(t0)
+	r1, err := RequestTotal(ctx, cp.AdminConfig(), cp.URL(), AgentResources...)
+	if err != nil {
+		return Window{}, err
+	}
+	return Window{Took: took, CPU: a1.CPU - a0.CPU, EtcdCPU: e1.CPU - e0.CPU, Requests: r1 - r0, RSS: a1.RSS}, nil
 }
 
 // Control is what Observe needs of the control plane (kube.ControlPlane has it).
@@ -216,12 +238,8 @@ type Control interface {
 	URL() string
 }
 
-func sample(ctx context.Context, cp Control) (api, etcd Proc, reqs float64, err error) {
-	// Requests first: the scrape itself is then outside the CPU reading of this end of the window, and counted in
-	// both ends alike.
-	if reqs, err = RequestTotal(ctx, cp.AdminConfig(), cp.URL(), AgentResources...); err != nil {
-		return
-	}
+// readCosts reads the apiserver's and etcd's CPU time and memory.
+func readCosts(cp Control) (api, etcd Proc, err error) {
 	if api, err = ReadProc(cp.PID("kube-apiserver")); err != nil {
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,7 +39,7 @@ func (l *loop) inputs() (Inputs, error) {
 	}
 	var node any
 	node, in.NodeExists, _ = l.node.GetByKey(l.NodeName)
-	if n, ok := node.(*corev1.Node); ok {
+	if n, ok := node.(*coreNode); ok {
 		in.NodeKubeletVersion = n.Status.NodeInfo.KubeletVersion
 	}
 	for _, obj := range l.ops.List() {
@@ -258,21 +257,21 @@ func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Stat
 // event records a transition on the Machine. Best effort: an Event that
 // cannot be written is logged, never retried into a duplicate.
 func (l *loop) event(ctx context.Context, m *v1alpha1.Machine, s *requests.Status) {
-	typ, reason := corev1.EventTypeNormal, "Request"+string(s.Phase)
+	typ, reason := eventTypeNormal, "Request"+string(s.Phase)
 	if s.Phase == requests.Failed {
-		typ = corev1.EventTypeWarning
+		typ = eventTypeWarning
 	}
 	what := string(s.Kind)
 	if s.Operation != "" {
 		what += " (MachineOperation " + s.Operation + ")"
 	}
 	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
+	ev := &coreEvent{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: m.Name + ".", Namespace: EventNamespace},
-		InvolvedObject: corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Machine",
+		InvolvedObject: coreObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Machine",
 			Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion},
 		Reason: reason, Type: typ, Message: fmt.Sprintf("%s %s: %s", what, s.Phase, s.Message),
-		Source:         corev1.EventSource{Component: "kubeslot-watcher", Host: l.NodeName},
+		Source:         coreEventSource{Component: "kubeslot-watcher", Host: l.NodeName},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	if err := l.core.Post().Namespace(EventNamespace).Resource("events").Body(ev).Do(ctx).Error(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -46,6 +45,9 @@ type Options struct {
 	// BetweenReads, test hook only, runs inside each read of the applied
 	// state, between its two files (state.Store.SetBetweenReads).
 	BetweenReads func()
+	// ReleaseStartup (the binary, not in-process fleets) pages the binary's
+	// start-up code out of memory once, after the first sync (pages.go).
+	ReleaseStartup bool
 }
 
 // DefaultUpgradeSettle is Options.UpgradeSettle's default.
@@ -130,7 +132,8 @@ func Run(ctx context.Context, o Options) error {
 		DeleteFunc: func(any) { l.nudge() },
 	}
 	informer := func(lw cache.ListerWatcher, obj runtime.Object) (cache.Store, cache.Controller) {
-		return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: obj, Handler: handler})
+		return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: obj, Handler: handler,
+			Transform: dropManagedFields})
 	}
 	var ctrls []cache.Controller
 	add := func(s cache.Store, c cache.Controller) cache.Store {
@@ -140,7 +143,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	byName := func(name string) fields.Selector { return fields.OneTermEqualSelector("metadata.name", name) }
 	l.machine = add(informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.MachinesResource, "", byName(o.MachineName)), &v1alpha1.Machine{}))
-	l.node = add(informer(cache.NewListWatchFromClient(core, "nodes", "", byName(o.NodeName)), &corev1.Node{}))
+	l.node = add(informer(cache.NewListWatchFromClient(core, "nodes", "", byName(o.NodeName)), &coreNode{}))
 	// Operations target a Machine by reference or by label selector, which
 	// the server cannot filter: this is the one cluster-wide watch, and
 	// Decide keeps only the operations that target this Machine.
@@ -154,6 +157,10 @@ func Run(ctx context.Context, o Options) error {
 	o.Log.Info("watches synced", "machine", o.MachineName, "node", o.NodeName)
 	if o.Synced != nil {
 		o.Synced()
+	}
+	if o.ReleaseStartup {
+		release := time.AfterFunc(releaseAfter, func() { releaseStartupPages(o.Log) })
+		defer release.Stop()
 	}
 	l.nudge()
 	for {

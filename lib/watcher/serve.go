@@ -63,6 +63,8 @@ func (c Command) serve(ctx context.Context, st *started) error {
 				AgentVersion: buildinfo.Version, Log: log, Started: c.Started, UpgradeSettle: c.UpgradeSettle, HooksErr: hooksErr,
 				BetweenReads: readGate(c.getenv(EnvTestReadGate), log),
 				Synced:       func() { sd.synced("watching Machine " + st.machineName) },
+				// The binary's start-up code leaves memory once it has run (pages.go).
+				ReleaseStartup: true,
 			})
 		}()
 		restart, next := false, ""

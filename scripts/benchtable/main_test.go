@@ -6,6 +6,11 @@ import (
 )
 
 const figuresIn = `{"name":"fleet N=200: apiserver memory growth per agent","value":61.5,"unit":"KiB","at":"2026-12-02T17:00:00Z","pid":1}
+{"name":"fleet N=1: apiserver CPU per agent","value":-3,"unit":"CPU ms/min"}
+{"name":"fleet N=1: apiserver CPU per agent, noise of the baseline","value":40,"unit":"CPU ms/min"}
+{"name":"fleet N=200: apiserver CPU per agent","value":2.5,"unit":"CPU ms/min"}
+{"name":"fleet N=200: apiserver CPU per agent, noise of the baseline","value":0.2,"unit":"CPU ms/min"}
+{"name":"fleet N=1000: apiserver memory growth per agent","value":60,"unit":"KiB"}
 {"name":"repave: cp -a of the same rootfs","value":4,"unit":"s"}
 {"name":"watcher: spec update -> request file, p99 of 50","value":0.2,"unit":"s"}
 {"name":"reset: bootstrapped host to nothing (target < 15 s)","value":5,"unit":"s"}
@@ -60,12 +65,17 @@ func TestTable(t *testing.T) {
 		"n/a (not measured: TestBootstrapOnRig skipped)",
 		"n/a (not measured: no test matching TestUpgrade.* ran",
 		"n/a (not measured: no test matching BenchmarkWatcherIdle ran",
-		"fleet N=200: apiserver memory growth per agent",
-		"61.5 KiB",
+		// one line per metric, the sizes side by side, smallest first; a size without the metric says so
+		"fleet: apiserver memory growth per agent N=1: n/a | N=200: 61.5 KiB | N=1000: 60.0 KiB flat in N",
+		"fleet: apiserver CPU per agent N=1: below the baseline's noise (-3.0 CPU ms/min, noise ±40.0 CPU ms/min) | " +
+			"N=200: 2.5 CPU ms/min (noise ±0.2 CPU ms/min) | N=1000: n/a flat in N",
 	} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "noise of the baseline") {
+		t.Errorf("the noise figure has a line of its own:\n%s", out)
 	}
 	if strings.Contains(out, "leakcheck") {
 		t.Errorf("a rig: line that is no duration became a figure:\n%s", out)
