@@ -15,8 +15,9 @@ import (
 // in its probation file, and resets and restarts the watcher. When current
 // already is last-good there is nothing to roll back and it changes nothing:
 // a watcher failing on a good release is for an administrator, and
-// restarting it here would only make a loop. Idempotent: systemd runs
-// OnFailure= on every failure of the watcher, so this runs many times.
+// restarting it here would only make a loop. Idempotent: it runs on every
+// failure of the watcher (its ExecStopPost= starts the recovery unit after
+// each stop that is not clean; OnFailure= once the start limit is hit).
 func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	t, err := begin(ctx, d, j, "the installation is not complete: nothing to recover")
 	if err != nil {
