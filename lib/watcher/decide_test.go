@@ -380,6 +380,18 @@ func TestDecideProbation(t *testing.T) {
 		{"a rollback waits for the Machine", func(in *Inputs) {
 			in.Probation.Reason, in.Machine = "kept failing", nil
 		}, "register m1", false},
+		{"killed between the probation file and the status, then rolled back: Failed, the file goes", func(in *Inputs) {
+			in.Probation.Reason, in.Current, in.AgentVersion = "kept failing", "blue", "v1"
+			in.Upgrade = signal()
+			in.Upgrade.Failure = "kept failing"
+		}, "finish upgrade-4-u1 Failed; end probation green advance=false; report Ready", false},
+		{"killed between the status and the signal's removal, then rolled back: the rollback is reported", func(in *Inputs) {
+			in.Probation.Reason, in.Current, in.AgentVersion = "kept failing", "blue", "v1"
+			in.Upgrade = signal()
+			in.Upgrade.Failure = "kept failing"
+			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.Succeeded}}
+			in.Published["upgrade-4-u1"] = requests.Succeeded
+		}, "finish (signal only); report rollback upgrade-4-u1; report Ready", false},
 		{"links unknown: never read as a rollback", func(in *Inputs) { in.Current, in.LastGood = "", "" },
 			"report Ready", true},
 	}

@@ -40,6 +40,11 @@ func probation(in Inputs) (Action, bool) {
 	switch {
 	case p == nil:
 		return Action{}, false
+	case in.Upgrade != nil && in.Upgrade.RequestID == p.RequestID && in.Upgrade.Failure != "" && !finished(in, p.RequestID):
+		// Killed between the probation file and the Succeeded status, then
+		// rolled back: the verdict is the signal's Failed; nothing was
+		// reported Succeeded, so there is no rollback after it to report.
+		return Action{Type: EndProbation, Probation: p}, true
 	case p.Reason != "" || (in.Current != "" && in.Current != p.ToRelease):
 		if in.Machine == nil {
 			return Action{}, false // reported once the Machine is there
@@ -53,6 +58,16 @@ func probation(in Inputs) (Action, bool) {
 		return Action{Type: EndProbation, Probation: p, Advance: true}, true
 	}
 	return Action{}, false
+}
+
+// finished reports whether a final status of request id is on disk.
+func finished(in Inputs, id string) bool {
+	for _, s := range in.Statuses {
+		if s.RequestID == id && s.Phase.Finished() {
+			return true
+		}
+	}
+	return false
 }
 
 // probationWaits reports whether the probation in in waits only for this
