@@ -299,19 +299,42 @@ func (s *soak) round(n int, p soakPlan) soakRow {
 		b := s.bundles[to]
 		s.createOp(opName, v1alpha1.OperationAgentUpgrade, &v1alpha1.OperationParameters{BundleURL: v1alpha1.URL(b[0]), BundleSHA256: v1alpha1.SHA256(b[1])})
 		from := s.version
-		done = s.opDone(opName, t0, &row, func(e *v1alpha1.MachineOperationTarget) string {
+		disrupted := func() bool { return row.killed == units.Watcher || row.cut != "no" }
+		opDone := s.opDone(opName, t0, &row, func(e *v1alpha1.MachineOperationTarget) string {
+			// A watcher killed after the verdict, while the release is on probation, is rolled back by the
+			// recovery unit: Succeeded stays, with the rollback beside it.
+			if e.Phase == v1alpha1.OperationSucceeded && e.RolledBack != nil {
+				s.version = from
+				if !disrupted() {
+					return "AgentUpgrade Succeeded, then rolled back undisturbed: " + e.RolledBack.Message
+				}
+				return ""
+			}
 			if e.Phase == v1alpha1.OperationSucceeded {
 				s.version = to
 				return ""
 			}
 			// A watcher killed (or powered off) while the upgrader's health gate watches it is an unhealthy new
-			// release by design: the upgrade rolls back and says so. Anything else is a failure.
-			if (row.killed == units.Watcher || row.cut != "no") && strings.Contains(e.Message, "rolled back") {
+			// release by design: the upgrade rolls back and says so (or the recovery unit does, "recovered to").
+			// Anything else is a failure.
+			if disrupted() && (strings.Contains(e.Message, "rolled back") || strings.Contains(e.Message, "recovered to")) {
 				s.version = from
 				return ""
 			}
 			return "AgentUpgrade " + string(e.Phase) + ": " + e.Message
 		})
+		done = func() (bool, string, string) {
+			ok, detail, fail := opDone()
+			// After a watcher kill, a Succeeded release may still be on probation and about to be rolled back:
+			// the round ends once its probation ended or the rollback was published (the file is gone).
+			if ok && fail == "" && row.killed == units.Watcher {
+				if _, err := s.r.h.Run(s.ctx, "test", "-e", "/opt/kubeslot/state/upgrade-probation.json"); err == nil {
+					return false, "the release is on probation", ""
+				}
+				ok, detail, fail = opDone() // the rollback, if one came, is on the entry by now
+			}
+			return ok, detail, fail
+		}
 	case soakReset:
 		s.createOp(opName, v1alpha1.OperationAgentReset, nil)
 		opDone := s.opDone(opName, t0, &row, nil)

@@ -407,7 +407,8 @@ func TestWatcherOnRig(t *testing.T) {
 		}
 		signal := func(req *requests.Request, to string) *requests.UpgradeSignal {
 			return &requests.UpgradeSignal{RequestID: req.ID, Operation: req.Operation, MachineGeneration: req.MachineGeneration,
-				FromRelease: "blue", FromVersion: "v-old", ToRelease: "green", ToVersion: to, SwitchedAt: time.Now().UTC(),
+				// To the release current names: a probation whose release is not current is read as rolled back.
+				FromRelease: "green", FromVersion: "v-old", ToRelease: "blue", ToVersion: to, SwitchedAt: time.Now().UTC(),
 				Phases: []requests.PhaseTiming{{Name: "download", StartedAt: time.Now().UTC()}, {Name: "switch", StartedAt: time.Now().UTC()}}}
 		}
 		// finished waits for the operation's entry to reach phase with a message containing msg, the AgentUpgraded
@@ -469,11 +470,11 @@ func TestWatcherOnRig(t *testing.T) {
 			finished(t, req.Operation, v1alpha1.OperationFailed, "recovery unit rolled back", metav1.ConditionFalse, v1alpha1.ReasonUpgradeFailed)
 		})
 
-		t.Run("SuccessAfterSettle", func(t *testing.T) {
-			// A fresh watcher with a short settle time, as after the upgrader restarted the unit.
+		t.Run("SuccessThenProbation", func(t *testing.T) {
+			// A fresh watcher with a short probation, as after the upgrader restarted the unit.
 			const settle = 4 * time.Second
 			if err := r.h.WriteFile("/etc/systemd/system/"+units.Watcher+".d/zz-settle.conf",
-				[]byte(fmt.Sprintf("[Service]\nEnvironment=KUBESLOT_WATCHER_UPGRADE_SETTLE=%s\n", settle)), 0o644); err != nil {
+				[]byte(fmt.Sprintf("[Service]\nEnvironment=KUBESLOT_WATCHER_UPGRADE_PROBATION=%s\n", settle)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			r.run("systemctl", "daemon-reload")
@@ -495,10 +496,18 @@ func TestWatcherOnRig(t *testing.T) {
 			}
 			d := finished(t, req.Operation, v1alpha1.OperationSucceeded, "agent upgraded from v-old to "+version,
 				metav1.ConditionTrue, v1alpha1.ReasonUpgraded)
-			rigTiming(t, fmt.Sprintf("watcher restart -> upgrade reported Succeeded (settle %s)", settle), time.Since(t0))
+			rigTiming(t, "watcher restart -> upgrade reported Succeeded", time.Since(t0))
 			t.Logf("verified signal -> operation Succeeded: %v", d)
 			if m := getMachine(); m.Status.AgentVersion != version {
 				t.Errorf("Machine agentVersion %q, want %q", m.Status.AgentVersion, version)
+			}
+			// The release stays on probation until the watcher has been up for the window.
+			eventually(t, 30*time.Second, "probation ended", func() (bool, string) {
+				p, err := r.dir.ReadProbation()
+				return p == nil && err == nil, fmt.Sprintf("%+v %v", p, err)
+			})
+			if since := time.Since(t0); since < settle {
+				t.Errorf("probation ended %s after the watcher restart, before its %s window", since, settle)
 			}
 		})
 	})

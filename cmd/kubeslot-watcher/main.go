@@ -52,9 +52,10 @@ type flags struct {
 	Kubeconfig string        `help:"Kubeconfig with the node identity (default: <host-root>/identity/kubeconfig)." placeholder:"FILE"`
 	LockWait   time.Duration `help:"How long each round of waiting for the installation lock lasts; between rounds the watcher logs who holds it and tells systemd it is alive. It waits until it has the lock." env:"KUBESLOT_WATCHER_LOCK_WAIT" default:"30s"`
 	ReadyAfter time.Duration `help:"Tell systemd READY after this long even if the cluster was never reached (the watcher keeps retrying)." env:"KUBESLOT_WATCHER_READY_AFTER" default:"60s"`
-	// UpgradeSettle is short in tests; in production the default gives a
-	// new release time to crash before it reports itself upgraded.
-	UpgradeSettle time.Duration `help:"How long a new release's watcher must have been up and synced before it reports its agent upgrade Succeeded." env:"KUBESLOT_WATCHER_UPGRADE_SETTLE" default:"30s"`
+	// UpgradeProbation is short in tests; in production the default gives a
+	// new release time to crash and be rolled back by the recovery unit
+	// before last-good moves to it.
+	UpgradeProbation time.Duration `help:"How long a new release's watcher stays on probation after it reported its agent upgrade Succeeded: a failure in that time is rolled back by the recovery unit (and reported), and last-good moves to the release only after it." env:"KUBESLOT_WATCHER_UPGRADE_PROBATION" default:"30s"`
 }
 
 // EnvTestExitAfter is the fault hook for rig tests: a watcher that exits 1
@@ -74,8 +75,8 @@ func run(args []string, stdio cli.IO) int {
 // stage checks the flags, arms the exit test hook and runs the stage
 // (lib/watcher).
 func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error {
-	if f.UpgradeSettle <= 0 {
-		return exitcode.UsageError(fmt.Errorf("--upgrade-settle %s: want a positive duration", f.UpgradeSettle))
+	if f.UpgradeProbation <= 0 {
+		return exitcode.UsageError(fmt.Errorf("--upgrade-probation %s: want a positive duration", f.UpgradeProbation))
 	}
 	if exit, err := testExitAfter(os.Getenv(EnvTestExitAfter)); err != nil {
 		return err
@@ -94,7 +95,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 		return err
 	}
 	return watcher.Command{Root: root, SystemdBus: f.SystemdBus, Kubeconfig: f.Kubeconfig, LockWait: f.LockWait,
-		ReadyAfter: f.ReadyAfter, UpgradeSettle: f.UpgradeSettle, Getenv: os.Getenv, Log: log, Started: t0}.Run(ctx)
+		ReadyAfter: f.ReadyAfter, UpgradeProbation: f.UpgradeProbation, Getenv: os.Getenv, Log: log, Started: t0}.Run(ctx)
 }
 
 // testExitAfter parses the EnvTestExitAfter hook: nil when unset.

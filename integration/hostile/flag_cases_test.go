@@ -67,7 +67,7 @@ func flagCases() []hcase {
 		}),
 		usage("resetter KUBESLOT_REQUEST unknown", "kubeslot-resetter", []string{"KUBESLOT_REQUEST"}, []string{"KUBESLOT_REQUEST=upgrade"}, none),
 		usage("resetter KUBESLOT_TEST_PAUSE_AT unknown", "kubeslot-resetter", []string{"KUBESLOT_TEST_PAUSE_AT"}, []string{"KUBESLOT_TEST_PAUSE_AT=nowhere"}, func(*env) []string { return []string{"--yes"} }),
-		usage("watcher --upgrade-settle zero", "kubeslot-watcher", []string{"--upgrade-settle"}, nil, func(*env) []string { return []string{"--upgrade-settle", "0s"} }),
+		usage("watcher --upgrade-probation zero", "kubeslot-watcher", []string{"--upgrade-probation"}, nil, func(*env) []string { return []string{"--upgrade-probation", "0s"} }),
 		usage("bootstrap without a bus", "kubeslot-bootstrap", []string{"--systemd-bus", "nothing was changed"}, nil, func(e *env) []string {
 			return []string{"--config", e.config()}
 		}),

@@ -307,3 +307,37 @@ func TestRequestLinkAndFIFONotRead(t *testing.T) {
 		t.Errorf("rejected %v, want the link and the FIFO moved aside", rej)
 	}
 }
+
+// The probation file round-trips, is absent as nil, and a damaged one is an
+// error naming the file and the field.
+func TestProbationFile(t *testing.T) {
+	d, _ := newDir(t)
+	if p, err := d.ReadProbation(); p != nil || err != nil {
+		t.Fatalf("no file: %+v %v", p, err)
+	}
+	if err := d.WriteProbation(&Probation{RequestID: "upgrade-1-op", ToRelease: "green"}); err == nil {
+		t.Error("a probation without a version was written")
+	}
+	in := &Probation{RequestID: "upgrade-1-op", Operation: "op", FromRelease: "blue", FromVersion: "v1", ToRelease: "green",
+		ToVersion: "v2", SucceededAt: time.Now().UTC(), Reason: strings.Repeat("x", MaxMessage+10)}
+	if err := d.WriteProbation(in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.ReadProbation()
+	if err != nil || got.ToRelease != "green" || len(got.Reason) != MaxMessage || got.UpdatedAt.IsZero() || !got.RolledBackAt.IsZero() {
+		t.Fatalf("read back %+v %v", got, err)
+	}
+	p, _ := d.ProbationPath()
+	if err := os.WriteFile(p, []byte(`{"requestID":"upgrade-1-op","toRelease":"green"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ReadProbation(); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "toVersion") {
+		t.Errorf("damaged file: %v", err)
+	}
+	if err := d.RemoveProbation(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveProbation(); err != nil {
+		t.Errorf("second remove: %v", err)
+	}
+}

@@ -16,7 +16,8 @@ import (
 // upgrader or by the recovery unit) records Failure in it; the watcher that
 // runs afterwards turns it into the request's final status and removes it:
 // Failed with Failure when set, Succeeded when the watcher runs ToVersion and
-// has stayed up for its settle time. Because the outcome is decided by the
+// the upgrader verified it (the release then goes on probation, Probation).
+// Because the outcome is decided by the
 // watcher that actually runs, an upgrade is reported Succeeded only by the
 // new release and Failed only by the old one.
 type UpgradeSignal struct {
@@ -92,4 +93,89 @@ func (d *Dir) RemoveUpgradeSignal() error {
 		return err
 	}
 	return atomicfile.Remove(p)
+}
+
+// Probation is <base>/state/upgrade-probation.json: a release whose upgrade
+// was reported Succeeded but that has not yet run for its probation window.
+// The new watcher writes it with the verdict (before it removes the signal)
+// and, once it has been up for the window on that release, advances
+// <base>/last-good to it and removes the file. Until then the recovery unit
+// still rolls the release back; it records that here (RolledBackAt, Reason),
+// and the watcher of the release recovered to reports it on the Machine and
+// the operation and then removes the file. The file thus carries a rollback
+// after Succeeded across every crash until it is published.
+type Probation struct {
+	RequestID         string `json:"requestID"`
+	Operation         string `json:"operation,omitempty"`
+	MachineGeneration int64  `json:"machineGeneration"`
+	FromRelease       string `json:"fromRelease"`
+	FromVersion       string `json:"fromVersion"`
+	ToRelease         string `json:"toRelease"`
+	ToVersion         string `json:"toVersion"`
+	// SucceededAt is when the verdict was written.
+	SucceededAt time.Time `json:"succeededAt"`
+	// RolledBackAt and Reason are set by the recovery unit when it rolls
+	// the release back while on probation.
+	RolledBackAt time.Time `json:"rolledBackAt,omitzero"`
+	Reason       string    `json:"reason,omitempty"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+}
+
+// ProbationPath is the local path of the probation file.
+func (d *Dir) ProbationPath() (string, error) {
+	dir, err := d.dir(hostroot.StateDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "upgrade-probation.json"), nil
+}
+
+// WriteProbation writes p atomically (UpdatedAt stamped, Reason bounded).
+func (d *Dir) WriteProbation(p *Probation) error {
+	if !idRE.MatchString(p.RequestID) {
+		return fmt.Errorf("upgrade probation: request id %q: want <kind>-<generation>-<operation>", p.RequestID)
+	}
+	if p.ToRelease == "" || p.ToVersion == "" {
+		return fmt.Errorf("upgrade probation %s: no release or version upgraded to", p.RequestID)
+	}
+	if len(p.Reason) > MaxMessage {
+		p.Reason = p.Reason[:MaxMessage]
+	}
+	p.UpdatedAt = time.Now().UTC()
+	path, err := d.ProbationPath()
+	if err != nil {
+		return err
+	}
+	return writeJSON(path, p)
+}
+
+// ReadProbation returns the probation file, or nil when there is none.
+func (d *Dir) ReadProbation() (*Probation, error) {
+	path, err := d.ProbationPath()
+	if err != nil {
+		return nil, err
+	}
+	var p Probation
+	if err := readJSON(path, &p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if !idRE.MatchString(p.RequestID) {
+		return nil, fmt.Errorf("%s: request id %q: want <kind>-<generation>-<operation>", path, p.RequestID)
+	}
+	if p.ToRelease == "" || p.ToVersion == "" {
+		return nil, fmt.Errorf("%s: toRelease %q, toVersion %q: want both", path, p.ToRelease, p.ToVersion)
+	}
+	return &p, nil
+}
+
+// RemoveProbation removes the probation file (no error when it is absent).
+func (d *Dir) RemoveProbation() error {
+	path, err := d.ProbationPath()
+	if err != nil {
+		return err
+	}
+	return atomicfile.Remove(path)
 }

@@ -38,7 +38,7 @@ func (t *txn) table() []transition.Phase {
 	return []transition.Phase{
 		ph(Preflight, "versions and releases", t.preflight),
 		ph(Download, "fetch the bundle", t.download),
-		ph(LastGood, "last-good names the running release", func(context.Context) error { return release.SetLastGood(t.d.Root, t.res.FromRelease) }),
+		ph(LastGood, "last-good names the running release", t.lastGood),
 		ph(Unpack, "unpack the bundle", t.unpack),
 		ph(SmokeTest, "smoke test of the new binaries", t.smokeTest),
 		ph(Signal, "write the signal", t.writeNewSignal),
@@ -141,6 +141,25 @@ func (t *txn) download(ctx context.Context) error {
 	var err error
 	t.local, err = t.fetch(ctx)
 	return err
+}
+
+// lastGood makes the running release last-good. That ends a probation of
+// it (requests.Probation) early: asking for the next upgrade trusts the
+// running release. A rollback recorded there and not yet published stays.
+func (t *txn) lastGood(context.Context) error {
+	if err := release.SetLastGood(t.d.Root, t.res.FromRelease); err != nil {
+		return err
+	}
+	p, err := t.d.Requests.ReadProbation()
+	if err != nil {
+		t.log.Warn("could not read the upgrade probation file; leaving it", "err", err)
+		return nil
+	}
+	if p != nil && p.Reason == "" && p.ToRelease == t.res.FromRelease {
+		t.log.Info("the running release was on probation; last-good names it now", "release", p.ToRelease, "version", p.ToVersion)
+		return t.d.Requests.RemoveProbation()
+	}
+	return nil
 }
 
 func (t *txn) unpack(ctx context.Context) error {

@@ -11,11 +11,13 @@ import (
 // (the watcher's OnFailure=) from the last-good release: when current does
 // not name last-good, it points current back at it, reinstalls its unit
 // files, records the failure in the pending-upgrade signal (when one is
-// there without a failure), and resets and restarts the watcher. When current
+// there without a failure) and, for a release already reported Succeeded,
+// in its probation file, and resets and restarts the watcher. When current
 // already is last-good there is nothing to roll back and it changes nothing:
 // a watcher failing on a good release is for an administrator, and
-// restarting it here would only make a loop. Idempotent: systemd runs
-// OnFailure= on every failure of the watcher, so this runs many times.
+// restarting it here would only make a loop. Idempotent: it runs on every
+// failure of the watcher (its ExecStopPost= starts the recovery unit after
+// each stop that is not clean; OnFailure= once the start limit is hit).
 func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	t, err := begin(ctx, d, j, "the installation is not complete: nothing to recover")
 	if err != nil {
@@ -76,6 +78,9 @@ func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
 			return nil, err
 		}
 	}
+	if err := recordProbationRollback(d, cur, curVersion, lgVersion); err != nil {
+		return nil, err
+	}
 	res.Message = fmt.Sprintf("current pointed back at %s (%s) from %s (%s)", lg, lgVersion, cur, curVersion)
 	t.release() // the watcher takes the lock when it starts
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -90,4 +95,23 @@ func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	}
 	res.Took = d.now().Sub(t.t0)
 	return res, nil
+}
+
+// recordProbationRollback records in the probation file that release cur,
+// reported Succeeded and still on probation, was rolled back: the watcher
+// of the release recovered to publishes it. Nothing when no probation names
+// cur (the verdict was not given yet, or an older release's file).
+func recordProbationRollback(d *Deps, cur, curVersion, lgVersion string) error {
+	p, err := d.Requests.ReadProbation()
+	if err != nil {
+		d.Log.Error("could not read the upgrade probation file; the rollback after Succeeded is not recorded in it", "err", err)
+		return nil
+	}
+	if p == nil || p.ToRelease != cur || p.Reason != "" {
+		return nil
+	}
+	p.RolledBackAt = d.now().UTC()
+	p.Reason = bounded(fmt.Sprintf("the watcher %s failed on probation (kubeslot-watcher.service entered failed); the recovery unit pointed current back at %s", curVersion, lgVersion))
+	d.Log.Warn("the release was reported Succeeded and is rolled back while on probation", "request", p.RequestID, "release", cur, "version", curVersion)
+	return d.Requests.WriteProbation(p)
 }

@@ -44,9 +44,13 @@
 // or redoes units, restart and health gate. <base>/current only ever names a
 // release whose binaries ran their smoke test.
 //
-// Recover is the last resort for a release that crash-loops after the
-// upgrader is gone: kubeslot-recovery.service (the watcher's OnFailure=) runs
-// the last-good release's upgrader, which points current back at last-good.
+// Recover is the last resort for a release that fails after the upgrader
+// is gone: kubeslot-recovery.service (the watcher's OnFailure=) runs the
+// last-good release's upgrader, which points current back at last-good. The
+// new watcher reports Succeeded once the signal is verified and keeps the
+// release on probation (requests.Probation) before it moves last-good to
+// it, so a failure on probation is still rolled back; Recover records that
+// in the probation file for the recovered watcher to publish.
 //
 // Imported by cmd/kubeslot-upgrader only.
 package upgrade

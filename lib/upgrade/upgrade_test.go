@@ -542,6 +542,79 @@ func TestRecoverWithoutSignalAndWithBrokenLastGood(t *testing.T) {
 	}
 }
 
+// A release reported Succeeded and still on probation (the watcher wrote the
+// file and removed the signal) is rolled back by the recovery unit, and the
+// rollback is recorded in the probation file for the recovered watcher to
+// publish. The next upgrade ends a probation that was not rolled back.
+func TestRecoverOnProbation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p, sha := e.makeBundle("2.0", bundleOpts{})
+	e.request(e.serve(p), sha)
+	if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+		t.Fatal(err)
+	}
+	sig := e.signal()
+	if sig == nil || !sig.Verified {
+		t.Fatalf("signal %+v", sig)
+	}
+	// The new watcher's verdict: probation written, signal removed.
+	prob := &requests.Probation{RequestID: sig.RequestID, Operation: sig.Operation, FromRelease: sig.FromRelease,
+		FromVersion: sig.FromVersion, ToRelease: sig.ToRelease, ToVersion: sig.ToVersion, SucceededAt: time.Now().UTC()}
+	if err := e.d.Requests.WriteProbation(prob); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Requests.RemoveUpgradeSignal(); err != nil {
+		t.Fatal(err)
+	}
+	e.sd.crash["green"] = true
+	if res, err := Recover(t.Context(), e.d, e.job()); err != nil || res.Outcome != Recovered || e.current() != "blue" {
+		t.Fatalf("Recover: %+v, %v, current %s", res, err, e.current())
+	}
+	got, err := e.d.Requests.ReadProbation()
+	if err != nil || got == nil || got.RolledBackAt.IsZero() || !strings.Contains(got.Reason, "failed on probation") ||
+		!strings.Contains(got.Reason, "current back at devel") {
+		t.Fatalf("probation after the recovery: %+v %v", got, err)
+	}
+	if s := e.signal(); s != nil {
+		t.Errorf("a signal was made up: %+v", s)
+	}
+	// Again: nothing changes.
+	first := *got
+	if res, err := Recover(t.Context(), e.d, e.job()); err != nil || res.Outcome != Nothing {
+		t.Errorf("second Recover: %+v, %v", res, err)
+	}
+	if again, _ := e.d.Requests.ReadProbation(); again == nil || again.Reason != first.Reason || !again.RolledBackAt.Equal(first.RolledBackAt) {
+		t.Errorf("probation changed by the second recovery: %+v", again)
+	}
+}
+
+// The next upgrade's last-good phase ends a probation of the running release,
+// but keeps a rollback that is not published yet.
+func TestLastGoodEndsProbation(t *testing.T) {
+	t.Parallel()
+	for _, rolledBack := range []bool{false, true} {
+		e := newEnv(t)
+		prob := &requests.Probation{RequestID: "upgrade-1-u0", FromRelease: "green", FromVersion: "1.0", ToRelease: "blue", ToVersion: "devel",
+			SucceededAt: time.Now().UTC()}
+		if rolledBack {
+			prob.Reason = "failed on probation"
+		}
+		if err := e.d.Requests.WriteProbation(prob); err != nil {
+			t.Fatal(err)
+		}
+		p, sha := e.makeBundle("2.0", bundleOpts{})
+		e.request(e.serve(p), sha)
+		if _, err := Run(t.Context(), e.d, e.job()); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.d.Requests.ReadProbation()
+		if err != nil || (got != nil) != rolledBack {
+			t.Errorf("rolled back %v: probation after the next upgrade %+v %v", rolledBack, got, err)
+		}
+	}
+}
+
 func TestPreflightChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

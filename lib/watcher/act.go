@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
@@ -31,9 +32,8 @@ func mkdir(p string) error { return os.MkdirAll(p, 0o700) }
 func (l *loop) inputs() (Inputs, error) {
 	in := Inputs{NodeName: l.NodeName, MachineName: l.MachineName, AgentVersion: l.AgentVersion, Published: l.published,
 		NodeSynced: true, Pending: map[requests.Kind]*requests.Request{}, Claimed: map[requests.Kind]*requests.Request{},
-		HooksErr: l.HooksErr,
-		// Decisions run only after the watches synced.
-		UpgradeSettled: time.Since(l.Started) >= l.UpgradeSettle}
+		HooksErr:      l.HooksErr,
+		ProbationOver: time.Since(l.Started) >= l.UpgradeProbation}
 	if obj, ok, _ := l.machine.GetByKey(l.MachineName); ok {
 		in.Machine = obj.(*v1alpha1.Machine).DeepCopy()
 	}
@@ -81,6 +81,15 @@ func (l *loop) inputs() (Inputs, error) {
 		l.Log.Warn("ignoring a damaged pending-upgrade signal", "err", err.Error())
 		in.Upgrade = nil
 	}
+	if in.Probation, err = l.dir.ReadProbation(); err != nil {
+		// Damaged: the release is treated as past its probation (last-good
+		// stays where it is); the file is left for a person to read.
+		l.Log.Warn("ignoring a damaged upgrade probation file", "err", err.Error())
+		in.Probation = nil
+	}
+	// Unknown ("") when a link is missing: nothing is then read into it.
+	in.Current, _ = release.Current(l.Root)
+	in.LastGood, _ = release.LastGood(l.Root)
 	return in, nil
 }
 
@@ -92,11 +101,11 @@ func (l *loop) once(ctx context.Context) {
 		l.Log.Error("cannot read the host root", "err", err.Error())
 		return
 	}
-	if upgradeWaitsToSettle(in) && l.settleTimer == nil {
-		wait := time.Until(l.Started.Add(l.UpgradeSettle)) + 50*time.Millisecond
-		l.Log.Info("agent upgrade to this release verified; reporting it once the watcher has settled",
-			"request", in.Upgrade.RequestID, "version", l.AgentVersion, "in", wait.Round(time.Millisecond))
-		l.settleTimer = time.AfterFunc(wait, l.nudge)
+	if probationWaits(in) && l.probationTimer == nil {
+		wait := time.Until(l.Started.Add(l.UpgradeProbation)) + 50*time.Millisecond
+		l.Log.Info("this release is on probation after its upgrade; last-good moves to it once the watcher has been up for the window",
+			"request", in.Probation.RequestID, "version", l.AgentVersion, "in", wait.Round(time.Millisecond))
+		l.probationTimer = time.AfterFunc(wait, l.nudge)
 	}
 	failed := false
 	for _, a := range Decide(in) {
@@ -163,6 +172,10 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		return l.report(ctx, in, a)
 	case FinishUpgrade:
 		return l.finishUpgrade(a)
+	case EndProbation:
+		return l.endProbation(in, a)
+	case ReportRollback:
+		return l.reportRollback(ctx, in, a)
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {
@@ -176,10 +189,19 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 	return fmt.Errorf("unknown action %s", a.Type)
 }
 
-// finishUpgrade writes the upgrade's final status, then removes the
-// pending-upgrade signal: killed in between, the next watcher finds the
-// final status and only removes the signal.
+// finishUpgrade puts a release reported Succeeded on probation, writes the
+// upgrade's final status, then removes the pending-upgrade signal: killed
+// in between, the next watcher finds the final status and only removes the
+// signal. The probation goes first, so that no Succeeded is ever on disk
+// without it.
 func (l *loop) finishUpgrade(a Action) error {
+	if a.Probation != nil {
+		p := *a.Probation
+		p.SucceededAt = time.Now().UTC()
+		if err := l.dir.WriteProbation(&p); err != nil {
+			return fmt.Errorf("put release %s on probation: %w", p.ToRelease, err)
+		}
+	}
 	if a.Status != nil {
 		if err := l.dir.WriteStatus(a.Status); err != nil {
 			return err
@@ -265,12 +287,17 @@ func (l *loop) event(ctx context.Context, m *v1alpha1.Machine, s *requests.Statu
 	if s.Operation != "" {
 		what += " (MachineOperation " + s.Operation + ")"
 	}
+	l.postEvent(ctx, m, typ, reason, fmt.Sprintf("%s %s: %s", what, s.Phase, s.Message))
+}
+
+// postEvent records an Event of type typ on the Machine m; best effort.
+func (l *loop) postEvent(ctx context.Context, m *v1alpha1.Machine, typ, reason, msg string) {
 	now := metav1.NewTime(time.Now())
 	ev := &coreEvent{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: m.Name + ".", Namespace: EventNamespace},
 		InvolvedObject: coreObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Machine",
 			Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion},
-		Reason: reason, Type: typ, Message: fmt.Sprintf("%s %s: %s", what, s.Phase, s.Message),
+		Reason: reason, Type: typ, Message: msg,
 		Source:         coreEventSource{Component: "kubeslot-watcher", Host: l.NodeName},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}

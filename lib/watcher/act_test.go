@@ -4,9 +4,11 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/testkit"
@@ -18,7 +20,7 @@ import (
 func TestInputsIgnoreUnusableRequests(t *testing.T) {
 	root := testkit.Root(t)
 	dir := requests.New(root)
-	l := &loop{Options: Options{Log: slog.New(slog.NewTextHandler(t.Output(), nil)), MachineName: "m", NodeName: "m"},
+	l := &loop{Options: Options{Root: root, Log: slog.New(slog.NewTextHandler(t.Output(), nil)), MachineName: "m", NodeName: "m"},
 		dir: dir, store: state.NewStore(root),
 		machine: cache.NewStore(cache.MetaNamespaceKeyFunc), node: cache.NewStore(cache.MetaNamespaceKeyFunc),
 		ops: cache.NewStore(cache.MetaNamespaceKeyFunc)}
@@ -42,5 +44,70 @@ func TestInputsIgnoreUnusableRequests(t *testing.T) {
 	}
 	if r := in.Pending[requests.Restart]; r == nil || r.ID != "restart-2-op" {
 		t.Errorf("the good restart request is not seen: %+v", r)
+	}
+}
+
+// A Succeeded verdict is never on disk without its probation: the file is
+// written first, then the status, then the signal goes. The end of the
+// probation moves last-good, then removes the file.
+func TestVerdictProbationOnDisk(t *testing.T) {
+	root := testkit.Root(t)
+	dir := requests.New(root)
+	l := &loop{Options: Options{Root: root, Log: slog.New(slog.NewTextHandler(t.Output(), nil)), Started: time.Now()}, dir: dir}
+	for _, n := range []string{"blue", "green"} {
+		d, _ := release.Dir(root, n)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := release.SetCurrent(root, "green"); err != nil {
+		t.Fatal(err)
+	}
+	if err := release.SetLastGood(root, "blue"); err != nil {
+		t.Fatal(err)
+	}
+	sig := signal()
+	sig.Verified = true
+	if err := dir.WriteUpgradeSignal(sig); err != nil {
+		t.Fatal(err)
+	}
+	in := base(t)
+	in.Upgrade, in.AgentVersion = sig, "v2"
+	a := Decide(in)[0]
+	// The probation cannot be written (its path is a directory): nothing else may be.
+	pp, _ := dir.ProbationPath()
+	if err := os.Mkdir(pp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.finishUpgrade(a); err == nil {
+		t.Fatal("verdict written without its probation")
+	}
+	if st, _ := dir.ReadStatus(sig.RequestID); st != nil {
+		t.Fatalf("status %+v written without a probation", st)
+	}
+	if err := os.Remove(pp); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.finishUpgrade(a); err != nil {
+		t.Fatal(err)
+	}
+	p, err := dir.ReadProbation()
+	if err != nil || p == nil || p.ToRelease != "green" || p.SucceededAt.IsZero() {
+		t.Fatalf("probation %+v %v", p, err)
+	}
+	if st, err := dir.ReadStatus(sig.RequestID); err != nil || st.Phase != requests.Succeeded {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	if s, _ := dir.ReadUpgradeSignal(); s != nil {
+		t.Errorf("signal still there: %+v", s)
+	}
+	if err := l.endProbation(in, Action{Type: EndProbation, Probation: p, Advance: true}); err != nil {
+		t.Fatal(err)
+	}
+	if lg, _ := release.LastGood(root); lg != "green" {
+		t.Errorf("last-good %s after the probation, want green", lg)
+	}
+	if p, err := dir.ReadProbation(); p != nil || err != nil {
+		t.Errorf("probation still there: %+v %v", p, err)
 	}
 }

@@ -45,10 +45,16 @@ type Inputs struct {
 	// AgentVersion is this binary's version.
 	AgentVersion string
 	// Upgrade is the pending-upgrade signal (requests.UpgradeSignal), nil
-	// when there is none. UpgradeSettled says this watcher process has
-	// synced and stayed up for its settle time (Options.UpgradeSettle).
-	Upgrade        *requests.UpgradeSignal
-	UpgradeSettled bool
+	// when there is none.
+	Upgrade *requests.UpgradeSignal
+	// Probation is the release on probation after its upgrade's verdict
+	// (requests.Probation), nil when there is none. ProbationOver says
+	// this watcher process has been up for its probation window
+	// (Options.UpgradeProbation). Current and LastGood are the release
+	// names <base>/current and <base>/last-good point at ("" unknown).
+	Probation         *requests.Probation
+	ProbationOver     bool
+	Current, LastGood string
 	// HooksErr is why the active slot's lifecycle hooks could not be
 	// ensured at start ("" when they were).
 	HooksErr string
@@ -70,10 +76,17 @@ const (
 	// RegisterMachine creates Action.Machine.
 	RegisterMachine ActionType = "RegisterMachine"
 	// FinishUpgrade turns the pending-upgrade signal into the upgrade's
-	// final status: it writes Action.Status (unless it is nil: a final
-	// status is already there) and then removes the signal. The status is
-	// published by a later decision, as any worker's.
+	// final status: it writes Action.Probation (a Succeeded verdict puts
+	// the release on probation), then Action.Status (unless it is nil: a
+	// final status is already there), then removes the signal. The status
+	// is published by a later decision, as any worker's.
 	FinishUpgrade ActionType = "FinishUpgrade"
+	// EndProbation ends Action.Probation: last-good moves to its release
+	// (when Action.Advance), then the file goes.
+	EndProbation ActionType = "EndProbation"
+	// ReportRollback publishes Action.Probation's rollback after Succeeded
+	// (operation entry, Machine condition, Event), then removes the file.
+	ReportRollback ActionType = "ReportRollback"
 )
 
 // Action is one thing to do.
@@ -84,6 +97,8 @@ type Action struct {
 	Machine    *v1alpha1.Machine
 	Phase      v1alpha1.MachinePhase
 	Conditions []metav1.Condition
+	Probation  *requests.Probation
+	Advance    bool
 }
 
 func (a Action) String() string {
@@ -105,6 +120,10 @@ func (a Action) String() string {
 			return "FinishUpgrade (remove the signal)"
 		}
 		return fmt.Sprintf("FinishUpgrade %s %s", a.Status.RequestID, a.Status.Phase)
+	case EndProbation:
+		return fmt.Sprintf("EndProbation %s %s advance=%v", a.Probation.RequestID, a.Probation.ToRelease, a.Advance)
+	case ReportRollback:
+		return fmt.Sprintf("ReportRollback %s %s", a.Probation.RequestID, a.Probation.ToVersion)
 	}
 	return string(a.Type)
 }
@@ -184,10 +203,14 @@ func Decide(in Inputs) []Action {
 
 // publications are the results to record or publish whatever else holds: an
 // upgrade's outcome first (only the watcher that runs after a switch can tell
-// it), then every status not yet published in its phase.
+// it), then the end of a probation or a rollback after it, then every status
+// not yet published in its phase.
 func publications(in Inputs) []Action {
 	var publish []Action
 	if a, ok := finishUpgrade(in); ok {
+		publish = append(publish, a)
+	}
+	if a, ok := probation(in); ok {
 		publish = append(publish, a)
 	}
 	for _, s := range in.Statuses {
@@ -374,9 +397,10 @@ func machinePhase(specErr error, busy map[requests.Kind]bool, hooksBad bool) v1a
 // finishUpgrade decides what the pending-upgrade signal asks of this
 // watcher (see requests.UpgradeSignal): a recorded failure is final at once;
 // success only from the new release (AgentVersion is ToVersion), once the
-// upgrader verified it and this process has settled; anything else waits.
-// A final status already on disk (a crash between writing it and removing
-// the signal) is kept: only the signal goes.
+// upgrader verified it (its health gate: this watcher stayed up, unrestarted,
+// for the health window) and this process synced; the release then goes on
+// probation. Anything else waits. A final status already on disk (a crash
+// between writing it and removing the signal) is kept: only the signal goes.
 func finishUpgrade(in Inputs) (Action, bool) {
 	sig := in.Upgrade
 	if sig == nil {
@@ -392,22 +416,16 @@ func finishUpgrade(in Inputs) (Action, bool) {
 	switch {
 	case sig.Failure != "":
 		st.Phase, st.Message = requests.Failed, sig.Failure
-	case sig.Verified && sig.ToVersion != "" && in.AgentVersion == sig.ToVersion && in.UpgradeSettled:
+	case sig.Verified && sig.ToVersion != "" && sig.ToRelease != "" && in.AgentVersion == sig.ToVersion:
 		st.Phase = requests.Succeeded
 		st.Message = fmt.Sprintf("agent upgraded from %s to %s", sig.FromVersion, sig.ToVersion)
+		return Action{Type: FinishUpgrade, Status: st, Probation: &requests.Probation{RequestID: sig.RequestID,
+			Operation: sig.Operation, MachineGeneration: sig.MachineGeneration, FromRelease: sig.FromRelease,
+			FromVersion: sig.FromVersion, ToRelease: sig.ToRelease, ToVersion: sig.ToVersion}}, true
 	default:
 		return Action{}, false
 	}
 	return Action{Type: FinishUpgrade, Status: st}, true
-}
-
-// upgradeWaitsToSettle reports whether the only thing the pending-upgrade
-// signal in in waits for is this watcher's settle time: the loop then
-// decides again when that has passed.
-func upgradeWaitsToSettle(in Inputs) bool {
-	sig := in.Upgrade
-	return sig != nil && sig.Failure == "" && sig.Verified && sig.ToVersion != "" &&
-		in.AgentVersion == sig.ToVersion && !in.UpgradeSettled
 }
 
 func short(fp string) string {

@@ -3,6 +3,7 @@ package watcher
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,10 @@ func summary(as []Action) []string {
 			} else {
 				out = append(out, "finish "+a.Status.RequestID+" "+string(a.Status.Phase))
 			}
+		case EndProbation:
+			out = append(out, fmt.Sprintf("end probation %s advance=%v", a.Probation.ToRelease, a.Advance))
+		case ReportRollback:
+			out = append(out, "report rollback "+a.Probation.RequestID)
 		case ReportMachine:
 			s := "report " + string(a.Phase)
 			for _, c := range a.Conditions {
@@ -254,33 +259,29 @@ func TestDecideUpgradeSignal(t *testing.T) {
 	}{
 		{"no signal", func(*Inputs) {}, []string{"report Ready"}},
 		{"old release, switch not verified yet: wait", func(in *Inputs) {
-			in.AgentVersion, in.UpgradeSettled = "v1", true
+			in.AgentVersion = "v1"
 		}, []string{"report Ready"}},
 		{"old release, verified (the old watcher before its restart): wait", func(in *Inputs) {
-			in.AgentVersion, in.UpgradeSettled = "v1", true
+			in.AgentVersion = "v1"
 			in.Upgrade.Verified = true
 		}, []string{"report Ready"}},
 		{"new release, not verified yet: wait", func(in *Inputs) {
-			in.AgentVersion, in.UpgradeSettled = "v2", true
-		}, []string{"report Ready"}},
-		{"new release, verified, not settled: wait", func(in *Inputs) {
 			in.AgentVersion = "v2"
-			in.Upgrade.Verified = true
 		}, []string{"report Ready"}},
-		{"new release, verified and settled: Succeeded", func(in *Inputs) {
-			in.AgentVersion, in.UpgradeSettled = "v2", true
+		{"new release, verified: Succeeded at once (the probation follows)", func(in *Inputs) {
+			in.AgentVersion = "v2"
 			in.Upgrade.Verified = true
 		}, []string{"finish upgrade-4-u1 Succeeded", "report Ready"}},
 		{"failure recorded: Failed at once", func(in *Inputs) {
 			in.AgentVersion = "v1"
 			in.Upgrade.Failure = "the new watcher exited 1"
 		}, []string{"finish upgrade-4-u1 Failed", "report Ready"}},
-		{"failure recorded, even though verified and settled", func(in *Inputs) {
-			in.AgentVersion, in.UpgradeSettled = "v2", true
+		{"failure recorded, even though verified", func(in *Inputs) {
+			in.AgentVersion = "v2"
 			in.Upgrade.Verified, in.Upgrade.Failure = true, "crashed after the upgrader exited"
 		}, []string{"finish upgrade-4-u1 Failed", "report Ready"}},
 		{"final status already written (killed before the signal went): signal only, then publish", func(in *Inputs) {
-			in.AgentVersion, in.UpgradeSettled = "v2", true
+			in.AgentVersion = "v2"
 			in.Upgrade.Verified = true
 			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.Succeeded}}
 		}, []string{"finish (signal only)", "publish upgrade-4-u1 Succeeded", "report Ready"}},
@@ -318,7 +319,7 @@ func TestDecideUpgradeStatusCarriesTheSignal(t *testing.T) {
 	in := base(t)
 	in.Upgrade = signal()
 	in.Upgrade.Verified = true
-	in.AgentVersion, in.UpgradeSettled = "v2", true
+	in.AgentVersion = "v2"
 	s := Decide(in)[0].Status
 	if s == nil || s.Kind != requests.Upgrade || s.Operation != "u1" || s.MachineGeneration != 4 || len(s.Phases) != 2 ||
 		s.Message != "agent upgraded from v1 to v2" {
@@ -331,24 +332,94 @@ func TestDecideUpgradeStatusCarriesTheSignal(t *testing.T) {
 	}
 }
 
-func TestUpgradeWaitsToSettleOnlyForThisVersion(t *testing.T) {
+// A Succeeded verdict puts the release on probation: the action carries it.
+func TestDecideSucceededStartsProbation(t *testing.T) {
 	in := base(t)
 	in.Upgrade = signal()
-	in.AgentVersion = "v2"
-	if upgradeWaitsToSettle(in) {
-		t.Error("waits to settle before the upgrader verified the release")
-	}
 	in.Upgrade.Verified = true
-	if !upgradeWaitsToSettle(in) {
-		t.Error("a verified upgrade to this version does not wait to settle")
+	in.AgentVersion = "v2"
+	a := Decide(in)[0]
+	p := a.Probation
+	if a.Type != FinishUpgrade || p == nil || p.RequestID != "upgrade-4-u1" || p.Operation != "u1" || p.MachineGeneration != 4 ||
+		p.FromRelease != "blue" || p.FromVersion != "v1" || p.ToRelease != "green" || p.ToVersion != "v2" {
+		t.Fatalf("action %+v, probation %+v", a, p)
 	}
-	in.UpgradeSettled = true
-	if upgradeWaitsToSettle(in) {
-		t.Error("still waiting after the settle time")
+	in.Upgrade.Failure = "rolled back"
+	if a := Decide(in)[0]; a.Probation != nil {
+		t.Errorf("a Failed verdict starts a probation: %+v", a.Probation)
 	}
-	in.UpgradeSettled, in.AgentVersion = false, "v1"
-	if upgradeWaitsToSettle(in) {
-		t.Error("the old release waits to settle")
+}
+
+// probationOf is release green (v2, from blue v1) on probation after upgrade-4-u1.
+func probationOf() *requests.Probation {
+	return &requests.Probation{RequestID: "upgrade-4-u1", Operation: "u1", MachineGeneration: 4, FromRelease: "blue",
+		FromVersion: "v1", ToRelease: "green", ToVersion: "v2", SucceededAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func TestDecideProbation(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*Inputs)
+		want   string
+		waits  bool
+	}{
+		{"on probation, window not over: wait", func(*Inputs) {}, "report Ready", true},
+		{"window over: last-good advances", func(in *Inputs) { in.ProbationOver = true },
+			"end probation green advance=true; report Ready", false},
+		{"last-good already advanced (killed before the file went): the file goes", func(in *Inputs) { in.LastGood = "green" },
+			"end probation green advance=false; report Ready", false},
+		{"a watcher of another version (before its re-exec): wait, no timer", func(in *Inputs) {
+			in.AgentVersion, in.ProbationOver = "v1", true
+		}, "report Ready", false},
+		{"rolled back by the recovery unit: reported", func(in *Inputs) {
+			in.Probation.Reason, in.Current, in.AgentVersion = "kept failing", "blue", "v1"
+		}, "report rollback upgrade-4-u1; report Ready", false},
+		{"current moved away without a recorded reason (recovery killed before it wrote one): reported", func(in *Inputs) {
+			in.Current, in.AgentVersion, in.ProbationOver = "blue", "v1", true
+		}, "report rollback upgrade-4-u1; report Ready", false},
+		{"a rollback waits for the Machine", func(in *Inputs) {
+			in.Probation.Reason, in.Machine = "kept failing", nil
+		}, "register m1", false},
+		{"killed between the probation file and the status, then rolled back: Failed, the file goes", func(in *Inputs) {
+			in.Probation.Reason, in.Current, in.AgentVersion = "kept failing", "blue", "v1"
+			in.Upgrade = signal()
+			in.Upgrade.Failure = "kept failing"
+		}, "finish upgrade-4-u1 Failed; end probation green advance=false; report Ready", false},
+		{"killed between the status and the signal's removal, then rolled back: the rollback is reported", func(in *Inputs) {
+			in.Probation.Reason, in.Current, in.AgentVersion = "kept failing", "blue", "v1"
+			in.Upgrade = signal()
+			in.Upgrade.Failure = "kept failing"
+			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.Succeeded}}
+			in.Published["upgrade-4-u1"] = requests.Succeeded
+		}, "finish (signal only); report rollback upgrade-4-u1; report Ready", false},
+		{"links unknown: never read as a rollback", func(in *Inputs) { in.Current, in.LastGood = "", "" },
+			"report Ready", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := base(t)
+			in.Probation, in.AgentVersion, in.Current, in.LastGood = probationOf(), "v2", "green", "blue"
+			c.mutate(&in)
+			if got := strings.Join(summary(Decide(in)), "; "); got != c.want {
+				t.Errorf("got  %q\nwant %q", got, c.want)
+			}
+			if got := probationWaits(in); got != c.waits {
+				t.Errorf("probationWaits %v, want %v", got, c.waits)
+			}
+		})
+	}
+}
+
+func TestRollbackMessage(t *testing.T) {
+	p := probationOf()
+	p.Reason = "the new watcher v2 kept failing after the upgrade; recovered to v1"
+	want := "agent upgrade v1 -> v2 was reported Succeeded at 2026-01-02T03:04:05Z, then rolled back to v1 while on probation: " + p.Reason
+	if got := rollbackMessage(p, "blue"); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	p.Reason = ""
+	if got := rollbackMessage(p, "blue"); !strings.HasSuffix(got, "release green is no longer current (blue is)") {
+		t.Errorf("without a reason: %q", got)
 	}
 }
 

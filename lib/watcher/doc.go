@@ -49,7 +49,9 @@
 //     result is on disk) and re-executes the new binary in the same process.
 //     It never
 //     restarts its own unit. It turns the pending-upgrade signal into the
-//     upgrade's final status after its settle time (--upgrade-settle).
+//     upgrade's final status (the verdict), keeps the release on probation
+//     for --upgrade-probation before it advances last-good, and publishes
+//     a rollback on probation (probation.go).
 //   - Errors: an action that fails is retried with capped, jittered backoff
 //     (2 s to 5 min), each error logged once.
 //   - Test hooks: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<duration> (exit 1 that

@@ -33,12 +33,12 @@ type Options struct {
 	// CallTimeout bounds each API write (default 20 s).
 	CallTimeout time.Duration
 	// Started is when this watcher process started (default: when Run was
-	// called). UpgradeSettle is how long it must have been up, and synced,
-	// before it reports an agent upgrade to its own version Succeeded
-	// (default 30 s): a new release that crashes soon after its start is
-	// rolled back, not reported.
-	Started       time.Time
-	UpgradeSettle time.Duration
+	// called). UpgradeProbation is how long it must have been up before a
+	// release upgraded to and reported Succeeded leaves its probation and
+	// becomes last-good (default 30 s): a new release that fails sooner is
+	// rolled back by the recovery unit, and that is reported.
+	Started          time.Time
+	UpgradeProbation time.Duration
 	// HooksErr is why the active slot's lifecycle hooks could not be
 	// ensured at start; it is reported as Degraded ("" when they were).
 	HooksErr string
@@ -50,8 +50,9 @@ type Options struct {
 	ReleaseStartup bool
 }
 
-// DefaultUpgradeSettle is Options.UpgradeSettle's default.
-const DefaultUpgradeSettle = 30 * time.Second
+// DefaultUpgradeProbation is Options.UpgradeProbation's default (the settle
+// time that used to delay the verdict).
+const DefaultUpgradeProbation = 30 * time.Second
 
 // loop is one run of the watcher.
 type loop struct {
@@ -68,9 +69,9 @@ type loop struct {
 	// published caches the marker between decisions.
 	published requests.Published
 	lastPrune time.Time
-	// settleTimer decides again once the process has settled, so that an
-	// upgrade is reported without waiting for another event.
-	settleTimer *time.Timer
+	// probationTimer decides again once the process has been up for its
+	// probation window, so that it ends without waiting for another event.
+	probationTimer *time.Timer
 	// ttl arms the deletes of finished operations (ttl.go).
 	ttl ttlState
 	// failures counts the passes in a row with a failed action (the retry
@@ -93,8 +94,8 @@ func Run(ctx context.Context, o Options) error {
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 20 * time.Second
 	}
-	if o.UpgradeSettle <= 0 {
-		o.UpgradeSettle = DefaultUpgradeSettle
+	if o.UpgradeProbation <= 0 {
+		o.UpgradeProbation = DefaultUpgradeProbation
 	}
 	if o.Started.IsZero() {
 		o.Started = time.Now()
@@ -112,8 +113,8 @@ func Run(ctx context.Context, o Options) error {
 		l.store.SetBetweenReads(o.BetweenReads)
 	}
 	defer func() {
-		if l.settleTimer != nil {
-			l.settleTimer.Stop()
+		if l.probationTimer != nil {
+			l.probationTimer.Stop()
 		}
 		l.ttl.stop()
 	}()

@@ -60,7 +60,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 		go func() {
 			done <- Run(loopCtx, Options{
 				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
-				AgentVersion: buildinfo.Version, Log: log, Started: c.Started, UpgradeSettle: c.UpgradeSettle, HooksErr: hooksErr,
+				AgentVersion: buildinfo.Version, Log: log, Started: c.Started, UpgradeProbation: c.UpgradeProbation, HooksErr: hooksErr,
 				BetweenReads: readGate(c.getenv(EnvTestReadGate), log),
 				Synced:       func() { sd.synced("watching Machine " + st.machineName) },
 				// The binary's start-up code leaves memory once it has run (pages.go).

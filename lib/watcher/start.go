@@ -46,8 +46,8 @@ type Command struct {
 	LockWait time.Duration
 	// ReadyAfter: READY even when the cluster was never reached.
 	ReadyAfter time.Duration
-	// UpgradeSettle is Options.UpgradeSettle.
-	UpgradeSettle time.Duration
+	// UpgradeProbation is Options.UpgradeProbation.
+	UpgradeProbation time.Duration
 	// Getenv reads the sandbox settings' overrides and EnvTestReadGate.
 	Getenv func(string) string
 	Log    *slog.Logger

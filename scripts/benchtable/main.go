@@ -252,6 +252,8 @@ const (
 	idleUnit        = "watcher (rig host, its unit, node identity): idle requests besides watches (apiserver audit)"
 	idleUnitWatches = "watcher (rig host, its unit, node identity): watches opened when idle (apiserver audit)"
 	idleRSS         = "watcher (rig host, its unit, node identity): RSS when idle"
+	// TestUpgradeOnRig (integration/upgrade_test.go), Good subtest and each good upgrade after it.
+	upgradeVerdict = "upgrade: operation created to Succeeded (verdict; probation follows)"
 )
 
 var rows = []row{
@@ -281,12 +283,16 @@ var rows = []row{
 	{label: "whole Provision, layered (1x; the cached kubelet re-verified by sha256)", target: "", tests: "TestOverlaySlotsOnRig", names: []string{slotProv1}},
 	{label: "whole repave (request dropped -> Succeeded)", target: "< 30 s", tests: "TestRepaveOnRig",
 		names: []string{"repave a->b: request dropped -> status Succeeded (path unit included)"}},
+	// Issue 19, item 3: the verdict no longer waits out a 30 s settle (31.7 s in make demo before); the release
+	// stays on probation after it instead.
+	{label: "agent upgrade verdict (operation created -> Succeeded; real units and binaries, node identity; was 31.7 s)",
+		target: "<= 10 s", tests: "TestUpgrade.*", names: []string{upgradeVerdict}},
 	{label: "agent upgrade (bundle downloaded -> healthy new watcher)", target: "< 15 s", tests: "TestUpgrade.*",
 		names: []string{"upgrade: bundle downloaded to healthy new watcher", "upgrade: downloaded to healthy new watcher"}},
 	{label: "rollback by the upgrader (operation created -> Failed, old release running)", target: "< 60 s", tests: "TestUpgrade.*",
 		names: []string{"upgrade: failed upgrade back on the old release", "upgrade: bad watcher, operation created to Failed"}},
-	{label: "rollback by the recovery unit (late crash -> old watcher back)", target: "< 60 s", tests: "TestUpgrade.*",
-		names: []string{"upgrade: late crash, upgrader done to old watcher back (recovery unit)"}},
+	{label: "rollback by the recovery unit (kill -9 on probation, after Succeeded -> rollback published, old watcher back)", target: "< 60 s", tests: "TestUpgrade.*",
+		names: []string{"upgrade: kill -9 on probation to rollback published, old watcher back (recovery unit)", "upgrade: late crash, upgrader done to old watcher back (recovery unit)"}},
 	{label: "reset (bootstrapped host -> nothing)", target: "< 15 s", tests: "TestResetOnRig",
 		names: []string{"reset: bootstrapped host to nothing (target < 15 s)"}},
 	{label: "workload downtime across a repave (images warm, hostPort probe)", target: "<= 3 s", tests: "TestPodsOnRig",

@@ -337,8 +337,12 @@ const (
 	ReasonRepaveFailed      = "RepaveFailed" // rolled back to the old slot; see the message
 	ReasonUpgraded          = "Upgraded"
 	ReasonUpgradeFailed     = "UpgradeFailed" // rolled back to the last good release
-	ReasonDownloadFailed    = "DownloadFailed"
-	ReasonChecksumMismatch  = "ChecksumMismatch" // the spec's sha256 does not match what the URL serves
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonHealthy           = "Healthy"
+	// ReasonRolledBackOnProbation: the upgrade was reported Upgraded, then
+	// the new release failed while on probation and the recovery unit
+	// rolled it back to the last good release.
+	ReasonRolledBackOnProbation = "RolledBackOnProbation"
+	ReasonDownloadFailed        = "DownloadFailed"
+	ReasonChecksumMismatch      = "ChecksumMismatch" // the spec's sha256 does not match what the URL serves
+	ReasonInvalidSpec           = "InvalidSpec"
+	ReasonHealthy               = "Healthy"
 )

@@ -242,6 +242,28 @@ type MachineOperationTarget struct {
 	// its agent acted on the operation.
 	// +optional
 	ObservedMachineGeneration int64 `json:"observedMachineGeneration,omitempty"`
+	// RolledBack is set when what this Machine reported Succeeded was
+	// undone later: an AgentUpgrade whose new release failed while on
+	// probation and was rolled back by the recovery unit. Phase stays
+	// Succeeded (that verdict was given); this says it no longer holds.
+	// +optional
+	RolledBack *OperationRollback `json:"rolledBack,omitempty"`
+}
+
+// OperationRollback records a rollback after a Machine's Succeeded.
+type OperationRollback struct {
+	// Time is when the rollback was made.
+	// +required
+	Time metav1.Time `json:"time"`
+	// Reason is a CamelCase word: RolledBackOnProbation.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason"`
+	// Message says what failed and which release runs now.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
 }
 
 // OperationPhase is the progress of an operation.
