@@ -49,7 +49,7 @@ KUBESLOT_KUBE_BIN=${KUBESLOT_KUBE_BIN:-$(scripts/kube-bins.sh)}
 KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev kubelet)}
 export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
-# The fleet at N=1000 adds some 15 minutes, most of it the agents' registration (DESIGN.md, "make bench").
+# The fleet at N=1000 adds some 15 minutes, most of it the agents' registration (DESIGN.md, "Test rig").
 echo "bench: full log in $log, figures in $figures (about 35 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
