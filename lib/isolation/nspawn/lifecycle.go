@@ -41,26 +41,16 @@ func isNoMachine(err error) bool { return errors.Is(err, hostapi.ErrNoMachine) }
 // kubelet are skipped by their condition, so it can boot while the old
 // slot's node still serves (the repave's standby). Boot on a running node
 // only waits for it.
-func (b *Backend) Boot(ctx context.Context, slot string) error {
-	t0 := time.Now()
-	ctx, cancel, err := b.bootBound(ctx, slot)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	state, err := b.boot(ctx, slot)
-	if err != nil {
-		return err
-	}
-	b.log.Info("node booted", "slot", slot, "state", state, "took", time.Since(t0).Round(time.Millisecond))
-	return nil
-}
+func (b *Backend) Boot(ctx context.Context, slot string) error { return b.bring(ctx, slot, false) }
 
 // Start boots slot's node (Boot), marks the slot as serving and starts
-// containerd and the kubelet inside. The mark (and the rendered
-// nodeconfig.NodeTargetDropIn) make later boots start them by themselves. Start on a running node (a
-// warm one too) only makes sure both are started.
-func (b *Backend) Start(ctx context.Context, slot string) error {
+// containerd and the kubelet inside. The mark and the rendered
+// nodeconfig.NodeTargetDropIn make later boots start them by themselves.
+// Start on a running node (a warm one too) only makes sure both are started.
+func (b *Backend) Start(ctx context.Context, slot string) error { return b.bring(ctx, slot, true) }
+
+// bring is Boot, and with serve Start, within timeouts.node_ready.
+func (b *Backend) bring(ctx context.Context, slot string, serve bool) error {
 	t0 := time.Now()
 	ctx, cancel, err := b.bootBound(ctx, slot)
 	if err != nil {
@@ -72,6 +62,10 @@ func (b *Backend) Start(ctx context.Context, slot string) error {
 		return err
 	}
 	booted := time.Since(t0)
+	if !serve {
+		b.log.Info("node booted", "slot", slot, "state", state, "took", booted.Round(time.Millisecond))
+		return nil
+	}
 	if err := b.markServing(slot); err != nil {
 		return fmt.Errorf("start slot %s: %w", slot, err)
 	}
