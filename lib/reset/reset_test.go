@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -668,4 +670,35 @@ func TestForcedResetOfDamagedRecord(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestResetLeavesTheOverlayOverAForeignMount: a mount inside a layered
+// slot's rootfs (a person's, a leftover tmpfs) keeps the slot's overlay
+// mounted — stopping its unit would have systemd unmount that mount too,
+// and a tmpfs's data with it — and remove-rootfs refuses, naming it. Needs
+// root for the mount.
+func TestResetLeavesTheOverlayOverAForeignMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	h := newHost(t)
+	busy := filepath.Join(h.root.Prefix(), "var/lib/machines/a/busy")
+	if err := os.MkdirAll(busy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("rig-busy", busy, "tmpfs", 0, ""); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(busy, syscall.MNT_DETACH) })
+	_, err := Run(t.Context(), h.deps())
+	if err == nil || !strings.Contains(err.Error(), string(StepRemoveRootfs)) || !strings.Contains(err.Error(), busy) {
+		t.Fatalf("reset: %v, want a refusal in %s naming %s", err, StepRemoveRootfs, busy)
+	}
+	calls := h.sd.Calls()
+	if !slices.Contains(calls, "stop systemd-nspawn@a.service") || slices.Contains(calls, "stop var-lib-machines-a.mount") {
+		t.Errorf("systemd calls %v: want the machine stopped and its rootfs mount left", calls)
+	}
+	if _, err := os.Stat(busy); err != nil {
+		t.Errorf("the foreign mount point went: %v", err)
+	}
 }

@@ -243,15 +243,43 @@ func (r *runner) stopMachines(ctx context.Context) error {
 			return err
 		}
 		// A layered slot's rootfs is an overlay mounted by its own unit:
-		// unmounted now, so that remove-rootfs finds a plain directory (and
-		// still refuses any other mount inside a slot).
+		// unmounted now, so that remove-rootfs finds a plain directory. Not
+		// while something else is mounted inside it: systemd would unmount
+		// that too (a person's mount, a tmpfs and its data); the overlay
+		// stays, and remove-rootfs refuses, naming the mounts.
 		if unit := isolation.DefaultMode.RootfsMountUnit(slot); unit != "" {
+			if nested, err := r.mountsInside(slot); err != nil {
+				return err
+			} else if len(nested) > 0 {
+				r.log.Warn("mounts inside the slot's rootfs: its overlay is left mounted", "slot", slot, "mounts", nested)
+				continue
+			}
 			if err := r.d.Systemd.StopUnit(ctx, unit); err != nil {
 				return fmt.Errorf("unmount the rootfs of slot %s: %w", slot, err)
 			}
 		}
 	}
 	return nil
+}
+
+// mountsInside lists the mount points strictly inside slot's rootfs (the
+// rootfs's own mount is not one of them).
+func (r *runner) mountsInside(slot string) ([]string, error) {
+	local, err := r.d.Root.Entry(path.Join(hostroot.MachinesDir, slot))
+	if err != nil {
+		return nil, err
+	}
+	all, err := mountinfo.Under(local)
+	if err != nil {
+		return nil, err
+	}
+	var inside []string
+	for _, m := range all {
+		if m != local {
+			inside = append(inside, m)
+		}
+	}
+	return inside, nil
 }
 
 // machineSlots are the slots whose node machine a reset stops: those of the
