@@ -131,6 +131,9 @@ func (l *loop) once(ctx context.Context) {
 		}
 	}
 	l.expire(ctx, in)
+	if !failed && in.Probation != nil && rollbackAwaitsStatus(in, in.Probation.RequestID) {
+		l.nudge() // the status went out in this pass: the rollback after it comes next
+	}
 	if failed {
 		l.failures++
 		time.AfterFunc(retryDelay(l.failures, rand.Float64()), l.nudge)

@@ -392,6 +392,10 @@ func TestDecideProbation(t *testing.T) {
 			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.Succeeded}}
 			in.Published["upgrade-4-u1"] = requests.Succeeded
 		}, "finish (signal only); report rollback upgrade-4-u1; report Ready", false},
+		{"a rollback waits until the Succeeded it undoes is published (killed in between)", func(in *Inputs) {
+			in.Probation.Reason, in.Current, in.AgentVersion = "kept failing", "blue", "v1"
+			in.Statuses = []*requests.Status{{RequestID: "upgrade-4-u1", Kind: requests.Upgrade, Operation: "u1", Phase: requests.Succeeded}}
+		}, "publish upgrade-4-u1 Succeeded; report Ready", false},
 		{"links unknown: never read as a rollback", func(in *Inputs) { in.Current, in.LastGood = "", "" },
 			"report Ready", true},
 	}

@@ -45,8 +45,8 @@ func probation(in Inputs) (Action, bool) {
 		// reported Succeeded, so there is no rollback after it to report.
 		return Action{Type: EndProbation, Probation: p}, true
 	case p.Reason != "" || (in.Current != "" && in.Current != p.ToRelease):
-		if in.Machine == nil {
-			return Action{}, false // reported once the Machine is there
+		if in.Machine == nil || rollbackAwaitsStatus(in, p.RequestID) {
+			return Action{}, false // reported once the Machine is there, after the Succeeded it undoes
 		}
 		return Action{Type: ReportRollback, Probation: p}, true
 	case in.AgentVersion != p.ToVersion:
@@ -57,6 +57,19 @@ func probation(in Inputs) (Action, bool) {
 		return Action{Type: EndProbation, Probation: p, Advance: true}, true
 	}
 	return Action{}, false
+}
+
+// rollbackAwaitsStatus reports whether a status of request id is on disk
+// and not yet published: the rollback after a Succeeded is published after
+// that Succeeded, which would otherwise set AgentUpgraded True again over the
+// rollback's False (a watcher killed between writing and publishing it).
+func rollbackAwaitsStatus(in Inputs, id string) bool {
+	for _, s := range in.Statuses {
+		if s.RequestID == id && in.Published[id] != s.Phase {
+			return true
+		}
+	}
+	return false
 }
 
 // finished reports whether a final status of request id is on disk.
