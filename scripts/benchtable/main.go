@@ -303,6 +303,14 @@ var rows = []row{
 		names: []string{"pods: Node Ready after the repave -> pods Ready"}},
 	{label: "workload downtime across a Kubernetes upgrade (1.37.1 -> 1.37.2 through the Machine)", target: "< 10 s", tests: "TestKubernetesUpgradeOnRig",
 		names: []string{"kubernetes upgrade: workload downtime (hostPort probe from the host)"}},
+	{label: "agent creates its Machine, no other Machine (admission, median)", target: "(reference)", tests: "BenchmarkAgentAdmission",
+		names: []string{admCreate0}},
+	{label: "agent creates its Machine, 1000 other Machines (admission, median)", target: "", tests: "BenchmarkAgentAdmission",
+		names: []string{admCreate1000}},
+	{label: "agent creates its Machine, 1000 / no other Machines (cost must not grow with N)", target: "~ 1", tests: "BenchmarkAgentAdmission",
+		derive: ratioOf(admCreate1000, admCreate0)},
+	{label: "agent writes its operation entry, 1000 / no other Machines (one policy run per Machine)", target: "", tests: "BenchmarkAgentAdmission",
+		derive: ratioOf(admStatus1000, admStatus0)},
 	{label: "watcher reaction latency p50 (spec change -> request file)", target: "", tests: "TestWatcher.*",
 		names: []string{"watcher: reaction latency p50", "watcher: spec update -> request file, p50 of *"}},
 	{label: "watcher reaction latency p99 (spec change -> request file)", target: "< 0.5 s", tests: "TestWatcher.*",
@@ -324,6 +332,14 @@ var rows = []row{
 	{label: "watcher idle Machine/operation requests (kubeconfig identity; apiserver counters, TestWatcherOnRig)", target: "0 besides watches",
 		tests: "TestWatcher.*", names: []string{idleName}},
 }
+
+// BenchmarkAgentAdmission's figures (integration/bench_admission_test.go).
+const (
+	admCreate0    = "admission with 0 Machines: an agent creates its Machine (median)"
+	admCreate1000 = "admission with 1000 Machines: an agent creates its Machine (median)"
+	admStatus0    = "admission with 0 Machines: an agent writes its entry in a selector operation (median)"
+	admStatus1000 = "admission with 1000 Machines: an agent writes its entry in a selector operation (median)"
+)
 
 // ratioOf derives the ratio of two figures.
 func ratioOf(num, den string) func(r *run) (float64, string, bool) {
