@@ -121,10 +121,10 @@ func TestPodsOnRig(t *testing.T) {
 	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's kubelet journal, to see where time goes
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))
-		out, _ := r.h.Run(ctx, "journalctl", "-M", "b", "-u", "kubelet.service", "-u", "containerd.service", "--no-pager", "-q", "-o", "short-precise")
+		out, _ := r.h.Run(ctx, "journalctl", "-M", "b", "--no-pager", "-q", "-o", "short-precise")
 		var keep []string
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "kubelet[") {
+			if strings.Contains(l, "kubelet[") || strings.Contains(l, "containerd") || strings.Contains(l, "systemd[1]") {
 				keep = append(keep, l)
 			}
 		}
