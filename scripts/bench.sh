@@ -51,7 +51,7 @@ KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev k
 export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
 # The fleet at N=1000 adds some 3 minutes (baseline, registration, idle window, clean-up; DESIGN.md, "Test rig").
-echo "bench: full log in $log, figures in $figures (about 25 minutes)"
+echo "bench: full log in $log, figures in $figures (about 20 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
 $GO test -count=1 -p 1 -timeout 60m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |
