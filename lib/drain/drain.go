@@ -16,10 +16,11 @@
 //     when it runs out, OnTimeout decides: Fail (an error, the caller does
 //     not stop the node) or Force (go on: the pods left stop with the node).
 //
-// The cluster is reached through Cluster (Kube is the real one, over
-// client-go); the node identity may do exactly this through the Node
+// The cluster is reached through Cluster (lib/drain/drainkube is the
+// real one, over client-go); the node identity may do exactly this through the Node
 // authorizer and NodeRestriction (DESIGN.md, "Drain"). Imported only by
-// lib/repave.
+// lib/repave, and for its
+// Policy and Progress (carried in request and status files) by lib/requests.
 package drain
 
 import (
@@ -57,14 +58,14 @@ const (
 type Policy struct {
 	// Timeout bounds the cordon, the evictions and the wait for the pods
 	// to go (0: DefaultTimeout).
-	Timeout time.Duration
+	Timeout time.Duration `json:"timeout,omitempty"`
 	// OnTimeout is what happens when Timeout runs out ("": Fail).
-	OnTimeout Action
+	OnTimeout Action `json:"onTimeout,omitempty"`
 	// DeleteEmptyDirData lets pods with emptyDir volumes be evicted (their
 	// data is lost); without it such a pod is never evicted, and the drain
 	// fails at once under Fail, or leaves it to stop with the node under
 	// Force.
-	DeleteEmptyDirData bool
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
 }
 
 // Check refuses a policy out of its bounds, naming the field.
@@ -149,14 +150,26 @@ type Cluster interface {
 type Progress struct {
 	// PodsLeft are the pods still to go (evicted ones not yet gone
 	// included; DaemonSet, mirror and finished pods not counted).
-	PodsLeft int
+	PodsLeft int `json:"podsLeft"`
 	// BlockingPDB names the budget that last refused an eviction.
-	BlockingPDB string
+	BlockingPDB string `json:"blockingPDB,omitempty"`
 	// Message says it in one line for a person.
-	Message string
+	Message string `json:"message,omitempty"`
 	// Done: the drain is over (the pods are gone, or it gave up or forced).
-	Done bool
+	Done bool `json:"done,omitempty"`
+	// Outcome of a finished drain.
+	Outcome Outcome `json:"outcome,omitempty"`
 }
+
+// Outcome is how a drain ended.
+type Outcome string
+
+// Outcomes of a drain.
+const (
+	Drained Outcome = "Drained" // the pods went (or there was no Node)
+	Failed  Outcome = "Failed"  // an error: time out under Fail, pods it may not evict
+	Forced  Outcome = "Forced"  // went on with pods left (Force)
+)
 
 // Result is how a drain ended without an error.
 type Result struct {
@@ -256,7 +269,7 @@ func (d *Drainer) Drain(ctx context.Context, p Policy, owner string) (Result, er
 		err := d.Cordon(tctx, owner)
 		if errors.Is(err, ErrNodeNotFound) {
 			res := Result{NoNode: true, Message: "Node " + d.Node + " does not exist: nothing to drain"}
-			d.report(&prog, Progress{Message: res.Message, Done: true})
+			d.report(&prog, Progress{Message: res.Message, Done: true, Outcome: Drained})
 			return res, nil
 		}
 		if err == nil {
@@ -299,7 +312,7 @@ func (d *Drainer) Drain(ctx context.Context, p Policy, owner string) (Result, er
 			if len(kept) > 0 && p.OnTimeout != Force {
 				err := fmt.Errorf("drain of node %s: pods with emptyDir data, not evicted while spec.disruption.deleteEmptyDirData is false: %s",
 					d.Node, strings.Join(kept, ", "))
-				d.report(&prog, Progress{PodsLeft: len(left) + len(kept), BlockingPDB: pdb, Message: err.Error(), Done: true})
+				d.report(&prog, Progress{PodsLeft: len(left) + len(kept), BlockingPDB: pdb, Message: err.Error(), Done: true, Outcome: Failed})
 				return Result{Evicted: evicted}, err
 			}
 			for _, pod := range evict {
@@ -335,7 +348,11 @@ func (d *Drainer) Drain(ctx context.Context, p Policy, owner string) (Result, er
 					res.Forced, res.Left = true, kept
 					res.Message += "; left to stop with the node (emptyDir data, not allowed to evict): " + strings.Join(kept, ", ")
 				}
-				d.report(&prog, Progress{Message: res.Message, Done: true})
+				out := Drained
+				if res.Forced {
+					out = Forced
+				}
+				d.report(&prog, Progress{PodsLeft: len(kept), Message: res.Message, Done: true, Outcome: out})
 				return res, nil
 			}
 			if pdb != "" && pdb != prog.BlockingPDB {
@@ -367,11 +384,11 @@ func (d *Drainer) timedOut(ctx context.Context, p Policy, prog *Progress, left [
 	if p.OnTimeout == Force {
 		msg := fmt.Sprintf("drain of node %s not done within %s; forced (onDrainTimeout Force): %s", d.Node, p.timeout(), leftMessage(left, pdb, last))
 		d.Log.Warn("drain timed out; going on", "node", d.Node, "left", len(left), "pdb", pdb)
-		d.report(prog, Progress{PodsLeft: len(left), BlockingPDB: pdb, Message: msg, Done: true})
+		d.report(prog, Progress{PodsLeft: len(left), BlockingPDB: pdb, Message: msg, Done: true, Outcome: Forced})
 		return Result{Forced: true, Left: left, Message: msg}, nil
 	}
 	err := &TimeoutError{Node: d.Node, Timeout: p.timeout(), Left: left, PDB: pdb, Last: last}
-	d.report(prog, Progress{PodsLeft: len(left), BlockingPDB: pdb, Message: err.Error(), Done: true})
+	d.report(prog, Progress{PodsLeft: len(left), BlockingPDB: pdb, Message: err.Error(), Done: true, Outcome: Failed})
 	return Result{}, err
 }
 

@@ -1,4 +1,8 @@
-package drain
+// Package drainkube is lib/drain's Cluster over client-go, with the node's
+// own identity. A package of its own so that lib/drain's policy and
+// progress types, which the request files carry, do not link the typed
+// API (the watcher must stay without it). Imported only by lib/repave.
+package drainkube
 
 import (
 	"context"
@@ -12,9 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubeslot/kubeslot/lib/drain"
 )
 
-// Kube is the real Cluster: client-go with the node's own identity. What
+// Kube is the real drain.Cluster: client-go with the node's own identity. What
 // it asks is exactly what the Node authorizer and NodeRestriction allow a
 // node for itself (DESIGN.md, "Drain"): get and patch its own Node (not
 // its taints), list pods with the field selector spec.nodeName=<itself>,
@@ -27,19 +33,19 @@ type Kube struct {
 // kubetypes.ConfigMirrorAnnotationKey).
 const mirrorAnnotation = "kubernetes.io/config.mirror"
 
-// GetNode implements Cluster.
-func (k Kube) GetNode(ctx context.Context, name string) (*Node, error) {
+// GetNode implements drain.Cluster.
+func (k Kube) GetNode(ctx context.Context, name string) (*drain.Node, error) {
 	n, err := k.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Node %s: %w", name, ErrNodeNotFound)
+		return nil, fmt.Errorf("Node %s: %w", name, drain.ErrNodeNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &Node{Unschedulable: n.Spec.Unschedulable, CordonedBy: n.Annotations[Annotation], ResourceVersion: n.ResourceVersion}, nil
+	return &drain.Node{Unschedulable: n.Spec.Unschedulable, CordonedBy: n.Annotations[drain.Annotation], ResourceVersion: n.ResourceVersion}, nil
 }
 
-// PatchNode implements Cluster with a JSON merge patch that carries the
+// PatchNode implements drain.Cluster with a JSON merge patch that carries the
 // resourceVersion read (a conflict when the Node changed since) and
 // touches nothing but spec.unschedulable and the annotation:
 // NodeRestriction refuses a node's change of its own taints, which a whole
@@ -50,7 +56,7 @@ func (k Kube) PatchNode(ctx context.Context, name, rv string, unschedulable bool
 		ann = cordonedBy
 	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": rv, "annotations": map[string]any{Annotation: ann}},
+		"metadata": map[string]any{"resourceVersion": rv, "annotations": map[string]any{drain.Annotation: ann}},
 		"spec":     map[string]any{"unschedulable": unschedulable},
 	})
 	if err != nil {
@@ -60,9 +66,9 @@ func (k Kube) PatchNode(ctx context.Context, name, rv string, unschedulable bool
 	return err
 }
 
-// ListPods implements Cluster, a page at a time.
-func (k Kube) ListPods(ctx context.Context, node string) ([]Pod, error) {
-	var out []Pod
+// ListPods implements drain.Cluster, a page at a time.
+func (k Kube) ListPods(ctx context.Context, node string) ([]drain.Pod, error) {
+	var out []drain.Pod
 	opts := metav1.ListOptions{FieldSelector: "spec.nodeName=" + node, Limit: 500}
 	for {
 		l, err := k.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
@@ -79,8 +85,8 @@ func (k Kube) ListPods(ctx context.Context, node string) ([]Pod, error) {
 	}
 }
 
-func podOf(p *corev1.Pod) Pod {
-	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+func podOf(p *corev1.Pod) drain.Pod {
+	out := drain.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
 		Terminating: p.DeletionTimestamp != nil,
 		Finished:    p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed}
 	_, out.Mirror = p.Annotations[mirrorAnnotation]
@@ -99,9 +105,9 @@ func podOf(p *corev1.Pod) Pod {
 // <name> needs …", "… is still being processed …").
 var pdbRE = regexp.MustCompile(`disruption budget (\S+)`)
 
-// Evict implements Cluster: a policy/v1 Eviction with the pod's UID as a
+// Evict implements drain.Cluster: a policy/v1 Eviction with the pod's UID as a
 // precondition (a pod of the same name created since is another pod).
-func (k Kube) Evict(ctx context.Context, p Pod) error {
+func (k Kube) Evict(ctx context.Context, p drain.Pod) error {
 	uid := types.UID(p.UID)
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}
@@ -112,7 +118,7 @@ func (k Kube) Evict(ctx context.Context, p Pod) error {
 	case apierrors.IsConflict(err) && p.UID != "":
 		return nil // the UID precondition: that pod is gone
 	case apierrors.IsTooManyRequests(err):
-		b := &BlockedError{Message: err.Error()}
+		b := &drain.BlockedError{Message: err.Error()}
 		if se, ok := err.(apierrors.APIStatus); ok && se.Status().Details != nil {
 			for _, c := range se.Status().Details.Causes {
 				if c.Type != policyv1.DisruptionBudgetCause {
