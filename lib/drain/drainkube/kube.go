@@ -37,7 +37,7 @@ const mirrorAnnotation = "kubernetes.io/config.mirror"
 func (k Kube) GetNode(ctx context.Context, name string) (*drain.Node, error) {
 	n, err := k.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Node %s: %w", name, drain.ErrNodeNotFound)
+		return nil, fmt.Errorf("node %s: %w", name, drain.ErrNodeNotFound)
 	}
 	if err != nil {
 		return nil, err
