@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
@@ -51,6 +52,11 @@ func TestRepaveOnRig(t *testing.T) {
 	// patches the labels after commit, as the node.
 	if got := n.Labels["kubeslot.dev/repaved"]; got != "yes" {
 		t.Errorf("Node %s label kubeslot.dev/repaved=%q after the repave, want yes (labels %v)", r.node, got, n.Labels)
+	}
+	// Drained before the switch with the node's own identity (no pods here: the cordon and the list), and
+	// uncordoned after commit.
+	if s.Drain == nil || s.Drain.Outcome != drain.Drained || n.Spec.Unschedulable || n.Annotations[drain.Annotation] != "" {
+		t.Errorf("drain %+v; Node unschedulable %v, annotation %q after the repave", s.Drain, n.Spec.Unschedulable, n.Annotations[drain.Annotation])
 	}
 	slot, applied = r.active()
 	if slot != "b" || applied.Config.Kubernetes.Labels["kubeslot.dev/repaved"] != "yes" {
