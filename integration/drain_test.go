@@ -282,9 +282,13 @@ func TestDrainOnAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := drainerAs(r.b, "drain-b", t, &prog)
+	t1 := time.Now()
 	if _, err := b.Drain(ctx, drain.Policy{Timeout: 30 * time.Second}, "repave-1-spec"); err != nil {
 		t.Fatal(err)
 	}
+	// Evicted, terminated by the stand-in kubelet (100 ms polls) and seen gone by the drain (200 ms polls).
+	rigTiming(t, "drain: one pod evicted and gone, as the node", time.Since(t1))
+	figures.Add("drain: one pod evicted and gone (API only, no kubelet)", time.Since(t1))
 	if err := b.Uncordon(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -362,8 +362,12 @@ func (d *Drainer) Drain(ctx context.Context, p Policy, owner string) (Result, er
 				Message: fmt.Sprintf("draining node %s: %s", d.Node, leftMessage(left, pdb, ""))})
 		}
 		if !sleep(tctx, d.poll()) {
+			// One more list (bounded: the drain's own time is over) names
+			// the pods left for the message.
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer lcancel()
 			var left []string
-			if pods, err := d.Cluster.ListPods(context.WithoutCancel(ctx), d.Node); err == nil {
+			if pods, err := d.Cluster.ListPods(lctx, d.Node); err == nil {
 				for _, pod := range pods {
 					if !pod.DaemonSet && !pod.Mirror && !pod.Finished {
 						left = append(left, pod.String())
