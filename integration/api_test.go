@@ -198,8 +198,9 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 		t.Fatalf("a minimal Machine was refused: %v", err)
 	} else if got.Spec.UpdatePolicy != v1alpha1.UpdateOnNodeDelete {
 		t.Errorf("updatePolicy defaulted to %q, want %q", got.Spec.UpdatePolicy, v1alpha1.UpdateOnNodeDelete)
-	} else if d := got.Spec.Disruption; d.DrainTimeoutSeconds != 120 || d.OnDrainTimeout != v1alpha1.DrainTimeoutFail || !d.DeleteEmptyDirData {
-		t.Errorf("spec.disruption defaulted to %+v, want 120 s, Fail, and deleteEmptyDirData kept", *d)
+	} else if d := got.Spec.Disruption; d.DrainTimeoutSeconds != 120 || d.OnDrainTimeout != v1alpha1.DrainTimeoutFail || !d.DeleteEmptyDirData ||
+		d.Drain != v1alpha1.DrainEvict {
+		t.Errorf("spec.disruption defaulted to %+v, want Evict, 120 s, Fail, and deleteEmptyDirData kept", *d)
 	}
 
 	ops := []*v1alpha1.MachineOperation{
@@ -296,6 +297,9 @@ func TestAPIInvalidObjectsRejected(t *testing.T) {
 		{"drain timeout negative", func(m *v1alpha1.Machine) {
 			m.Spec.Disruption = &v1alpha1.Disruption{DrainTimeoutSeconds: -1}
 		}, []string{"spec.disruption.drainTimeoutSeconds", "greater than or equal to 1"}},
+		{"drain mode", func(m *v1alpha1.Machine) {
+			m.Spec.Disruption = &v1alpha1.Disruption{Drain: "Sometimes"}
+		}, []string{"spec.disruption.drain", "Evict", "None"}},
 		{"drain timeout action", func(m *v1alpha1.Machine) {
 			m.Spec.Disruption = &v1alpha1.Disruption{OnDrainTimeout: "Later"}
 		}, []string{"spec.disruption.onDrainTimeout", "Fail", "Force"}},

@@ -56,6 +56,9 @@ const (
 
 // Policy is how a node is drained.
 type Policy struct {
+	// Skip: no cordon and no evictions; the pods stop with the node
+	// (spec.disruption.drain None).
+	Skip bool `json:"skip,omitempty"`
 	// Timeout bounds the cordon, the evictions and the wait for the pods
 	// to go (0: DefaultTimeout).
 	Timeout time.Duration `json:"timeout,omitempty"`
@@ -258,6 +261,10 @@ var errTimeout = errors.New("drain timeout")
 func (d *Drainer) Drain(ctx context.Context, p Policy, owner string) (Result, error) {
 	if err := p.Check(); err != nil {
 		return Result{}, err
+	}
+	if p.Skip {
+		d.Log.Info("not drained: the policy says None; the pods stop with the node", "node", d.Node)
+		return Result{Message: "not drained (spec.disruption.drain None)"}, nil
 	}
 	tctx, cancel := context.WithTimeoutCause(ctx, p.timeout(), errTimeout)
 	defer cancel()

@@ -262,3 +262,12 @@ func TestPolicyBounds(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSkip: a policy that skips the drain touches neither the Node nor the pods.
+func TestSkip(t *testing.T) {
+	f := newFake(pods()...)
+	var prog []Progress
+	if _, err := drainer(f, &prog).Drain(context.Background(), Policy{Skip: true}, "r"); err != nil || len(f.calls) != 0 || len(prog) != 0 {
+		t.Errorf("skip: %v, calls %v, progress %v", err, f.calls, prog)
+	}
+}

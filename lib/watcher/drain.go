@@ -18,7 +18,7 @@ func disruptionOf(m *v1alpha1.Machine) *nodedrain.Policy {
 	if d == nil {
 		return nil
 	}
-	return &nodedrain.Policy{Timeout: time.Duration(d.DrainTimeoutSeconds) * time.Second,
+	return &nodedrain.Policy{Skip: d.Drain == v1alpha1.DrainNone, Timeout: time.Duration(d.DrainTimeoutSeconds) * time.Second,
 		OnTimeout: nodedrain.Action(d.OnDrainTimeout), DeleteEmptyDirData: d.DeleteEmptyDirData}
 }
 

@@ -37,6 +37,10 @@ func TestDisruptionTravelsInTheRequest(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d requests, want a restart and a repave", n)
 	}
+	in.Machine.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone}
+	if p := disruptionOf(in.Machine); p == nil || !p.Skip {
+		t.Errorf("drain None: %+v, want Skip", p)
+	}
 }
 
 // TestDrainingCondition: the newest status with a drain gives the

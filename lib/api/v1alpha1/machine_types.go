@@ -90,6 +90,15 @@ type MachineSpec struct {
 
 // Disruption is a Machine's drain policy.
 type Disruption struct {
+	// Drain is Evict (cordon, then evict the pods through the Eviction API
+	// before the node stops) or None (the pods stop with the node, as on a
+	// one-node cluster, where evicted pods have nowhere to go and the
+	// drain would only lengthen their downtime).
+	//
+	// +optional
+	// +kubebuilder:default=Evict
+	Drain DrainMode `json:"drain,omitempty"`
+
 	// DrainTimeoutSeconds bounds the cordon, the evictions and the wait for
 	// the evicted pods to go. The agent also keeps the whole operation
 	// within its unit's time limit, and says so when that shortens the drain.
@@ -116,6 +125,17 @@ type Disruption struct {
 	// +optional
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
 }
+
+// DrainMode says whether the node is drained before its pods stop.
+//
+// +kubebuilder:validation:Enum=Evict;None
+type DrainMode string
+
+// Drain modes.
+const (
+	DrainEvict DrainMode = "Evict"
+	DrainNone  DrainMode = "None"
+)
 
 // DrainTimeoutAction is what a drain does when its time runs out.
 //
