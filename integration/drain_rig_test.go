@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,13 +11,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubeslot/kubeslot/integration/workload"
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/watcher"
 )
 
 // TestDrainPodsOnRig: real pods on a rig node, a Deployment of two with a PodDisruptionBudget maxUnavailable 1, and
@@ -80,6 +84,19 @@ func TestDrainPodsOnRig(t *testing.T) {
 	if kept != 1 {
 		t.Errorf("%d of the two pods are the ones from before the drain, want 1 (one evicted, one held by the budget)", kept)
 	}
+	// The watcher publishes the drain on the Machine: the Draining condition and an Event.
+	r.eventuallyMachine(ctx, "Draining=False/DrainFailed naming the budget", func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionDraining)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonDrainFailed && strings.Contains(c.Message, ns+"/web")
+	})
+	evs, err := p.admin.CoreV1().Events(watcher.EventNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + r.node})
+	var reasons []string
+	for _, e := range evs.Items {
+		reasons = append(reasons, e.Reason)
+	}
+	if err != nil || !slices.Contains(reasons, v1alpha1.ReasonDrainFailed) {
+		t.Errorf("Events of Machine %s: %v (%v), want one %s", r.node, reasons, err, v1alpha1.ReasonDrainFailed)
+	}
 	if m := minReady(); m != 1 {
 		t.Errorf("fewest Ready pods sampled during the drain and the rollback: %d, want 1 (one evicted, never both)", m)
 	}
@@ -98,6 +115,10 @@ func TestDrainPodsOnRig(t *testing.T) {
 	}
 	p.waitPods(ctx, ns, t2, 4*time.Minute)
 	rigTiming(t, "drain with real pods: request -> forced repave -> pods Ready on slot b", time.Since(t2))
+	r.eventuallyMachine(ctx, "Draining=False/DrainForced", func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionDraining)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonDrainForced
+	})
 	if u, by := nodeState(t, ctx, p.admin, p.node); u || by != "" {
 		t.Errorf("after the forced repave: Node unschedulable %v, annotation %q", u, by)
 	}
