@@ -193,10 +193,14 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 	m2 := testMachine("api-valid-2", "api-valid-2")
 	m2.Spec.UpdatePolicy = ""
 	m2.Spec.Node.Artifacts = nil
+	m2.Spec.Disruption = &v1alpha1.Disruption{DeleteEmptyDirData: true}
 	if got, err := admin.CreateMachine(ctx, m2); err != nil {
 		t.Fatalf("a minimal Machine was refused: %v", err)
 	} else if got.Spec.UpdatePolicy != v1alpha1.UpdateOnNodeDelete {
 		t.Errorf("updatePolicy defaulted to %q, want %q", got.Spec.UpdatePolicy, v1alpha1.UpdateOnNodeDelete)
+	} else if d := got.Spec.Disruption; d.DrainTimeoutSeconds != 120 || d.OnDrainTimeout != v1alpha1.DrainTimeoutFail || !d.DeleteEmptyDirData ||
+		d.Drain != v1alpha1.DrainEvict {
+		t.Errorf("spec.disruption defaulted to %+v, want Evict, 120 s, Fail, and deleteEmptyDirData kept", *d)
 	}
 
 	ops := []*v1alpha1.MachineOperation{
@@ -287,6 +291,18 @@ func TestAPIInvalidObjectsRejected(t *testing.T) {
 			[]string{"spec.node.labels[ok]", "at most 63 letters"}},
 		{"update policy", func(m *v1alpha1.Machine) { m.Spec.UpdatePolicy = "Sometimes" },
 			[]string{"spec.updatePolicy", "OnNodeDelete", "Immediate"}},
+		{"drain timeout too long", func(m *v1alpha1.Machine) {
+			m.Spec.Disruption = &v1alpha1.Disruption{DrainTimeoutSeconds: 3600}
+		}, []string{"spec.disruption.drainTimeoutSeconds", "less than or equal to 1200"}},
+		{"drain timeout negative", func(m *v1alpha1.Machine) {
+			m.Spec.Disruption = &v1alpha1.Disruption{DrainTimeoutSeconds: -1}
+		}, []string{"spec.disruption.drainTimeoutSeconds", "greater than or equal to 1"}},
+		{"drain mode", func(m *v1alpha1.Machine) {
+			m.Spec.Disruption = &v1alpha1.Disruption{Drain: "Sometimes"}
+		}, []string{"spec.disruption.drain", "Evict", "None"}},
+		{"drain timeout action", func(m *v1alpha1.Machine) {
+			m.Spec.Disruption = &v1alpha1.Disruption{OnDrainTimeout: "Later"}
+		}, []string{"spec.disruption.onDrainTimeout", "Fail", "Force"}},
 		{"machine name", func(m *v1alpha1.Machine) { m.Name = "api.bad.name" },
 			[]string{"metadata.name must be the host's machine name"}},
 	}

@@ -145,7 +145,7 @@ preload_images = [{source = %q, sha256 = %q}]
 	desired := applied.Config
 	desired.Kubernetes.Labels["kubeslot.dev/round"] = "cni-cluster"
 	repave := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 2, ""), MachineGeneration: 2,
-		Reason: "rig: the cluster CNI's files survive a repave", Desired: desired}
+		Reason: "rig: the cluster CNI's files survive a repave", Desired: desired, Disruption: noDrain}
 	t2 := time.Now()
 	r.drop(ctx, repave)
 	s := r.waitStatus(ctx, repave.ID, 6*time.Minute)

@@ -70,6 +70,7 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 	t1 := time.Now()
 	gen := r.updateMachine(ctx, func(m *v1alpha1.Machine) {
 		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+		m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone} // one node: see noDrain
 		m.Spec.Node.KubernetesVersion = cur
 	})
 	s := r.waitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 6*time.Minute)

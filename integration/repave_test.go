@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
@@ -51,6 +52,11 @@ func TestRepaveOnRig(t *testing.T) {
 	// patches the labels after commit, as the node.
 	if got := n.Labels["kubeslot.dev/repaved"]; got != "yes" {
 		t.Errorf("Node %s label kubeslot.dev/repaved=%q after the repave, want yes (labels %v)", r.node, got, n.Labels)
+	}
+	// Drained before the switch with the node's own identity (no pods here: the cordon and the list), and
+	// uncordoned after commit.
+	if s.Drain == nil || s.Drain.Outcome != drain.Drained || n.Spec.Unschedulable || n.Annotations[drain.Annotation] != "" {
+		t.Errorf("drain %+v; Node unschedulable %v, annotation %q after the repave", s.Drain, n.Spec.Unschedulable, n.Annotations[drain.Annotation])
 	}
 	slot, applied = r.active()
 	if slot != "b" || applied.Config.Kubernetes.Labels["kubeslot.dev/repaved"] != "yes" {
@@ -208,7 +214,7 @@ func TestRepaveOnRig(t *testing.T) {
 	// kill left are not raced by the resume, then started again: its PathExists= fires for the state file.
 	want := "b"
 	flip := map[string]string{"a": "b", "b": "a"}
-	for i, phase := range []string{"prepare", "standby", "switch", "start", "verify", "commit", "clean"} {
+	for i, phase := range []string{"prepare", "standby", "drain", "switch", "start", "verify", "commit", "uncordon", "clean"} {
 		unit := fmt.Sprintf("rig-repaver-%d", i)
 		// The target's kubelet may have posted its status before the kill (verify): the new heartbeat is newer
 		// than the start of the interrupted run, and the kubelet does not post again for minutes.
@@ -233,8 +239,17 @@ func TestRepaveOnRig(t *testing.T) {
 				t.Errorf("old node %s before the switch: kubelet, containerd %q, want active", want, got)
 			}
 		}
+		// Killed after the drain and before the uncordon, the Node is cordoned by kubeslot: the resume keeps it so
+		// until the target is committed, then uncordons it.
+		cordoned := map[string]bool{"switch": true, "start": true, "verify": true, "commit": true, "uncordon": true}[phase]
+		if n, err := r.admin.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{}); err != nil {
+			t.Errorf("kill -9 at %s: get Node: %v", phase, err)
+		} else if cordoned != (n.Spec.Unschedulable && n.Annotations[drain.Annotation] != "") {
+			t.Errorf("kill -9 at %s: Node unschedulable %v, annotation %q; want cordoned by kubeslot %v", phase,
+				n.Spec.Unschedulable, n.Annotations[drain.Annotation], cordoned)
+		}
 		before := want
-		if phase == "clean" { // committed already
+		if phase == "uncordon" || phase == "clean" { // committed already
 			before = flip[want]
 		}
 		if slot, _ := r.active(); slot != before {
@@ -250,7 +265,9 @@ func TestRepaveOnRig(t *testing.T) {
 		if slot, _ := r.active(); slot != want {
 			t.Errorf("after the resume from %s: active %s, want %s", phase, slot, want)
 		}
-		waitNodeHeartbeat(t, ctx, r.admin, r.node, tRun, 2*time.Minute, r.h)
+		if n := waitNodeHeartbeat(t, ctx, r.admin, r.node, tRun, 2*time.Minute, r.h); n.Spec.Unschedulable || n.Annotations[drain.Annotation] != "" {
+			t.Errorf("after the resume from %s: Node unschedulable %v, annotation %q", phase, n.Spec.Unschedulable, n.Annotations[drain.Annotation])
+		}
 	}
 
 	// 5. By hand: systemctl start kubeslot-repave@<slot> rebuilds the active configuration onto that slot.

@@ -13,7 +13,9 @@
 // Kind and slot: --restart or KUBESLOT_REQUEST=restart restart in place;
 // otherwise a repave onto the slot argument, else KUBESLOT_SLOT, else "next"
 // (the slot that is not active). A run started by a path unit (systemd sets
-// TRIGGER_PATH) that finds no request to claim does nothing.
+// TRIGGER_PATH) that finds no request to claim does nothing. Before it stops
+// the node, the repaver cordons it and evicts its pods (lib/drain) with the
+// request's policy, or the defaults by hand; --no-drain skips that by hand.
 //
 // Exit codes: 0 done; 1 failed (a rolled-back repave included: the status
 // file says why); 2 usage; 69 deferred (lock busy, bootstrap unfinished).
@@ -21,8 +23,8 @@
 // Environment for tests and sandboxes only: those of kubeslot-bootstrap
 // (KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
 // KUBESLOT_NODE_READONLY_NET_SYSCTL=1), and the test hook
-// KUBESLOT_TEST_PAUSE_AT=<phase> (prepare, switch, start, verify, commit,
-// clean, rollback, rollback-verify, restart-node): the run stops before that
+// KUBESLOT_TEST_PAUSE_AT=<phase> (prepare, standby, drain, switch, start,
+// verify, commit, uncordon, clean, rollback, rollback-verify, restart-node): the run stops before that
 // phase, its state written, and waits to be killed.
 package main
 
@@ -56,6 +58,7 @@ type flags struct {
 	Restart  bool          `help:"Restart the node in place instead of repaving."`
 	Config   string        `help:"Desired configuration (TOML) of a repave by hand; default: the active applied configuration." type:"path" placeholder:"FILE"`
 	LockWait time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
+	NoDrain  bool          `help:"Do not cordon and drain the node first (a repave or restart by hand only; a request is drained with the Machine's spec.disruption)."`
 }
 
 // SystemdNeeded: a repave or restart always stops and starts node units
@@ -73,7 +76,7 @@ func run(args []string, stdio cli.IO) int {
 
 // job reads what to do from the flags and the unit's environment.
 func job(f *flags, getenv func(string) string) (repave.Job, error) {
-	j := repave.Job{Kind: requests.Repave, Slot: f.Slot, Triggered: getenv("TRIGGER_PATH") != ""}
+	j := repave.Job{Kind: requests.Repave, Slot: f.Slot, Triggered: getenv("TRIGGER_PATH") != "", SkipDrain: f.NoDrain}
 	switch r := getenv(envRequest); {
 	case f.Restart || r == string(requests.Restart):
 		j.Kind = requests.Restart

@@ -293,6 +293,9 @@ func (d *demo) changeMachine(ctx context.Context) (string, error) {
 		m.Spec.Node.Labels[demoLabel] = demoLabelValue
 		m.Spec.Node.KubernetesVersion = d.kubeCur
 		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+		// One node, pods bound to it by name (no scheduler): a drain would evict them with nowhere to go. The
+		// repave and the later NodeRestart stop them with the node instead.
+		m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone}
 		m, err = d.mc.UpdateMachine(ctx, m)
 		if err == nil {
 			gen = m.Generation

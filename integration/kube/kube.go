@@ -38,8 +38,8 @@ type Options struct {
 	// approving/signing/cleaning controllers and the bootstrap token cleaner.
 	ControllerManager bool
 	// Workloads (with ControllerManager) also runs the controllers pods on a node need without a scheduler:
-	// deployments, replica sets, daemon sets (whose pods a test binds: there is no scheduler), service accounts, and
-	// node CIDR allocation (PodCIDR below) for bridge networks.
+	// deployments, replica sets, daemon sets (whose pods a test binds: there is no scheduler), service accounts,
+	// node CIDR allocation (PodCIDR below) for bridge networks, and PodDisruptionBudgets' status (evictions).
 	Workloads bool
 	// Users adds static-token identities to the built-in ones (see TokenFor).
 	Users []User
@@ -258,7 +258,7 @@ func (c *ControlPlane) startControllerManager(bin string, workloads bool) error 
 	controllers := "csrapproving,csrsigning,csrcleaner,tokencleaner"
 	var extra []string
 	if workloads {
-		controllers += ",deployment,replicaset,daemonset,serviceaccount,nodeipam"
+		controllers += ",deployment,replicaset,daemonset,serviceaccount,nodeipam,disruption"
 		extra = []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + PodCIDR, "--node-cidr-mask-size=24",
 			"--service-cluster-ip-range=10.0.0.0/24"}
 	}

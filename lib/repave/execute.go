@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -30,6 +31,9 @@ type Job struct {
 	// TRIGGER_PATH). With no request left to claim (another run took it)
 	// there is nothing to do, rather than a repave by hand.
 	Triggered bool
+	// SkipDrain: a repave or restart by hand that does not drain the node
+	// (--no-drain). A request is always drained, with its policy.
+	SkipDrain bool
 }
 
 // NextSlot is the Slot that names the slot that is not active.
@@ -70,8 +74,10 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 		return nil, nil
 	}
 	id, op, gen := requests.NewID(j.Kind, 0, "manual-"+strconv.FormatInt(d.now().Unix(), 10)), "", int64(0)
+	var policy *drain.Policy
+	skip := j.SkipDrain
 	if req != nil {
-		id, op, gen = req.ID, req.Operation, req.MachineGeneration
+		id, op, gen, policy, skip = req.ID, req.Operation, req.MachineGeneration, req.Disruption, false
 		// The same request written twice (a writer that retried after its
 		// first write was taken): it ran once, its status says how.
 		if prev, err := d.Requests.ReadStatus(id); err == nil && prev.Phase.Finished() {
@@ -84,9 +90,9 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 	var s *requests.Status
 	switch j.Kind {
 	case requests.Restart:
-		s, err = Restart(ctx, d, id, op, gen)
+		s, err = Restart(ctx, d, id, op, gen, policy, skip)
 	case requests.Repave:
-		s, err = repave(ctx, d, lock, j, req, active, id, op, gen)
+		s, err = repave(ctx, d, j, req, active, id, op, gen, policy, skip)
 	default:
 		return nil, exitcode.UsageError(fmt.Errorf("job kind %q: the repaver does repave and restart", j.Kind))
 	}
@@ -143,7 +149,7 @@ func claim(d *Deps, lock *ownership.Lock, kind requests.Kind) (*requests.Request
 
 // repave starts the repave of request id (req, nil for one by hand) from
 // the active slot; a request that does not validate is Failed.
-func repave(ctx context.Context, d *Deps, lock *ownership.Lock, j Job, req *requests.Request, active *state.Applied, id, op string, gen int64) (*requests.Status, error) {
+func repave(ctx context.Context, d *Deps, j Job, req *requests.Request, active *state.Applied, id, op string, gen int64, policy *drain.Policy, skip bool) (*requests.Status, error) {
 	desired := active.Config
 	switch {
 	case req != nil:
@@ -166,7 +172,9 @@ func repave(ctx context.Context, d *Deps, lock *ownership.Lock, j Job, req *requ
 		}
 		return s, err
 	}
-	return Run(ctx, d, NewState(d, id, op, gen, active.Slot, to, desired))
+	st := NewState(d, id, op, gen, active.Slot, to, desired)
+	st.Disruption, st.SkipDrain = policy, skip
+	return Run(ctx, d, st)
 }
 
 // target resolves the job's slot against the active one.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -317,6 +318,7 @@ type rig struct {
 	h    *host
 	d    *Deps
 	root *hostroot.Root
+	dr   *fakeDrain
 }
 
 func newRig(t *testing.T) *rig {
@@ -342,8 +344,11 @@ func newRig(t *testing.T) *rig {
 			return b, &fakeOperator{b: b}, nil
 		},
 		Cluster: &fakeCluster{h: h}, Releases: fakeReleases{h: h}, Boot: &fakeBoot{h: h}, AgentVersion: "test", Poll: 5 * time.Millisecond,
+		DrainPoll: 2 * time.Millisecond,
 	}
-	return &rig{h: h, d: d, root: root}
+	dr := &fakeDrain{h: h, pods: []drain.Pod{{Namespace: "default", Name: "web", UID: "1"}}, blocked: map[string]bool{}}
+	d.Drain = func(*config.Config) (drain.Cluster, error) { return dr, nil }
+	return &rig{h: h, d: d, root: root, dr: dr}
 }
 
 // request drops a repave request with a new label, as the watcher would.
@@ -370,4 +375,64 @@ func (r *rig) active(t *testing.T) *state.Applied {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// fakeDrain is the Node and its pods as lib/drain sees them: cordons,
+// uncordons and evictions are host calls ("cordon:node1", "evict:web").
+// blocked pods are guarded by a budget; err fails every call.
+type fakeDrain struct {
+	h       *host
+	node    drain.Node
+	pods    []drain.Pod
+	blocked map[string]bool
+	err     error
+}
+
+func (f *fakeDrain) GetNode(ctx context.Context, name string) (*drain.Node, error) {
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	n := f.node
+	return &n, nil
+}
+
+func (f *fakeDrain) PatchNode(ctx context.Context, name, rv string, unschedulable bool, by string) error {
+	op := "uncordon"
+	if unschedulable {
+		op = "cordon"
+	}
+	if err := f.h.do(op, name); err != nil {
+		return err
+	}
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	f.node.Unschedulable, f.node.CordonedBy = unschedulable, by
+	return nil
+}
+
+func (f *fakeDrain) ListPods(ctx context.Context, node string) ([]drain.Pod, error) {
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	return slices.Clone(f.pods), f.err
+}
+
+func (f *fakeDrain) Evict(ctx context.Context, p drain.Pod) error {
+	if err := f.h.do("evict", p.Name); err != nil {
+		return err
+	}
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	if f.blocked[p.Name] {
+		return &drain.BlockedError{PDB: p.Namespace + "/guard", Message: "needs 1 healthy pods"}
+	}
+	f.pods = slices.DeleteFunc(f.pods, func(x drain.Pod) bool { return x.Name == p.Name })
+	return nil
+}
+
+func (f *fakeDrain) cordoned() bool {
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	return f.node.Unschedulable
 }

@@ -1,8 +1,8 @@
 // Package repave is the repaver stage's logic: moving the node from the
 // active slot onto the other one as a durable transition of ordered, named,
-// idempotent phases (prepare → switch → start → verify → commit → clean,
-// or rollback), and restarting the node in place. Imported only by
-// cmd/kubeslot-repaver (and its tests).
+// idempotent phases (prepare → standby → drain → switch → start → verify →
+// commit → uncordon → clean, or rollback), and restarting the node in
+// place. Imported only by cmd/kubeslot-repaver (and its tests).
 //
 // The transition lives in <base>/state/repave.json, written (atomically)
 // BEFORE each phase runs, so a repaver started after a crash resumes the
@@ -33,6 +33,10 @@
 //	                 Before anything is fetched: the version skew check
 //	                 (lib/kuberelease), the sandbox image if it changed, the
 //	                 kubelet's digest pinned
+//	standby          boot the target's machine warm (no kubelet yet)
+//	drain            cordon the Node and evict its pods (lib/drain) with
+//	                 the request's policy; a failure rolls back, and the
+//	                 old node was never stopped
 //	switch           stop the old node
 //	start            boot the target with the kept identity
 //	verify           kubelet healthy, Node Ready as posted by the kubelet
@@ -41,11 +45,14 @@
 //	                 reported version are the desired release
 //	commit           the target's applied configuration, then active, then
 //	                 the systemd-nspawn@<slot> boot link
+//	uncordon         the Node schedulable again, if kubeslot cordoned it
+//	                 (best effort: a failure is a warning)
 //	clean            remove the old slot
 //	rollback         (start or verify failed) stop the target, start the old
 //	                 slot, kept until commit
 //	rollback-verify  start the old slot again if a reboot came in between,
-//	                 wait for its Node, remove the target; then Failed
+//	                 wait for its Node, uncordon it, remove the target;
+//	                 then Failed
 //
 // Status files carry phases, durations and the measured node downtime.
 // --restart restarts the active node in place through its mode's operator.
@@ -87,6 +94,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -101,10 +109,12 @@ type Phase string
 const (
 	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
 	Standby  Phase = "standby"  // boot the target's machine warm (no containerd, no kubelet); the node keeps serving
+	Drain    Phase = "drain"    // cordon the Node, evict its pods (lib/drain); the node keeps serving
 	Switch   Phase = "switch"   // stop the old node gracefully
 	Start    Phase = "start"    // start containerd and the kubelet in the target (booting it first if it is not)
 	Verify   Phase = "verify"   // kubelet healthy, Node Ready as posted by that kubelet
 	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
+	Uncordon Phase = "uncordon" // the Node schedulable again, if kubeslot cordoned it
 	Clean    Phase = "clean"    // remove the old slot
 	Rollback Phase = "rollback" // stop the target, start the old slot
 	// RollbackVerify waits for the old slot's node (started again if a
@@ -116,7 +126,9 @@ const (
 )
 
 // Phases lists the forward phases in order.
-func Phases() []Phase { return []Phase{Prepare, Standby, Switch, Start, Verify, Commit, Clean} }
+func Phases() []Phase {
+	return []Phase{Prepare, Standby, Drain, Switch, Start, Verify, Commit, Uncordon, Clean}
+}
 
 // allPhases are the forward phases, the rollback's and the restart's.
 func allPhases() []Phase { return append(Phases(), Rollback, RollbackVerify, RestartNode) }
@@ -158,10 +170,17 @@ type State struct {
 	// SwitchAt is when the old node began to stop: the start of the node
 	// downtime.
 	SwitchAt time.Time `json:"switchAt,omitzero"`
-	// Warning is what went wrong after commit without undoing it (the
-	// Node's labels not updated); it ends up in the final status.
+	// Warning is what went wrong without undoing anything (a forced
+	// drain, the Node's labels not updated, the Node not uncordoned); it
+	// ends up in the final status.
 	Warning string                 `json:"warning,omitempty"`
 	Phases  []requests.PhaseTiming `json:"phases,omitempty"`
+	// Disruption is the request's drain policy (nil: the defaults);
+	// SkipDrain a repave by hand with --no-drain.
+	Disruption *drain.Policy `json:"disruption,omitempty"`
+	SkipDrain  bool          `json:"skipDrain,omitempty"`
+	// Drain is the drain's last progress, carried into every status.
+	Drain *drain.Progress `json:"drain,omitempty"`
 }
 
 func statePath(root *hostroot.Root) (string, error) {
@@ -287,7 +306,13 @@ type Deps struct {
 	// checks nothing.
 	SandboxImage func(ctx context.Context, cfg *config.Config) error
 	Boot         Boot
-	AgentVersion string
+	// Drain builds the cluster side of the node's drain (lib/drain) for
+	// cfg's node, as the node itself.
+	Drain func(cfg *config.Config) (drain.Cluster, error)
+	// DrainPoll is the drain's pause between passes (0: 1 s);
+	// UncordonWait bounds an uncordon (0: 30 s).
+	DrainPoll, UncordonWait time.Duration
+	AgentVersion            string
 	// Pause runs after the state of a phase is written and before the
 	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, PauseFromEnv); an
 	// error aborts the run as a crash would, leaving the state for a resume.

@@ -54,7 +54,7 @@ func TestRepaveOrder(t *testing.T) {
 		if err != nil || st == nil || st.Phase != p {
 			t.Errorf("before phase %s the state file holds %+v (err %v)", p, st, err)
 		}
-		if p != Commit && p != Clean {
+		if p != Commit && p != Uncordon && p != Clean {
 			if a := r.active(t); a.Slot != "a" {
 				t.Errorf("before commit (phase %s) the active slot is %s", p, a.Slot)
 			}
@@ -69,11 +69,11 @@ func TestRepaveOrder(t *testing.T) {
 	if !slices.Equal(seen, Phases()) {
 		t.Errorf("phases %v, want %v", seen, Phases())
 	}
-	want := "provision:b configure:b warm:b stop:a stop:a start:b boot:b remove:a"
+	want := "provision:b configure:b warm:b cordon:node1 evict:web stop:a stop:a start:b boot:b uncordon:node1 remove:a"
 	if got := r.h.callList(); got != want {
 		t.Errorf("calls %q, want %q", got, want)
 	}
-	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" || s.RequestID != req.ID || s.Downtime <= 0 || len(s.Phases) != 7 {
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" || s.RequestID != req.ID || s.Downtime <= 0 || len(s.Phases) != len(Phases()) {
 		t.Errorf("status %+v", s)
 	}
 	if got, err := r.d.Requests.ReadStatus(req.ID); err != nil || got.Phase != requests.Succeeded {
@@ -123,7 +123,7 @@ func TestResumeFromEveryPhase(t *testing.T) {
 			if err != nil || st == nil || st.Phase != p {
 				t.Fatalf("after the crash the state is %+v (err %v), want phase %s", st, err, p)
 			}
-			if p != Commit && p != Clean {
+			if p != Commit && p != Uncordon && p != Clean {
 				if a := r.active(t); a.Slot != "a" {
 					t.Errorf("crash before commit: active slot %s", a.Slot)
 				}
@@ -146,6 +146,10 @@ func TestResumeFromEveryPhase(t *testing.T) {
 			}
 			if c, _ := r.d.Requests.Claimed(requests.Repave); c != nil {
 				t.Error("claimed request left")
+			}
+			// Cordoned once, uncordoned once, whatever the kill.
+			if r.dr.cordoned() || r.h.count("cordon:node1") != 1 || r.h.count("uncordon:node1") != 1 {
+				t.Errorf("cordoned %v after the resume; calls %s", r.dr.cordoned(), r.h.callList())
 			}
 		})
 	}
@@ -202,7 +206,7 @@ func TestRollbackOnStartFailure(t *testing.T) {
 	for _, p := range s.Phases {
 		names = append(names, p.Name)
 	}
-	if want := []string{"prepare", "standby", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
+	if want := []string{"prepare", "standby", "drain", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
 		t.Errorf("status phases %q, want %q", names, want)
 	}
 }
@@ -369,7 +373,8 @@ func TestRestartInPlace(t *testing.T) {
 	if err != nil || s.Phase != requests.Succeeded || s.RequestID != req.ID || s.ActiveSlot != "a" || s.Operation != "op1" {
 		t.Fatalf("%+v, %v", s, err)
 	}
-	if got := r.h.callList(); got != "stop:a start:a" {
+	// Drained before the restart, uncordoned after it.
+	if got := r.h.callList(); got != "cordon:node1 evict:web stop:a start:a uncordon:node1" {
 		t.Errorf("calls %q", got)
 	}
 	if c, _ := r.d.Requests.Claimed(requests.Restart); c != nil {

@@ -26,7 +26,7 @@ func TestRestartPhases(t *testing.T) {
 	t.Run("succeeded", func(t *testing.T) {
 		r := newRig(t)
 		s, err := execute(t, r, Job{Kind: requests.Restart})
-		if err != nil || s.Phase != requests.Succeeded || !slices.Equal(names(s), []string{"restart-node", "verify"}) || s.Downtime <= 0 {
+		if err != nil || s.Phase != requests.Succeeded || !slices.Equal(names(s), []string{"drain", "restart-node", "verify"}) || s.Downtime <= 0 {
 			t.Fatalf("restart: %+v %v", s, err)
 		}
 	})
@@ -34,7 +34,7 @@ func TestRestartPhases(t *testing.T) {
 		r := newRig(t)
 		r.h.fail["start:a"] = errors.New("machine a did not boot")
 		s, err := execute(t, r, Job{Kind: requests.Restart})
-		if err == nil || s == nil || s.Phase != requests.Failed || !slices.Equal(names(s), []string{"restart-node"}) ||
+		if err == nil || s == nil || s.Phase != requests.Failed || !slices.Equal(names(s), []string{"drain", "restart-node"}) ||
 			!strings.Contains(s.Message, "machine a did not boot") {
 			t.Fatalf("restart: %+v %v", s, err)
 		}

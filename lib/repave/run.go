@@ -10,6 +10,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cachekeep"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -30,7 +31,7 @@ func NewState(d *Deps, id, op string, gen int64, from, to string, desired *confi
 
 func (d *Deps) status(st *State, phase requests.Phase, msg string) *requests.Status {
 	return &requests.Status{RequestID: st.RequestID, Kind: requests.Repave, Operation: st.Operation,
-		MachineGeneration: st.MachineGeneration, Phase: phase, Message: msg, Phases: st.Phases}
+		MachineGeneration: st.MachineGeneration, Phase: phase, Message: msg, Phases: st.Phases, Drain: st.Drain}
 }
 
 // Run drives the transition st from its recorded phase to the end and
@@ -61,6 +62,9 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 	switch {
 	case err == nil && st.Phase == RollbackVerify:
 		msg := fmt.Sprintf("repave to slot %s failed in %s: %s; rolled back to slot %s, its node is Ready", st.To, st.FailedIn, st.Reason, st.From)
+		if st.Warning != "" {
+			msg += "; " + st.Warning
+		}
 		var down time.Duration
 		if !st.SwitchAt.IsZero() { // the old node was stopped: down until it was Ready again
 			down = d.now().Sub(st.SwitchAt)
@@ -132,10 +136,12 @@ func (d *Deps) table(st *State, log *slog.Logger) []transition.Phase {
 	return []transition.Phase{
 		ph(Prepare, "provision and configure the target slot", d.prepare),
 		ph(Standby, "boot the target's machine warm", d.standby).FailingTo(string(Rollback), rollBack),
+		ph(Drain, "cordon the node, evict its pods", d.drainOld).FailingTo(string(Rollback), rollBack),
 		ph(Switch, "stop the old node", d.switchOld).FailingTo(string(Rollback), rollBack),
 		ph(Start, "start the target's node", d.start).FailingTo(string(Rollback), rollBack),
 		ph(Verify, "wait for the target's node", d.verify).FailingTo(string(Rollback), rollBack),
 		ph(Commit, "commit the target slot", d.commit),
+		ph(Uncordon, "make the node schedulable again", d.uncordon),
 		ph(Clean, "remove the old slot", d.clean).Final(),
 		ph(Rollback, "stop the target, start the old slot", d.rollback),
 		ph(RollbackVerify, "wait for the old slot's node, remove the target", d.rollbackVerify),
@@ -243,7 +249,9 @@ func (d *Deps) commit(ctx context.Context, st *State, _ isolation.Backend) error
 	if err := d.Boot.Move(ctx, st.From, st.To); err != nil {
 		return err
 	}
-	st.Warning = d.syncLabels(ctx, st.Desired, prev)
+	if w := d.syncLabels(ctx, st.Desired, prev); w != "" {
+		st.Warning = joinWarning(st.Warning, w)
+	}
 	return nil
 }
 
@@ -320,6 +328,8 @@ func (d *Deps) rollbackVerify(ctx context.Context, st *State, target isolation.B
 	if err := d.waitNode(ctx, old, a.Config, st.From); err != nil {
 		return fmt.Errorf("old slot %s after rollback: %w", st.From, err)
 	}
+	// Healthy again: the drain's cordon is taken back.
+	d.uncordonNode(ctx, st, a.Config)
 	// The failed target is removed; the next repave prepares it afresh.
 	if err := target.Remove(ctx, st.To); err != nil {
 		d.Log.Warn("could not remove the failed target slot", "slot", st.To, "err", err)
@@ -328,9 +338,11 @@ func (d *Deps) rollbackVerify(ctx context.Context, st *State, target isolation.B
 }
 
 // Restart restarts the active slot's node in place through its mode's
-// operator, waits for kubelet health and Node Ready, and writes the status
-// of request id.
-func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.Status, error) {
+// operator, after draining it with policy (nil: the defaults; skipDrain: not
+// at all), waits for kubelet health and Node Ready, uncordons the node, and
+// writes the status of request id. A restart has no state file: a run killed
+// after its claim runs again from the drain, whose cordon is idempotent.
+func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *drain.Policy, skipDrain bool) (*requests.Status, error) {
 	a, err := d.Store.ActiveApplied()
 	if err != nil {
 		return nil, err
@@ -351,12 +363,37 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 	if err := d.Requests.WriteStatus(st); err != nil {
 		d.Log.Warn("could not write progress", "err", err)
 	}
-	// Two phases through the stage runner: the test hook pauses before
-	// restart-node; both are timed into the status, a failed one too.
+	// The drain's cordon and warnings, kept as a repave keeps them.
+	rs := &State{RequestID: id, SkipDrain: skipDrain}
+	// Three phases through the stage runner: the test hook pauses before
+	// each; all are timed into the status, a failed one too.
 	var t0 time.Time
 	tr := transition.Runner{Stage: "restart", Log: d.Log, Pause: d.Pause, Now: d.now,
 		Timed: func(t requests.PhaseTiming, _ error) { st.Phases = append(st.Phases, t) }}
 	_, err = tr.Run(ctx, []transition.Phase{
+		{Name: string(Drain), What: "cordon the node, evict its pods", Run: func(ctx context.Context) error {
+			if skipDrain {
+				return nil
+			}
+			pol, note := drainPolicy(policy, a.Config, false)
+			if note != "" {
+				d.Log.Warn(note)
+			}
+			dr, err := d.drainer(a.Config, func(p drain.Progress) {
+				st.Drain, st.Message = &p, p.Message
+				if err := d.Requests.WriteStatus(st); err != nil {
+					d.Log.Warn("could not write progress", "err", err)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			res, err := dr.Drain(ctx, pol, id)
+			if err == nil && res.Forced {
+				rs.Warning = res.Message
+			}
+			return err
+		}},
 		{Name: string(RestartNode), What: "restart the node machine", Run: func(ctx context.Context) error {
 			t0 = d.now()
 			return o.RestartNode(ctx, a.Slot)
@@ -367,18 +404,29 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64) (*requests.
 	})
 	var pe *transition.PhaseError
 	if errors.As(err, &pe) && !pe.Ran {
-		return nil, err // the test hook stopped it before the restart
+		return nil, err // the test hook stopped it before a phase
 	}
 	st.ActiveSlot = a.Slot
-	if err != nil {
+	switch {
+	case err != nil && t0.IsZero():
+		// The drain failed: the node was never stopped, so it is healthy
+		// and its cordon is taken back.
+		d.uncordonNode(ctx, rs, a.Config)
+		st.Phase, st.Message = requests.Failed, "restart of the node on slot "+a.Slot+" not done: the node kept running: "+err.Error()
+	case err != nil:
+		// Not healthy: the Node stays cordoned until a person looks.
 		st.Phase, st.Message = requests.Failed, "restart of the node on slot "+a.Slot+" failed: "+err.Error()
-	} else {
+	default:
 		st.Phase, st.Message, st.Downtime = requests.Succeeded, "node on slot "+a.Slot+" restarted", d.now().Sub(t0)
+		d.uncordonNode(ctx, rs, a.Config)
 		// The labels of the applied configuration, in case an earlier
 		// update did not reach the Node; nothing to remove.
 		if w := d.syncLabels(ctx, a.Config, nil); w != "" {
-			st.Message += "; " + w
+			rs.Warning = joinWarning(rs.Warning, w)
 		}
+	}
+	if rs.Warning != "" {
+		st.Message += "; " + rs.Warning
 	}
 	if werr := d.Requests.WriteStatus(st); werr != nil {
 		err = errors.Join(err, fmt.Errorf("write status: %w", werr))

@@ -7,9 +7,13 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
+	"github.com/kubeslot/kubeslot/lib/drain/drainkube"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
@@ -105,7 +109,20 @@ func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sa
 			}
 			return err
 		},
-		Boot:         &BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
+		Boot: &BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
+		// The node's own identity: the Node authorizer and NodeRestriction
+		// let it cordon only its own Node and evict only its own pods.
+		Drain: func(cfg *config.Config) (drain.Cluster, error) {
+			rc, err := (&nodeclient.Client{Root: root, Log: log, Stage: Stage}).RESTConfig(cfg)
+			if err != nil {
+				return nil, err
+			}
+			cs, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return nil, err
+			}
+			return drainkube.Kube{Client: cs}, nil
+		},
 		AgentVersion: buildinfo.Version,
 	}
 }

@@ -58,6 +58,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 )
@@ -128,9 +129,14 @@ type Request struct {
 	// Desired is the node configuration to repave to (repave only): the
 	// applied configuration with the Machine spec laid over it. It holds
 	// the join secret, hence 0600.
-	Desired   *config.Config `json:"desired,omitempty"`
-	Upgrade   *UpgradeParams `json:"upgrade,omitempty"`
-	CreatedAt time.Time      `json:"createdAt"`
+	Desired *config.Config `json:"desired,omitempty"`
+	Upgrade *UpgradeParams `json:"upgrade,omitempty"`
+	// Disruption is how a repave or restart drains the node first: the
+	// Machine's spec.disruption when the request was written (nil: the
+	// defaults). Here and not in Desired, so that a change of the drain
+	// policy is not a change of the node's configuration.
+	Disruption *drain.Policy `json:"disruption,omitempty"`
+	CreatedAt  time.Time     `json:"createdAt"`
 }
 
 // PhaseTiming is one step of a worker's progress.
@@ -152,8 +158,11 @@ type Status struct {
 	// ActiveSlot is the slot the node runs on after the request (repave).
 	ActiveSlot string `json:"activeSlot,omitempty"`
 	// Downtime is the measured node downtime (repave, restart).
-	Downtime  time.Duration `json:"downtime,omitempty"`
-	UpdatedAt time.Time     `json:"updatedAt"`
+	Downtime time.Duration `json:"downtime,omitempty"`
+	// Drain is the progress of the node's drain (repave, restart), the
+	// watcher's Draining condition.
+	Drain     *drain.Progress `json:"drain,omitempty"`
+	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
 // idRE keeps IDs usable as file names: operation names are DNS subdomains.
@@ -177,6 +186,11 @@ func (r *Request) validate() error {
 	}
 	if r.Kind == Repave && r.Desired == nil {
 		return fmt.Errorf("request %s: a repave needs the desired configuration", r.ID)
+	}
+	if r.Disruption != nil {
+		if err := r.Disruption.Check(); err != nil {
+			return fmt.Errorf("request %s: %w", r.ID, err)
+		}
 	}
 	if r.Kind == Upgrade && (r.Upgrade == nil || r.Upgrade.URL == "" || r.Upgrade.SHA256 == "") {
 		return fmt.Errorf("request %s: an upgrade needs the bundle URL and sha256", r.ID)

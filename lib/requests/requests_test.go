@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/testkit"
@@ -70,13 +71,16 @@ func TestValidation(t *testing.T) {
 		"id with a slash":    {Kind: Restart, ID: "restart-1-../x"},
 		"repave no desired":  {Kind: Repave, ID: NewID(Repave, 1, "")},
 		"upgrade no bundle":  {Kind: Upgrade, ID: NewID(Upgrade, 1, "op"), Upgrade: &UpgradeParams{URL: "http://x"}},
+		"drain too long":     {Kind: Restart, ID: NewID(Restart, 1, "op"), Disruption: &drain.Policy{Timeout: time.Hour}},
+		"drain action":       {Kind: Restart, ID: NewID(Restart, 1, "op"), Disruption: &drain.Policy{OnTimeout: "Later"}},
 	}
 	for name, r := range cases {
 		if _, err := d.Write(r); err == nil {
 			t.Errorf("%s: Write accepted %+v", name, r)
 		}
 	}
-	if _, err := d.Write(&Request{Kind: Repave, ID: NewID(Repave, 3, ""), Desired: &config.Config{}}); err != nil {
+	if _, err := d.Write(&Request{Kind: Repave, ID: NewID(Repave, 3, ""), Desired: &config.Config{},
+		Disruption: &drain.Policy{Timeout: time.Minute, OnTimeout: drain.Force}}); err != nil {
 		t.Errorf("valid repave: %v", err)
 	}
 }

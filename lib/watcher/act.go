@@ -324,7 +324,7 @@ func (l *loop) setCondition(ctx context.Context, c metav1.Condition) error {
 }
 
 // report writes the Machine's status when it differs from what is there.
-func (l *loop) report(ctx context.Context, in Inputs, a Action) error {
+func (l *loop) report(ctx context.Context, in Inputs, a Action) (err error) {
 	if in.Machine == nil {
 		return nil
 	}
@@ -346,12 +346,26 @@ func (l *loop) report(ctx context.Context, in Inputs, a Action) error {
 		}
 		return nil
 	}
+	// A changed Draining condition is also an Event (pods left, the
+	// blocking budget), once: compared with what the Machine holds.
+	for _, c := range a.Conditions {
+		if c.Type != v1alpha1.ConditionDraining {
+			continue
+		}
+		if typ, reason, msg, ok := drainEvent(meta.FindStatusCondition(in.Machine.Status.Conditions, c.Type), c); ok {
+			defer func() {
+				if err == nil {
+					l.postEvent(ctx, in.Machine, typ, reason, msg)
+				}
+			}()
+		}
+	}
 	// The informer's copy is current enough to tell that nothing changed,
 	// which keeps an idle watcher from calling the API at all.
 	if errors.Is(mutate(in.Machine.DeepCopy()), errNoChange) {
 		return nil
 	}
-	_, err := l.mc.UpdateMachineStatus(ctx, l.MachineName, mutate)
+	_, err = l.mc.UpdateMachineStatus(ctx, l.MachineName, mutate)
 	return err
 }
 

@@ -193,6 +193,9 @@ func Decide(in Inputs) []Action {
 	if c, ok := healthCondition(in, m, specErr); ok {
 		conds = append(conds, c)
 	}
+	if c, ok := drainingCondition(in, m.Generation); ok {
+		conds = append(conds, c)
+	}
 	var out []Action
 	for _, r := range d.reqs {
 		out = append(out, Action{Type: WriteRequest, Request: r})
@@ -326,7 +329,9 @@ func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node s
 	}
 	switch kind {
 	case requests.Repave:
-		r.Desired = desired
+		r.Desired, r.Disruption = desired, disruptionOf(m)
+	case requests.Restart:
+		r.Disruption = disruptionOf(m)
 	case requests.Upgrade:
 		p := op.Spec.Parameters
 		if p == nil || p.BundleURL == "" || p.BundleSHA256 == "" {
@@ -357,7 +362,7 @@ func repaveCondition(in Inputs, m *v1alpha1.Machine, desired *config.Config, spe
 		Kind: requests.Repave, ID: requests.NewID(requests.Repave, m.Generation, ""), MachineGeneration: m.Generation,
 		Reason: fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
 			short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint())),
-		Desired: desired,
+		Desired: desired, Disruption: disruptionOf(m),
 	}
 	return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched, "repave requested", m.Generation), r
 }

@@ -43,7 +43,10 @@
 //     reported Degraded with the field and value.
 //   - Reports: the Machine's status, the operation's status.machines entry
 //     for this Machine, and an Event per transition. It registers its Machine
-//     when missing.
+//     when missing. Repave and restart requests carry the Machine's
+//     spec.disruption (the drain policy, not part of the desired
+//     configuration); the drain's progress in a status becomes the Draining
+//     condition, and an Event each time that condition changes (drain.go).
 //   - Releases (serve.go): started as <base>/current/kubeslot-watcher, it
 //     follows that link: when an upgrade flips it, it stops its loop (every
 //     result is on disk) and re-executes the new binary in the same process.

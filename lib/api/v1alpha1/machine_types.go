@@ -76,7 +76,77 @@ type MachineSpec struct {
 	// +optional
 	// +kubebuilder:default=OnNodeDelete
 	UpdatePolicy UpdatePolicy `json:"updatePolicy,omitempty"`
+
+	// Disruption says how the agent takes the node's pods off it before an
+	// operation that stops them (a repave, a restart): cordon, evict
+	// through the Eviction API (PodDisruptionBudgets hold), wait, and
+	// uncordon once the node is healthy again. It travels with each
+	// request and never causes a repave by itself. Absent means the
+	// defaults.
+	//
+	// +optional
+	Disruption *Disruption `json:"disruption,omitempty"`
 }
+
+// Disruption is a Machine's drain policy.
+type Disruption struct {
+	// Drain is Evict (cordon, then evict the pods through the Eviction API
+	// before the node stops) or None (the pods stop with the node, as on a
+	// one-node cluster, where evicted pods have nowhere to go and the
+	// drain would only lengthen their downtime).
+	//
+	// +optional
+	// +kubebuilder:default=Evict
+	Drain DrainMode `json:"drain,omitempty"`
+
+	// DrainTimeoutSeconds bounds the cordon, the evictions and the wait for
+	// the evicted pods to go. The agent also keeps the whole operation
+	// within its unit's time limit, and says so when that shortens the drain.
+	//
+	// +optional
+	// +kubebuilder:default=120
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1200
+	DrainTimeoutSeconds int32 `json:"drainTimeoutSeconds,omitempty"`
+
+	// OnDrainTimeout is what happens when the drain is not done in time:
+	// Fail (the operation fails before the node is stopped; a repave rolls
+	// back and the node is uncordoned) or Force (the operation goes on; the
+	// pods left stop with the node).
+	//
+	// +optional
+	// +kubebuilder:default=Fail
+	OnDrainTimeout DrainTimeoutAction `json:"onDrainTimeout,omitempty"`
+
+	// DeleteEmptyDirData lets the drain evict pods with emptyDir volumes,
+	// whose data is then lost. Without it such a pod fails the drain at
+	// once (Fail) or is left to stop with the node (Force).
+	//
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+}
+
+// DrainMode says whether the node is drained before its pods stop.
+//
+// +kubebuilder:validation:Enum=Evict;None
+type DrainMode string
+
+// Drain modes.
+const (
+	DrainEvict DrainMode = "Evict"
+	DrainNone  DrainMode = "None"
+)
+
+// DrainTimeoutAction is what a drain does when its time runs out.
+//
+// +kubebuilder:validation:Enum=Fail;Force
+type DrainTimeoutAction string
+
+// Drain timeout actions.
+const (
+	DrainTimeoutFail  DrainTimeoutAction = "Fail"
+	DrainTimeoutForce DrainTimeoutAction = "Force"
+)
 
 // UpdatePolicy says when an agent repaves its host onto a changed node
 // configuration.
@@ -321,6 +391,10 @@ const (
 	ConditionAgentUpgraded = "AgentUpgraded"
 	// ConditionDegraded is True while the host needs a person.
 	ConditionDegraded = "Degraded"
+	// ConditionDraining is True while the agent drains the node before an
+	// operation that stops its pods (pods left, the blocking
+	// PodDisruptionBudget named); False with how the last drain ended.
+	ConditionDraining = "Draining"
 )
 
 // Condition reasons. Each says what happened in a way that points at what to
@@ -345,4 +419,9 @@ const (
 	ReasonChecksumMismatch      = "ChecksumMismatch" // the spec's sha256 does not match what the URL serves
 	ReasonInvalidSpec           = "InvalidSpec"
 	ReasonHealthy               = "Healthy"
+	ReasonDraining              = "Draining"
+	ReasonDrainBlocked          = "DrainBlocked" // a PodDisruptionBudget refuses an eviction; the message names it
+	ReasonDrained               = "Drained"
+	ReasonDrainFailed           = "DrainFailed" // not done in time under onDrainTimeout Fail, or pods it may not evict
+	ReasonDrainForced           = "DrainForced" // not done in time; went on under onDrainTimeout Force
 )
