@@ -45,6 +45,7 @@ func (l *loop) inputs() (Inputs, error) {
 	for _, obj := range l.ops.List() {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
+	in.Now = time.Now()
 	in.Slots = map[string]bool{}
 	for i := range in.Operations {
 		if n := in.Operations[i].Name; l.slots != nil && l.slots.Held(n) {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -60,6 +61,8 @@ type Inputs struct {
 	HooksErr string
 	// Slots are the rollout operations this agent holds a slot of.
 	Slots map[string]bool
+	// Now is when the inputs were read (an ordered rollout's join window).
+	Now time.Time
 }
 
 // ActionType says what an Action does.

@@ -49,7 +49,15 @@ type slotGate struct {
 	CountTargets bool
 	// OrderKey is this Machine's value of spec.rollout.orderByLabel.
 	OrderKey string
+	// JoinWait is how long an ordered rollout still waits for targets that
+	// have not reported yet (decide again then).
+	JoinWait time.Duration
 }
+
+// joinWindow bounds how long an ordered rollout waits, from the
+// operation's creation, for every target to report its place in line: a
+// target whose agent is down must not hold the rollout forever.
+const joinWindow = 2 * time.Minute
 
 // paced reports whether op is a rollout (a selector operation with
 // spec.rollout).
@@ -61,9 +69,10 @@ func paced(op *v1alpha1.MachineOperation) bool {
 // of Machine m on node may try for a slot: not when the failure budget is
 // spent, when paused, or (with an order or a canary) when other waiting
 // targets come first.
-func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string) slotGate {
+func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time) slotGate {
 	r := op.Spec.Rollout
 	g := slotGate{}
+	ordered := r.OrderByLabel != "" || r.Canary > 0
 	if r.OrderByLabel != "" {
 		g.OrderKey = m.Labels[r.OrderByLabel]
 	}
@@ -97,9 +106,9 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		g.Stop = true
 		g.Message = "paused: spec.rollout.paused is true"
 		return g
-	case r.Percent() && op.Status.Targets == 0:
+	case (r.Percent() || ordered) && op.Status.Targets == 0:
 		g.CountTargets = true
-		g.Message = "counting the targets for spec.rollout.maxUnavailable " + r.MaxUnavailable.String()
+		g.Message = "counting the targets of the rollout"
 		return g
 	}
 	slots, err := r.Slots(int(op.Status.Targets))
@@ -113,9 +122,16 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		slots = 1
 	}
 	g.Slots = slots
-	if r.OrderByLabel == "" && r.Canary == 0 {
+	if !ordered {
 		g.Try = true
 		g.Message = fmt.Sprintf("waiting for one of %d rollout slots", slots)
+		return g
+	}
+	// The line is known once every target has reported (or the window
+	// is over): before, a target late to report could be passed over.
+	if left := op.CreationTimestamp.Add(joinWindow).Sub(now); len(op.Status.Machines) < int(op.Status.Targets) && left > 0 {
+		g.JoinWait = left
+		g.Message = fmt.Sprintf("waiting for all %d targets to report before the ordered rollout starts", op.Status.Targets)
 		return g
 	}
 	slices.SortFunc(waiting, func(a, b waiter) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.name, b.name)) })
@@ -147,7 +163,7 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 		// for; a slot taken for it goes back.
 		return Action{Type: ReleaseSlot, Operation: op}, held, false
 	}
-	g := rolloutGate(op, m, in.NodeName)
+	g := rolloutGate(op, m, in.NodeName, in.Now)
 	if held && !g.Stop {
 		return Action{}, false, true
 	}
@@ -167,6 +183,9 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	if held && g.Stop {
 		return l.slots.Release(ctx, op.Name)
 	}
+	if g.JoinWait > 0 {
+		l.nudgeIn(g.JoinWait)
+	}
 	if !g.Try || held {
 		return nil
 	}
@@ -185,7 +204,7 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
-	if g2 := rolloutGate(fresh, l.machineOrEmpty(), l.NodeName); g2.Stop {
+	if g2 := rolloutGate(fresh, l.machineOrEmpty(), l.NodeName, time.Now()); g2.Stop {
 		l.Log.Info("gave the rollout slot back: the operation says wait", "operation", op.Name, "why", g2.Message)
 		return l.slots.Release(ctx, op.Name)
 	}

@@ -3,6 +3,7 @@ package watcher
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -53,7 +54,10 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 		mine   v1alpha1.OperationPhase // "" none
 		held   bool
 		onDisk bool
-		want   []string
+		// missing targets have not reported; age is the operation's
+		missing int32
+		age     time.Duration
+		want    []string
 	}{
 		{name: "no slot: wait and try", want: []string{"await try"}},
 		{name: "slot held: write the request", held: true, want: []string{"write repave-4-roll"}},
@@ -70,6 +74,10 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 			others: []v1alpha1.MachineOperationTarget{entry("z", v1alpha1.OperationWaiting, "a")}, want: []string{"await"}},
 		{name: "ordered: this one first", r: v1alpha1.Rollout{OrderByLabel: "zone"},
 			others: []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationWaiting, "c")}, want: []string{"await try"}},
+		{name: "ordered: a target has not reported yet", r: v1alpha1.Rollout{OrderByLabel: "zone"}, missing: 1,
+			want: []string{"await"}},
+		{name: "ordered: a target has not reported within the join window", r: v1alpha1.Rollout{OrderByLabel: "zone"}, missing: 1,
+			age: joinWindow + time.Second, want: []string{"await try"}},
 		{name: "canary: one slot until it succeeded", r: v1alpha1.Rollout{Canary: 1, MaxUnavailable: &intstr.IntOrString{IntVal: 5}},
 			others: []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationWaiting, "")}, want: []string{"await"}},
 		{name: "canary done: maxUnavailable", r: v1alpha1.Rollout{Canary: 1, MaxUnavailable: &intstr.IntOrString{IntVal: 5}},
@@ -85,6 +93,9 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 			if tc.mine != "" {
 				o.Status.Machines = append(o.Status.Machines, v1alpha1.MachineOperationTarget{Name: "m1", NodeName: node, Phase: tc.mine})
 			}
+			o.Status.Targets = int32(len(o.Status.Machines)) + tc.missing
+			in.Now = time.Now()
+			o.CreationTimestamp.Time = in.Now.Add(-tc.age)
 			in.Operations = []v1alpha1.MachineOperation{o}
 			if tc.held {
 				in.Slots = map[string]bool{"roll": true}
@@ -105,16 +116,16 @@ func TestRolloutGateMessages(t *testing.T) {
 	in := base(t)
 	in.Machine.Labels = map[string]string{"pool": "p"}
 	o := pacedOp(v1alpha1.Rollout{MaxUnavailable: &intstr.IntOrString{Type: intstr.String, StrVal: "50%"}})
-	g := rolloutGate(&o, in.Machine, node)
+	g := rolloutGate(&o, in.Machine, node, time.Now())
 	if !g.CountTargets || g.Try || g.Stop {
 		t.Errorf("percent without status.targets: %+v, want a count first", g)
 	}
 	o.Status.Targets = 5
-	if g = rolloutGate(&o, in.Machine, node); g.Slots != 2 || !g.Try {
+	if g = rolloutGate(&o, in.Machine, node, time.Now()); g.Slots != 2 || !g.Try {
 		t.Errorf("50%% of 5: %+v, want 2 slots", g)
 	}
 	o.Status.Machines = []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationFailed, ""), entry("b", v1alpha1.OperationFailed, "")}
-	g = rolloutGate(&o, in.Machine, node)
+	g = rolloutGate(&o, in.Machine, node, time.Now())
 	if !g.Stop || !strings.Contains(g.Message, "halted") || !strings.Contains(g.Message, "[a b]") {
 		t.Errorf("halted: %+v, want the failed machines named", g)
 	}
