@@ -496,3 +496,35 @@ func TestRolloutAPI(t *testing.T) {
 func adminDeleteLease(admin *machineclient.Client, name string) {
 	_ = admin.REST().Delete().Resource(v1alpha1.RolloutLeasesResource).Name(name).Do(context.Background()).Error()
 }
+
+// TestRolloutPaused: a paused rollout starts nobody and says so in each entry; unpaused, it runs to the end.
+func TestRolloutPaused(t *testing.T) {
+	h := newRolloutFleet(t, "ro4", 3)
+	op := h.pacedOperation("ro4-repave", "ro4", v1alpha1.Rollout{Paused: true, MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
+	op = h.waitOp("ro4-repave", time.Minute, "3 waiting", func(op *v1alpha1.MachineOperation) bool { return op.Status.Waiting == 3 })
+	time.Sleep(5 * roPoll)
+	for _, a := range h.agents {
+		if n := a.ran.Load(); n != 0 {
+			t.Errorf("%s ran %d requests while the rollout is paused", a.name, n)
+		}
+	}
+	op, err := h.admin.GetOperation(context.Background(), op.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range op.Status.Machines {
+		if e.Phase != v1alpha1.OperationWaiting || !strings.Contains(e.Message, "paused") {
+			t.Errorf("entry %s: %s %q, want Waiting, paused", e.Name, e.Phase, e.Message)
+		}
+	}
+	op.Spec.Rollout.Paused = false
+	if _, err := h.admin.UpdateOperation(context.Background(), op); err != nil {
+		t.Fatalf("unpause: %v", err)
+	}
+	h.waitOp("ro4-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
+	})
+	if p := h.peak.Load(); p > 2 {
+		t.Errorf("%d requests ran at once, want at most 2", p)
+	}
+}
