@@ -500,8 +500,8 @@ func adminDeleteLease(admin *machineclient.Client, name string) {
 // TestRolloutPaused: a paused rollout starts nobody and says so in each entry; unpaused, it runs to the end.
 func TestRolloutPaused(t *testing.T) {
 	h := newRolloutFleet(t, "ro4", 3)
-	op := h.pacedOperation("ro4-repave", "ro4", v1alpha1.Rollout{Paused: true, MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
-	op = h.waitOp("ro4-repave", time.Minute, "3 waiting", func(op *v1alpha1.MachineOperation) bool { return op.Status.Waiting == 3 })
+	h.pacedOperation("ro4-repave", "ro4", v1alpha1.Rollout{Paused: true, MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
+	op := h.waitOp("ro4-repave", time.Minute, "3 waiting", func(op *v1alpha1.MachineOperation) bool { return op.Status.Waiting == 3 })
 	time.Sleep(5 * roPoll)
 	for _, a := range h.agents {
 		if n := a.ran.Load(); n != 0 {
