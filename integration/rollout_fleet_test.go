@@ -10,6 +10,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/transport"
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
@@ -48,7 +50,24 @@ type roAgent struct {
 	hold    chan struct{}
 	ran     atomic.Int32 // requests its runner started
 	running atomic.Bool
+	// slotCalls counts the requests its watcher sent for RolloutLeases.
+	slotCalls atomic.Int64
 }
+
+// countSlotCalls counts the RolloutLease requests that pass through it.
+type countSlotCalls struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c countSlotCalls) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.Contains(r.URL.Path, "/"+v1alpha1.RolloutLeasesResource) {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+func (c countSlotCalls) WrappedRoundTripper() http.RoundTripper { return c.rt }
 
 type roHarness struct {
 	t      *testing.T
@@ -94,6 +113,9 @@ func newRolloutFleet(t *testing.T, prefix string, n int) *roHarness {
 			t.Fatal(err)
 		}
 		a := &roAgent{name: name, root: root}
+		rc.WrapTransport = transport.Wrappers(rc.WrapTransport, func(rt http.RoundTripper) http.RoundTripper {
+			return countSlotCalls{rt, &a.slotCalls}
+		})
 		h.agents = append(h.agents, a)
 		h.cfgs[name] = &agentCfg{opts: watcher.Options{Root: root, REST: rc, NodeName: name, MachineName: name,
 			AgentVersion: "test", Log: apiLog(t).With("agent", name), RolloutLease: roLease, RolloutPoll: roPoll}}
@@ -345,11 +367,23 @@ func TestRolloutDeadHolderSlotExpires(t *testing.T) {
 	if len(ls) != 1 || ls[0].Spec.HolderIdentity != holder.name {
 		t.Fatalf("leases %v, want one held by %s", rollout.Names(ls), holder.name)
 	}
+	// What the waiting agents ask for a slot: one List per poll, whatever the fleet's size.
+	waitCalls := func() (n int64) {
+		for _, a := range h.agents {
+			if a != holder {
+				n += a.slotCalls.Load()
+			}
+		}
+		return n
+	}
+	calls0, t0 := waitCalls(), time.Now()
 	// A restart of the holder's watcher: it keeps its slot (renewed past the lease duration), nobody else starts.
 	holder.cancel()
 	<-holder.done
 	h.startAgent(holder)
 	time.Sleep(2 * roLease)
+	perMin := float64(waitCalls()-calls0) / float64(len(h.agents)-1) / time.Since(t0).Minutes()
+	figures.AddValue(fmt.Sprintf("rollout: slot requests per waiting agent (poll %v; 10 s in production: 6/min)", roPoll), perMin, unitPerMinute)
 	ls = h.leases("ro3-repave")
 	if len(ls) != 1 || ls[0].Spec.HolderIdentity != holder.name || ls[0].Spec.LeaseTransitions != 0 {
 		t.Fatalf("after the holder's restart: leases %v (transitions %d), want still %s's", rollout.Names(ls), ls[0].Spec.LeaseTransitions, holder.name)
