@@ -52,6 +52,9 @@ type roAgent struct {
 	running atomic.Bool
 	// slotCalls counts the requests its watcher sent for RolloutLeases.
 	slotCalls atomic.Int64
+	// started and ended are when its runner's last request started and finished.
+	mu             sync.Mutex
+	started, ended time.Time
 }
 
 // countSlotCalls counts the RolloutLease requests that pass through it.
@@ -178,6 +181,9 @@ func (h *roHarness) runner(ctx context.Context, a *roAgent) {
 			continue
 		}
 		seen[r.ID] = true
+		a.mu.Lock()
+		a.started = time.Now()
+		a.mu.Unlock()
 		a.ran.Add(1)
 		a.running.Store(true)
 		if c := h.now.Add(1); c > h.peak.Load() {
@@ -204,6 +210,9 @@ func (h *roHarness) runner(ctx context.Context, a *roAgent) {
 			continue // killed meanwhile: a dead host reports nothing
 		}
 		h.now.Add(-1)
+		a.mu.Lock()
+		a.ended = time.Now()
+		a.mu.Unlock()
 		st.Phase, st.Message = requests.Succeeded, "fake repave done"
 		if a.fail.Load() {
 			st.Phase, st.Message = requests.Failed, "fake repave failed: broken kubelet"
@@ -560,5 +569,33 @@ func TestRolloutPaused(t *testing.T) {
 	})
 	if p := h.peak.Load(); p > 2 {
 		t.Errorf("%d requests ran at once, want at most 2", p)
+	}
+}
+
+// TestRolloutCanaryFirst: canary 1 in label order, then maxUnavailable 2: the first Machine runs alone and succeeds
+// before the other two start, together.
+func TestRolloutCanaryFirst(t *testing.T) {
+	h := newRolloutFleet(t, "ro5", 3)
+	h.pacedOperation("ro5-repave", "ro5", v1alpha1.Rollout{Canary: 1, OrderByLabel: "order",
+		MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
+	h.waitOp("ro5-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
+	})
+	at := func(a *roAgent) (time.Time, time.Time) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.started, a.ended
+	}
+	_, canaryEnd := at(h.agents[0])
+	for _, a := range h.agents[1:] {
+		if start, _ := at(a); !start.After(canaryEnd) {
+			t.Errorf("%s started at %v, before the canary %s finished at %v", a.name, start, h.agents[0].name, canaryEnd)
+		}
+	}
+	// 2 expected (both take a slot within a poll, each runs 1.2 s); 1 only on a starved machine, never more.
+	if p := h.peak.Load(); p > 2 {
+		t.Errorf("%d requests ran at once after the canary, want at most 2 (maxUnavailable 2)", p)
+	} else {
+		t.Logf("%d requests ran at once after the canary (maxUnavailable 2)", p)
 	}
 }
