@@ -53,7 +53,7 @@ func TestAPIKubectlPrinterColumns(t *testing.T) {
 	wantColumns(t, out, []string{"NAME", "NODE", "SLOT", "KUBERNETES", "AGENT", "PHASE", "AGE"},
 		[]string{"api-kubectl", "api-kubectl", "b", "1.37.1", "v9.9.9", "Ready"})
 	out = runKubectl(t, ctx, kubectl, cp, "get", "machineoperations", "api-kubectl-op")
-	wantColumns(t, out, []string{"NAME", "TYPE", "MACHINE", "PHASE", "STARTED", "AGE"},
+	wantColumns(t, out, []string{"NAME", "TYPE", "MACHINE", "PHASE", "DONE", "INPROGRESS", "WAITING", "FAILED", "STARTED", "AGE"},
 		[]string{"api-kubectl-op", "Repave", "api-kubectl"})
 	out = runKubectl(t, ctx, kubectl, cp, "get", "machines", "api-kubectl", "-o", "wide")
 	wantColumns(t, out, []string{"NAME", "NODE", "SLOT", "KUBERNETES", "AGENT", "PHASE", "AGE", "DESIRED", "PAUSED"},
@@ -133,8 +133,8 @@ func TestClusterInstallIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Changed() || len(rep.Changes) != 8 {
-		t.Errorf("second install: %+v, want 8 objects, all unchanged", rep.Changes)
+	if rep.Changed() || len(rep.Changes) != 11 {
+		t.Errorf("second install: %+v, want 11 objects, all unchanged", rep.Changes)
 	}
 	for _, c := range rep.Changes {
 		if c.Action != clusterinstall.Unchanged {
@@ -174,8 +174,8 @@ func TestClusterUninstall(t *testing.T) {
 	}
 
 	stdout, _, code := runCLI(t, ctx, cp, bin, "cluster", "uninstall", "--delete-objects")
-	if code != 0 || strings.Count(stdout, " deleted\n") != 8 {
-		t.Errorf("uninstall --delete-objects: exit %d, want 0 and 8 objects deleted:\n%s", code, stdout)
+	if code != 0 || strings.Count(stdout, " deleted\n") != 11 {
+		t.Errorf("uninstall --delete-objects: exit %d, want 0 and 11 objects deleted:\n%s", code, stdout)
 	}
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {

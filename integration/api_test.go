@@ -366,7 +366,7 @@ func TestAPIInvalidObjectsRejected(t *testing.T) {
 	}
 	op.Spec.Type = v1alpha1.OperationRepave
 	_, err = admin.UpdateOperation(ctx, op)
-	wantRejected(t, "operation spec change", err, apierrors.IsInvalid, "spec is immutable once created")
+	wantRejected(t, "operation spec change", err, apierrors.IsInvalid, "spec.type is immutable")
 
 	m, err := admin.CreateMachine(ctx, testMachine("api-immutable", "api-immutable"))
 	if err != nil {

@@ -45,6 +45,13 @@ func (l *loop) inputs() (Inputs, error) {
 	for _, obj := range l.ops.List() {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
+	in.Now = time.Now()
+	in.Slots = map[string]bool{}
+	for i := range in.Operations {
+		if n := in.Operations[i].Name; l.slots != nil && l.slots.Held(n) {
+			in.Slots[n] = true
+		}
+	}
 	in.Applied, in.AppliedErr = l.store.ActiveApplied()
 	for _, k := range requests.Kinds() {
 		p, err := l.dir.Pending(k)
@@ -179,6 +186,13 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		return l.endProbation(in, a)
 	case ReportRollback:
 		return l.reportRollback(ctx, in, a)
+	case AwaitSlot:
+		return l.awaitSlot(ctx, a)
+	case KeepSlot:
+		_, err := l.slots.Recover(ctx, a.Operation.Name)
+		return err
+	case ReleaseSlot:
+		return l.slots.Release(ctx, a.Operation.Name)
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {

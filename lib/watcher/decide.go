@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -58,6 +59,10 @@ type Inputs struct {
 	// HooksErr is why the active slot's lifecycle hooks could not be
 	// ensured at start ("" when they were).
 	HooksErr string
+	// Slots are the rollout operations this agent holds a slot of.
+	Slots map[string]bool
+	// Now is when the inputs were read (an ordered rollout's join window).
+	Now time.Time
 }
 
 // ActionType says what an Action does.
@@ -99,6 +104,9 @@ type Action struct {
 	Conditions []metav1.Condition
 	Probation  *requests.Probation
 	Advance    bool
+	// Operation and Gate: the slot actions (rollout.go).
+	Operation *v1alpha1.MachineOperation
+	Gate      *slotGate
 }
 
 func (a Action) String() string {
@@ -124,6 +132,10 @@ func (a Action) String() string {
 		return fmt.Sprintf("EndProbation %s %s advance=%v", a.Probation.RequestID, a.Probation.ToRelease, a.Advance)
 	case ReportRollback:
 		return fmt.Sprintf("ReportRollback %s %s", a.Probation.RequestID, a.Probation.ToVersion)
+	case AwaitSlot:
+		return fmt.Sprintf("AwaitSlot %s try=%v %s", a.Operation.Name, a.Gate.Try, a.Gate.Message)
+	case KeepSlot, ReleaseSlot:
+		return string(a.Type) + " " + a.Operation.Name
 	}
 	return string(a.Type)
 }
@@ -175,12 +187,24 @@ func Decide(in Inputs) []Action {
 	m := in.Machine
 	d := onDisk(in)
 	desired, specErr := Desired(in.Applied.Config, &m.Spec.Node)
+	var slotActs []Action
 	for i := range in.Operations {
 		op := &in.Operations[i]
+		r := operationRequest(op, m, in.NodeName, desired, specErr)
+		if paced(op) {
+			// A rollout's request waits for a slot (rollout.go).
+			a, ok, write := slotAction(in, op, m, d.knownOps[op.Name], r != nil)
+			if ok {
+				slotActs = append(slotActs, a)
+			}
+			if !write {
+				continue
+			}
+		}
 		if d.knownOps[op.Name] {
 			continue // dispatched already, maybe under another generation
 		}
-		if r := operationRequest(op, m, in.NodeName, desired, specErr); r != nil {
+		if r != nil {
 			d.write(r)
 		}
 	}
@@ -201,6 +225,7 @@ func Decide(in Inputs) []Action {
 		out = append(out, Action{Type: WriteRequest, Request: r})
 	}
 	out = append(out, publish...)
+	out = append(out, slotActs...)
 	return append(out, Action{Type: ReportMachine, Phase: machinePhase(specErr, d.busy, hooksBad), Conditions: conds})
 }
 

@@ -15,6 +15,12 @@
 // completionTime with the clock (CEL in admission has no now()), so the TTL
 // is kept by the watcher, not enforced by the cluster.
 //
+// A selector operation with spec.rollout is paced (rollout.go): its request
+// is written only while this agent holds one of the rollout's slots
+// (lib/rollout), and the slot goes back once the result is published.
+// Waiting for a slot is the one time the watcher polls: one List of the
+// operation's RolloutLeases per poll interval while the gate lets it try.
+//
 // The watcher, in more detail (moved here from DESIGN.md):
 //
 //   - Start-up (Command, start.go): the installation lock, waited for in
@@ -30,7 +36,7 @@
 //     --ready-after (60 s) when the cluster cannot be reached.
 //   - Watches: its Machine and its Node by field selector; operations are the
 //     one cluster-wide watch (a selector-targeted operation cannot be filtered
-//     by the server). No polling: idle, it makes no request besides its open
+//     by the server). No polling (but for a rollout slot, above): idle, it makes no request besides its open
 //     watches, each kept for the server-side timeout client-go asks; single
 //     requests are bounded (lib/nodeidentity), watches are not. Each event
 //     makes it decide again; a decision whose Machine status is already

@@ -17,6 +17,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/rollout"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	// ReleaseStartup (the binary, not in-process fleets) pages the binary's
 	// start-up code out of memory once, after the first sync (pages.go).
 	ReleaseStartup bool
+	// RolloutLease is the duration of the rollout slots this agent takes
+	// (renewed every third of it), RolloutPoll how often it tries for one
+	// while waiting (lib/rollout defaults: 60 s, 10 s).
+	RolloutLease, RolloutPoll time.Duration
 }
 
 // DefaultUpgradeProbation is Options.UpgradeProbation's default (the settle
@@ -79,6 +84,11 @@ type loop struct {
 	// logged once until it changes or the action succeeds.
 	failures int
 	reported map[string]string
+	// slots holds this agent's rollout slots; slotTimer decides again
+	// when the next attempt for one is due (rollout.go).
+	slots     *rollout.Keeper
+	slotTimer *time.Timer
+	slotDue   time.Time
 }
 
 // statusRetention is how long published results stay in status/ (the newest
@@ -108,7 +118,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1)}
+	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1),
+		slots: rollout.NewKeeper(rollout.REST{Client: mc.REST()}, o.NodeName, o.RolloutLease, o.RolloutPoll, o.Log)}
 	if o.BetweenReads != nil {
 		l.store.SetBetweenReads(o.BetweenReads)
 	}
@@ -117,7 +128,11 @@ func Run(ctx context.Context, o Options) error {
 			l.probationTimer.Stop()
 		}
 		l.ttl.stop()
+		if l.slotTimer != nil {
+			l.slotTimer.Stop()
+		}
 	}()
+	go l.slots.Run(ctx)
 	if l.published, err = l.dir.LoadPublished(); err != nil {
 		return err
 	}

@@ -124,12 +124,19 @@ func summarize(op *MachineOperation, last MachineOperationTarget) {
 		}
 	}
 	n := len(s.Machines)
+	s.Done, s.Failed = int32(counts[OperationSucceeded]), int32(counts[OperationFailed])
+	s.InProgress = int32(counts[OperationPending] + counts[OperationInProgress])
+	s.Waiting = int32(counts[OperationWaiting])
+	finished := counts[OperationSucceeded] + counts[OperationFailed]
+	r := op.Spec.Rollout
 	switch {
-	case counts[OperationFailed] > 0:
+	case r != nil && r.BudgetSpent(counts[OperationFailed]) && finished < n:
+		s.Phase = OperationHalted
+	case counts[OperationFailed] > 0 && (r == nil || finished == n):
 		s.Phase = OperationFailed
 	case n > 0 && counts[OperationSucceeded] == n:
 		s.Phase = OperationSucceeded
-	case counts[OperationInProgress] > 0 || counts[OperationSucceeded] > 0:
+	case counts[OperationInProgress] > 0 || finished > 0:
 		s.Phase = OperationInProgress
 	default:
 		s.Phase = OperationPending
@@ -140,15 +147,33 @@ func summarize(op *MachineOperation, last MachineOperationTarget) {
 	} else {
 		s.CompletionTime = nil
 	}
-	if n == 1 {
+	switch {
+	case n == 1:
 		s.Message = truncate(last.Message, 4096)
-	} else {
-		s.Message = fmt.Sprintf("%d machines: %d succeeded, %d failed, %d in progress, %d pending; last %s: %s",
+	case s.Phase == OperationHalted:
+		s.Message = fmt.Sprintf("%d machines: halted, %d failed (spec.rollout.failureBudget %d: raise it to resume, or delete the operation): %s; %d succeeded, %d in progress, %d waiting",
+			n, counts[OperationFailed], r.Budget(), strings.Join(failedNames(s.Machines), ", "),
+			counts[OperationSucceeded], s.InProgress, s.Waiting)
+	default:
+		s.Message = fmt.Sprintf("%d machines: %d succeeded, %d failed, %d in progress, %d pending, %d waiting; last %s: %s",
 			n, counts[OperationSucceeded], counts[OperationFailed], counts[OperationInProgress], counts[OperationPending],
-			last.Name, last.Message)
-		s.Message = truncate(s.Message, 4096)
+			counts[OperationWaiting], last.Name, last.Message)
 	}
-	s.ObservedMachineGeneration = last.ObservedMachineGeneration
+	s.Message = truncate(s.Message, 4096)
+	if last.ObservedMachineGeneration != 0 || last.Phase != OperationWaiting {
+		s.ObservedMachineGeneration = last.ObservedMachineGeneration
+	}
+}
+
+// failedNames names the Machines whose entries failed.
+func failedNames(es []MachineOperationTarget) []string {
+	var out []string
+	for _, e := range es {
+		if e.Phase == OperationFailed {
+			out = append(out, e.Name)
+		}
+	}
+	return out
 }
 
 // truncate shortens s to at most n bytes without splitting a character.

@@ -20,6 +20,7 @@ func TestAccessControlManifests(t *testing.T) {
 	want := []string{
 		"ValidatingAdmissionPolicy/kubeslot-agent-writes", "ValidatingAdmissionPolicyBinding/kubeslot-agent-writes",
 		"ValidatingAdmissionPolicy/kubeslot-agent-operation-targets", "ValidatingAdmissionPolicyBinding/kubeslot-agent-operation-targets",
+		"ValidatingAdmissionPolicy/kubeslot-agent-rollout-leases", "ValidatingAdmissionPolicyBinding/kubeslot-agent-rollout-leases",
 		"ClusterRole/kubeslot:agent", "ClusterRoleBinding/kubeslot:agent",
 	}
 	if !slices.Equal(order, want) {
@@ -51,6 +52,7 @@ func TestAccessControlManifests(t *testing.T) {
 		"machines/status":          {"get", "update", "patch"},
 		"machineoperations":        {"get", "list", "watch", "delete"},
 		"machineoperations/status": {"get", "update", "patch"},
+		"rolloutleases":            {"get", "list", "create", "update", "delete"},
 	}
 	for res, verbs := range wantGrants {
 		if !slices.Equal(granted[res], verbs) {
@@ -65,7 +67,7 @@ func TestAccessControlManifests(t *testing.T) {
 		t.Errorf("the agent role is bound to %v, want only group %s", subjects, NodesGroup)
 	}
 
-	for _, name := range []string{"kubeslot-agent-writes", "kubeslot-agent-operation-targets"} {
+	for _, name := range []string{"kubeslot-agent-writes", "kubeslot-agent-operation-targets", "kubeslot-agent-rollout-leases"} {
 		p := byName["ValidatingAdmissionPolicy/"+name]
 		if fp, _, _ := unstructured.NestedString(p.Object, "spec", "failurePolicy"); fp != "Fail" {
 			t.Errorf("%s: failurePolicy %q, want Fail", name, fp)

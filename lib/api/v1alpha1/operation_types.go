@@ -2,12 +2,14 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // MachineOperation asks one Machine (spec.machineRef) or every Machine a
 // label selector matches (spec.machineSelector) to do something once:
 // restart the node, repave, upgrade or reset the agent. Its spec cannot
-// change after creation. The agent of each targeted Machine reports its
+// change after creation, except spec.rollout.paused and
+// spec.rollout.failureBudget (see Rollout). The agent of each targeted Machine reports its
 // progress in status.machines and keeps the summary fields up to date.
 //
 // +kubebuilder:object:root=true
@@ -18,6 +20,10 @@ import (
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
 // +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.spec.machineRef.name`,description="Target Machine (empty when a selector picks the targets)"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Done",type=integer,JSONPath=`.status.done`,description="Machines that succeeded"
+// +kubebuilder:printcolumn:name="InProgress",type=integer,JSONPath=`.status.inProgress`,description="Machines dispatched and not finished"
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.waiting`,description="Machines waiting for a rollout slot"
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`,description="Machines that failed"
 // +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
@@ -25,7 +31,8 @@ type MachineOperation struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// Spec says what to do, and where. It is immutable.
+	// Spec says what to do, and where. It is immutable but for
+	// spec.rollout.paused and spec.rollout.failureBudget.
 	// +required
 	Spec MachineOperationSpec `json:"spec"`
 	// Status is the progress reported by the targeted Machines' agents.
@@ -47,26 +54,31 @@ type MachineOperationList struct {
 // +kubebuilder:validation:XValidation:rule="has(self.machineRef) != has(self.machineSelector)",message="spec.machineRef and spec.machineSelector: set exactly one of them to name the target"
 // +kubebuilder:validation:XValidation:rule="self.type != 'AgentUpgrade' || (has(self.parameters) && has(self.parameters.bundleURL) && has(self.parameters.bundleSHA256))",message="spec.parameters.bundleURL and spec.parameters.bundleSHA256 are required when spec.type is AgentUpgrade"
 // +kubebuilder:validation:XValidation:rule="self.type == 'AgentUpgrade' || !has(self.parameters)",message="spec.parameters is only for spec.type AgentUpgrade"
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable once created: delete this MachineOperation and create a new one"
+// +kubebuilder:validation:XValidation:rule="!has(self.rollout) || has(self.machineSelector)",message="spec.rollout is only for an operation with spec.machineSelector: a spec.machineRef operation has one target"
+// +kubebuilder:validation:XValidation:rule="has(self.machineRef) == has(oldSelf.machineRef) && has(self.machineSelector) == has(oldSelf.machineSelector) && has(self.parameters) == has(oldSelf.parameters) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.rollout) == has(oldSelf.rollout)",message="spec is immutable once created but for spec.rollout.paused and spec.rollout.failureBudget: delete this MachineOperation and create a new one"
 type MachineOperationSpec struct {
 	// MachineRef names the one Machine to act on. Exactly one of
 	// MachineRef and MachineSelector is set.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.machineRef is immutable"
 	MachineRef *MachineReference `json:"machineRef,omitempty"`
 
 	// MachineSelector picks the Machines to act on by their labels. It must
 	// name at least one label: an empty selector, which would pick every
 	// Machine, is refused.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.machineSelector is immutable"
 	MachineSelector *MachineSelector `json:"machineSelector,omitempty"`
 
 	// Type is what to do.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.type is immutable"
 	Type OperationType `json:"type"`
 
 	// Parameters of the operation; only AgentUpgrade has (and requires)
 	// them.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.parameters is immutable"
 	Parameters *OperationParameters `json:"parameters,omitempty"`
 
 	// TTLSecondsAfterFinished asks for the operation to be deleted this
@@ -74,7 +86,60 @@ type MachineOperationSpec struct {
 	// the agent of a targeted Machine deletes it. Unset: kept until deleted.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.ttlSecondsAfterFinished is immutable"
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// Rollout paces an operation with a machineSelector: at most
+	// maxUnavailable targets at a time, in order, halted after a failure
+	// budget is spent, and pausable. Unset: every target acts at once.
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout paces a selector operation across its targets. There is no
+// controller: each target's agent takes one of maxUnavailable slots (a
+// RolloutLease) before it acts, and holds it until its result is published.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel)",message="spec.rollout.maxUnavailable, spec.rollout.canary and spec.rollout.orderByLabel are immutable; only spec.rollout.paused and spec.rollout.failureBudget may change"
+type Rollout struct {
+	// MaxUnavailable is how many targets may be acting at once: a number
+	// (at least 1) or a percentage of the targets ("25%", more than 0%
+	// and at most 100%), rounded down but never below 1. Default 1.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : (self.matches('^[0-9]{1,3}%$') && int(self.replace('%', '')) >= 1 && int(self.replace('%', '')) <= 100)",message="spec.rollout.maxUnavailable must be a number of at least 1 or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// FailureBudget is how many targets may fail before the rollout halts
+	// (status.phase Halted): no target starts once that many have failed;
+	// those in progress finish. Raise it to resume a halted rollout, or
+	// delete the operation to cancel it. 0 never halts. Default 1 (halt at
+	// the first failure).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	FailureBudget *int32 `json:"failureBudget,omitempty"`
+
+	// Canary is how many targets go first, one at a time: the others wait
+	// until that many have succeeded, then the rollout goes on at
+	// maxUnavailable. Which targets: the first in order (orderByLabel,
+	// then name).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Canary int32 `json:"canary,omitempty"`
+
+	// OrderByLabel orders the targets by the value of this label on their
+	// Machine (absent sorts first), then by name: a target takes a slot
+	// only when it is among the first maxUnavailable of those waiting.
+	// Unset (and no canary): any waiting target may take a free slot.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	OrderByLabel string `json:"orderByLabel,omitempty"`
+
+	// Paused stops targets from starting; those in progress finish.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
 }
 
 // MachineReference names a Machine.
@@ -172,10 +237,29 @@ type OperationParameters struct {
 // fields from all entries (see SetMachineResult).
 type MachineOperationStatus struct {
 	// Phase summarises the entries in Machines: Pending until an agent
-	// picked the operation up, Failed as soon as one target failed,
-	// InProgress while one is not finished, Succeeded when all are.
+	// dispatched the operation, Failed as soon as one target failed (with
+	// a rollout: once every entry is finished), InProgress while one is
+	// not finished, Succeeded when all are, and Halted when a rollout's
+	// failure budget is spent while targets still wait.
 	// +optional
 	Phase OperationPhase `json:"phase,omitempty"`
+	// Done, InProgress, Waiting and Failed count the entries in Machines:
+	// succeeded, dispatched and not finished, waiting for a rollout slot,
+	// failed.
+	// +optional
+	Done int32 `json:"done,omitempty"`
+	// +optional
+	InProgress int32 `json:"inProgress,omitempty"`
+	// +optional
+	Waiting int32 `json:"waiting,omitempty"`
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// Targets is how many Machines the selector matched when the first
+	// agent joined a rollout whose maxUnavailable is a percentage; every
+	// agent counts the percentage from it, so all agree on the slots.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Targets int32 `json:"targets,omitempty"`
 	// Message says what is happening or what went wrong, for a person.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
@@ -248,6 +332,12 @@ type MachineOperationTarget struct {
 	// Succeeded (that verdict was given); this says it no longer holds.
 	// +optional
 	RolledBack *OperationRollback `json:"rolledBack,omitempty"`
+	// OrderKey is the value of the rollout's orderByLabel on this Machine
+	// when its agent joined (empty without one): the agents order the
+	// waiting entries by it, then by name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	OrderKey string `json:"orderKey,omitempty"`
 }
 
 // OperationRollback records a rollback after a Machine's Succeeded.
@@ -268,10 +358,16 @@ type OperationRollback struct {
 
 // OperationPhase is the progress of an operation.
 //
-// +kubebuilder:validation:Enum=Pending;InProgress;Succeeded;Failed
+// +kubebuilder:validation:Enum=Waiting;Pending;InProgress;Succeeded;Failed;Halted
 type OperationPhase string
 
 const (
+	// OperationWaiting (an entry) waits for a rollout slot: nothing was
+	// dispatched on its Machine yet.
+	OperationWaiting OperationPhase = "Waiting"
+	// OperationHalted (the summary) is a rollout whose failure budget is
+	// spent while targets still wait: none of them starts.
+	OperationHalted     OperationPhase = "Halted"
 	OperationPending    OperationPhase = "Pending"
 	OperationInProgress OperationPhase = "InProgress"
 	OperationSucceeded  OperationPhase = "Succeeded"

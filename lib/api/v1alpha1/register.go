@@ -16,6 +16,7 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha
 const (
 	MachinesResource          = "machines"
 	MachineOperationsResource = "machineoperations"
+	RolloutLeasesResource     = "rolloutleases"
 )
 
 // Resource returns a GroupResource of this group.
@@ -25,7 +26,7 @@ func Resource(resource string) schema.GroupResource {
 
 var (
 	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme registers Machine and MachineOperation (and their lists)
+	// AddToScheme registers Machine, MachineOperation and RolloutLease (and their lists)
 	// with a scheme, for REST clients and serializers.
 	AddToScheme = schemeBuilder.AddToScheme
 )
@@ -34,6 +35,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(SchemeGroupVersion,
 		&Machine{}, &MachineList{},
 		&MachineOperation{}, &MachineOperationList{},
+		&RolloutLease{}, &RolloutLeaseList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil

@@ -1,0 +1,248 @@
+// Package rollout is the agents' semaphore for a paced MachineOperation: a
+// set of RolloutLeases (kubeslot.dev, one per slot, named "<op>-<i>"), taken
+// with optimistic concurrency (create, or update at the resourceVersion
+// read), renewed while held, deleted when the holder is done, and taken over
+// when the holder has not renewed within the lease's duration, so a dead
+// agent's slot frees itself. The cluster is reached through the narrow Store
+// interface; REST is the real one. Imported by lib/watcher.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+)
+
+// Store reads and writes RolloutLeases. Create returns an AlreadyExists
+// error when the name is taken, Update and Delete a Conflict error when the
+// resourceVersion given is not the current one, Get and Delete NotFound.
+type Store interface {
+	List(ctx context.Context, op string) ([]v1alpha1.RolloutLease, error)
+	Get(ctx context.Context, name string) (*v1alpha1.RolloutLease, error)
+	Create(ctx context.Context, l *v1alpha1.RolloutLease) (*v1alpha1.RolloutLease, error)
+	Update(ctx context.Context, l *v1alpha1.RolloutLease) (*v1alpha1.RolloutLease, error)
+	Delete(ctx context.Context, name, resourceVersion string) error
+}
+
+// Owner is the operation a slot belongs to; its leases carry it as owner
+// reference, so the garbage collector deletes them with the operation.
+type Owner struct {
+	Name string
+	UID  types.UID
+}
+
+// ErrLost is returned by Renew when the lease is gone or held by another.
+var ErrLost = errors.New("rollout slot lost")
+
+// Semaphore takes and keeps slots for one holder (the agent's node name).
+// It is not safe for concurrent use; Keeper serialises it.
+type Semaphore struct {
+	Store    Store
+	Holder   string
+	Duration time.Duration
+	// Now is the local clock (time.Now when nil).
+	Now func() time.Time
+	// seen remembers, per lease name, the resourceVersion last read and
+	// when it was first read: a lease is expired when it has not changed
+	// for its duration on this clock, so clock skew between hosts does not
+	// matter (as client-go's leader election).
+	seen map[string]sighting
+}
+
+type sighting struct {
+	rv    string
+	since time.Time
+}
+
+func (s *Semaphore) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Name is the name of slot i of operation op.
+func Name(op string, i int) string { return op + "-" + strconv.Itoa(i) }
+
+// Find returns the lease of op that the holder holds, nil if none.
+func (s *Semaphore) Find(ctx context.Context, op string) (*v1alpha1.RolloutLease, error) {
+	ls, err := s.Store.List(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return s.own(ls), nil
+}
+
+func (s *Semaphore) own(ls []v1alpha1.RolloutLease) *v1alpha1.RolloutLease {
+	for i := range ls {
+		if ls[i].Spec.HolderIdentity == s.Holder {
+			return &ls[i]
+		}
+	}
+	return nil
+}
+
+// expired reports whether l has not changed for its duration since this
+// semaphore first saw it in this state.
+func (s *Semaphore) expired(l *v1alpha1.RolloutLease, now time.Time) bool {
+	if s.seen == nil {
+		s.seen = map[string]sighting{}
+	}
+	sg, ok := s.seen[l.Name]
+	if !ok || sg.rv != l.ResourceVersion {
+		s.seen[l.Name] = sighting{rv: l.ResourceVersion, since: now}
+		return false
+	}
+	return now.Sub(sg.since) >= time.Duration(l.Spec.LeaseDurationSeconds)*time.Second
+}
+
+// TryAcquire makes one attempt to take one of the first slots slots of op:
+// the holder's own lease if it has one already (a restarted agent keeps
+// its slot), else a slot with no lease or an expired one. It returns nil
+// when every slot is held, or when another agent won the race. Leases of op
+// at indexes beyond slots (the slot count grows after a canary) count as
+// held while they live, so no more than slots are ever live at once.
+func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alpha1.RolloutLease, error) {
+	if slots < 1 {
+		return nil, fmt.Errorf("operation %s: %d slots: need at least 1", op.Name, slots)
+	}
+	ls, err := s.Store.List(ctx, op.Name)
+	if err != nil {
+		return nil, err
+	}
+	if l := s.own(ls); l != nil {
+		return l, nil
+	}
+	now := s.now()
+	byName := map[string]*v1alpha1.RolloutLease{}
+	live := 0
+	for i := range ls {
+		l := &ls[i]
+		byName[l.Name] = l
+		if !s.expired(l, now) {
+			live++
+		}
+	}
+	for name := range s.seen {
+		if _, ok := byName[name]; !ok && strings.HasPrefix(name, op.Name+"-") {
+			delete(s.seen, name)
+		}
+	}
+	if live >= slots {
+		return nil, nil
+	}
+	for i := range slots {
+		name := Name(op.Name, i)
+		cur, ok := byName[name]
+		switch {
+		case !ok:
+			l, err := s.Store.Create(ctx, s.fresh(op, name, now))
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return l, err
+		case s.expired(cur, now):
+			next := cur.DeepCopy()
+			next.Spec = s.fresh(op, name, now).Spec
+			next.Spec.LeaseTransitions = cur.Spec.LeaseTransitions + 1
+			l, err := s.Store.Update(ctx, next)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				continue
+			}
+			return l, err
+		}
+	}
+	return nil, nil
+}
+
+func (s *Semaphore) fresh(op Owner, name string, now time.Time) *v1alpha1.RolloutLease {
+	t := metav1.NewMicroTime(now)
+	l := &v1alpha1.RolloutLease{Spec: v1alpha1.RolloutLeaseSpec{
+		HolderIdentity: s.Holder, LeaseDurationSeconds: int32(max(1, s.Duration/time.Second)),
+		AcquireTime: &t, RenewTime: t.DeepCopy(),
+	}}
+	l.Name = name
+	l.Labels = map[string]string{v1alpha1.LabelOperation: op.Name}
+	if op.UID != "" {
+		l.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(),
+			Kind: "MachineOperation", Name: op.Name, UID: op.UID}}
+	}
+	return l
+}
+
+// Renew moves l's renewTime to now. A conflict is resolved by reading the
+// lease again: still the holder's (its own earlier write), it retries;
+// another's or gone, ErrLost.
+func (s *Semaphore) Renew(ctx context.Context, l *v1alpha1.RolloutLease) (*v1alpha1.RolloutLease, error) {
+	for range 3 {
+		next := l.DeepCopy()
+		t := metav1.NewMicroTime(s.now())
+		next.Spec.RenewTime = &t
+		out, err := s.Store.Update(ctx, next)
+		switch {
+		case err == nil:
+			return out, nil
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("%w: lease %s is gone", ErrLost, l.Name)
+		case !apierrors.IsConflict(err):
+			return nil, err
+		}
+		cur, err := s.Store.Get(ctx, l.Name)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: lease %s is gone", ErrLost, l.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if cur.Spec.HolderIdentity != s.Holder {
+			return nil, fmt.Errorf("%w: lease %s is held by %s now", ErrLost, l.Name, cur.Spec.HolderIdentity)
+		}
+		l = cur
+	}
+	return nil, fmt.Errorf("renew lease %s: conflicts on every attempt", l.Name)
+}
+
+// Release deletes the holder's lease name, at the resourceVersion it reads
+// first; a lease held by another (taken over) or gone is left alone.
+func (s *Semaphore) Release(ctx context.Context, name string) error {
+	for range 3 {
+		cur, err := s.Store.Get(ctx, name)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur.Spec.HolderIdentity != s.Holder {
+			return nil
+		}
+		err = s.Store.Delete(ctx, name, cur.ResourceVersion)
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("release lease %s: conflicts on every attempt", name)
+}
+
+// Names lists the names of leases, sorted (for logs and tests).
+func Names(ls []v1alpha1.RolloutLease) []string {
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.Name+"="+l.Spec.HolderIdentity)
+	}
+	slices.Sort(out)
+	return out
+}

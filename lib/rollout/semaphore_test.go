@@ -1,0 +1,233 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+)
+
+// fakeStore is a Store with the apiserver's optimistic concurrency.
+type fakeStore struct {
+	mu     sync.Mutex
+	rv     int
+	leases map[string]*v1alpha1.RolloutLease
+	calls  int
+}
+
+func newFake() *fakeStore { return &fakeStore{leases: map[string]*v1alpha1.RolloutLease{}} }
+
+var gr = v1alpha1.Resource(v1alpha1.RolloutLeasesResource)
+
+func (f *fakeStore) List(_ context.Context, op string) ([]v1alpha1.RolloutLease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	var out []v1alpha1.RolloutLease
+	for _, l := range f.leases {
+		if l.Labels[v1alpha1.LabelOperation] == op {
+			out = append(out, *l.DeepCopy())
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Get(_ context.Context, name string) (*v1alpha1.RolloutLease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, ok := f.leases[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	return l.DeepCopy(), nil
+}
+
+func (f *fakeStore) Create(_ context.Context, l *v1alpha1.RolloutLease) (*v1alpha1.RolloutLease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if _, ok := f.leases[l.Name]; ok {
+		return nil, apierrors.NewAlreadyExists(gr, l.Name)
+	}
+	f.rv++
+	c := l.DeepCopy()
+	c.ResourceVersion = strconv.Itoa(f.rv)
+	f.leases[l.Name] = c
+	return c.DeepCopy(), nil
+}
+
+func (f *fakeStore) Update(_ context.Context, l *v1alpha1.RolloutLease) (*v1alpha1.RolloutLease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	cur, ok := f.leases[l.Name]
+	if !ok {
+		return nil, apierrors.NewNotFound(gr, l.Name)
+	}
+	if cur.ResourceVersion != l.ResourceVersion {
+		return nil, apierrors.NewConflict(gr, l.Name, errors.New("changed"))
+	}
+	f.rv++
+	c := l.DeepCopy()
+	c.ResourceVersion = strconv.Itoa(f.rv)
+	f.leases[l.Name] = c
+	return c.DeepCopy(), nil
+}
+
+func (f *fakeStore) Delete(_ context.Context, name, rv string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	cur, ok := f.leases[name]
+	if !ok {
+		return apierrors.NewNotFound(gr, name)
+	}
+	if cur.ResourceVersion != rv {
+		return apierrors.NewConflict(gr, name, errors.New("changed"))
+	}
+	delete(f.leases, name)
+	return nil
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func sem(f *fakeStore, holder string, c *clock) *Semaphore {
+	return &Semaphore{Store: f, Holder: holder, Duration: 30 * time.Second, Now: c.now}
+}
+
+var op = Owner{Name: "roll", UID: "uid-1"}
+
+func TestSlotsAreExclusive(t *testing.T) {
+	ctx := context.Background()
+	f, c := newFake(), &clock{t: time.Unix(1000, 0)}
+	a, b, x := sem(f, "a", c), sem(f, "b", c), sem(f, "x", c)
+	la, err := a.TryAcquire(ctx, op, 2)
+	if err != nil || la == nil || la.Name != "roll-0" {
+		t.Fatalf("a: %v %v, want roll-0", la, err)
+	}
+	if la.OwnerReferences[0].UID != "uid-1" || la.Labels[v1alpha1.LabelOperation] != "roll" {
+		t.Errorf("lease carries no owner or label: %+v", la.ObjectMeta)
+	}
+	lb, _ := b.TryAcquire(ctx, op, 2)
+	if lb == nil || lb.Name != "roll-1" {
+		t.Fatalf("b: %v, want roll-1", lb)
+	}
+	if lx, _ := x.TryAcquire(ctx, op, 2); lx != nil {
+		t.Fatalf("x took %s while both slots are held", lx.Name)
+	}
+	// Again for a: its own slot, not a second one.
+	if again, _ := a.TryAcquire(ctx, op, 2); again == nil || again.Name != "roll-0" {
+		t.Errorf("a again: %v, want its roll-0", again)
+	}
+	if err := a.Release(ctx, "roll-0"); err != nil {
+		t.Fatal(err)
+	}
+	if lx, _ := x.TryAcquire(ctx, op, 2); lx == nil || lx.Name != "roll-0" {
+		t.Errorf("x after a released: %v, want roll-0", lx)
+	}
+	// A slot count that shrinks (the canary) still counts every live lease.
+	if ly, _ := sem(f, "y", c).TryAcquire(ctx, op, 1); ly != nil {
+		t.Errorf("y took %s with 1 slot and 2 live leases", ly.Name)
+	}
+}
+
+func TestExpiredSlotIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	f, c := newFake(), &clock{t: time.Unix(1000, 0)}
+	a, b := sem(f, "a", c), sem(f, "b", c)
+	la, _ := a.TryAcquire(ctx, op, 1)
+	if la == nil {
+		t.Fatal("a took nothing")
+	}
+	if lb, _ := b.TryAcquire(ctx, op, 1); lb != nil {
+		t.Fatal("b took a live slot")
+	}
+	// a renews within its duration: b must not take it, however long it
+	// waits in all.
+	for range 4 {
+		c.t = c.t.Add(20 * time.Second)
+		var err error
+		if la, err = a.Renew(ctx, la); err != nil {
+			t.Fatal(err)
+		}
+		if lb, _ := b.TryAcquire(ctx, op, 1); lb != nil {
+			t.Fatalf("b took a slot renewed %v ago", 0)
+		}
+	}
+	// a stops renewing (dead): after the duration on b's clock, b takes it.
+	c.t = c.t.Add(29 * time.Second)
+	if lb, _ := b.TryAcquire(ctx, op, 1); lb != nil {
+		t.Fatal("b took the slot before the duration passed")
+	}
+	c.t = c.t.Add(2 * time.Second)
+	lb, err := b.TryAcquire(ctx, op, 1)
+	if err != nil || lb == nil || lb.Spec.HolderIdentity != "b" || lb.Spec.LeaseTransitions != 1 {
+		t.Fatalf("b after expiry: %+v %v, want b's with 1 transition", lb, err)
+	}
+	// a comes back: its renewal fails as lost, its release leaves b's lease.
+	if _, err := a.Renew(ctx, la); !errors.Is(err, ErrLost) {
+		t.Errorf("a's renewal after the takeover: %v, want ErrLost", err)
+	}
+	if err := a.Release(ctx, "roll-0"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.Get(ctx, "roll-0"); got == nil || got.Spec.HolderIdentity != "b" {
+		t.Errorf("a's release touched b's lease: %+v", got)
+	}
+}
+
+func TestRenewAfterOwnWriteConflict(t *testing.T) {
+	ctx := context.Background()
+	f, c := newFake(), &clock{t: time.Unix(1000, 0)}
+	a := sem(f, "a", c)
+	la, _ := a.TryAcquire(ctx, op, 1)
+	if _, err := a.Renew(ctx, la); err != nil {
+		t.Fatal(err)
+	}
+	// la is stale now (its write went through, its answer was "lost").
+	if _, err := a.Renew(ctx, la); err != nil {
+		t.Errorf("renew from a stale copy of its own lease: %v, want a retry that succeeds", err)
+	}
+}
+
+func TestKeeperPacesAndRecovers(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	busy := NewKeeper(f, "busy", time.Minute, time.Hour, nil)
+	if ok, _, err := busy.Try(ctx, op, 1); !ok || err != nil {
+		t.Fatalf("busy: %v %v", ok, err)
+	}
+	k := NewKeeper(f, "k", time.Minute, time.Hour, nil)
+	for i := range 5 {
+		ok, wait, err := k.Try(ctx, op, 1)
+		if ok || err != nil || wait <= 0 {
+			t.Fatalf("attempt %d: %v %v %v, want a wait", i, ok, wait, err)
+		}
+	}
+	if f.calls != 3 {
+		t.Errorf("%d store calls for 1 + 5 attempts within one interval, want 3 (List and Create, then one List)", f.calls)
+	}
+	// A restarted busy agent finds its slot on the server, then releases it.
+	again := NewKeeper(f, "busy", time.Minute, time.Hour, nil)
+	if again.Held(op.Name) {
+		t.Fatal("a new keeper remembers a slot")
+	}
+	if ok, err := again.Recover(ctx, op.Name); !ok || err != nil {
+		t.Fatalf("recover: %v %v", ok, err)
+	}
+	if err := NewKeeper(f, "busy", time.Minute, time.Hour, nil).Release(ctx, op.Name); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.leases) != 0 {
+		t.Errorf("leases left after release: %v", f.leases)
+	}
+}
