@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -119,9 +118,7 @@ func (b *Backend) readLayers(slot string) (rec layerRecord, found bool, err erro
 		return rec, false, err
 	}
 	defer f.Close()
-	dec := json.NewDecoder(io.LimitReader(f, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rec); err != nil {
+	if err := decodeRecord(f, &rec); err != nil {
 		return rec, false, fmt.Errorf("%s/%s: damaged layer record: %w", layersPath(slot), layerRecordName, err)
 	}
 	return rec, true, nil

@@ -112,12 +112,19 @@ func readStamp(rootfs string) (s Stamp, found bool, err error) {
 		return s, false, err
 	}
 	defer f.Close()
-	dec := json.NewDecoder(io.LimitReader(f, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	if err := decodeRecord(f, &s); err != nil {
 		return s, false, fmt.Errorf("%s/%s: damaged provisioning stamp: %w", rootfs, stampPath, err)
 	}
 	return s, true, nil
+}
+
+// decodeRecord decodes one of the backend's own small JSON records (a slot's
+// stamp, its layer record) into v: bounded, and strict, so a field this
+// release does not know is a damaged record rather than one silently dropped.
+func decodeRecord(r io.Reader, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r, 64<<10))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // Provisioned reports whether slot has a rootfs built from exactly this
