@@ -73,7 +73,7 @@ func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
 }
 
 // nodeAPI is a client with the identity an agent has: the node's kubelet client certificate.
-func nodeAPI(t *testing.T, cp *kube.ControlPlane, node string) *machineclient.Client {
+func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Client {
 	t.Helper()
 	cert, key, err := cp.NodeClientCert(node)
 	if err != nil {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
@@ -66,7 +66,7 @@ func BenchmarkAgentAdmission(b *testing.B) {
 	if _, err := admin.CreateOperation(ctx, op); err != nil {
 		b.Fatal(err)
 	}
-	reporterAPI := benchNodeAPI(b, cp, reporter)
+	reporterAPI := nodeAPI(b, cp, reporter)
 	entry, _ := json.Marshal([]map[string]any{{"op": "add", "path": "/status", "value": map[string]any{
 		"machines": []any{map[string]any{"name": reporter, "nodeName": reporter, "phase": "InProgress"}},
 	}}})
@@ -82,7 +82,7 @@ func BenchmarkAgentAdmission(b *testing.B) {
 		creates, writes := make([]time.Duration, 0, 15), make([]time.Duration, 0, 15)
 		for i := range 15 {
 			node := fmt.Sprintf("%s-k%d-%d", prefix, k, i)
-			agent := benchNodeAPI(b, cp, node)
+			agent := nodeAPI(b, cp, node)
 			am := testMachine(node, node)
 			am.Labels, am.Spec.Paused, am.Spec.UpdatePolicy = nil, false, ""
 			// A warm connection first (the TLS handshake is not admission's).
@@ -113,55 +113,28 @@ func BenchmarkAgentAdmission(b *testing.B) {
 
 // benchBackgroundMachines brings the benchmark's background Machines from have to want, eight creates at a time.
 func benchBackgroundMachines(ctx context.Context, admin *machineclient.Client, prefix string, have, want int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	next := make(chan int)
-	for range 8 {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		slots = make(chan struct{}, 8)
+	)
+	for i := have; i < want; i++ {
+		slots <- struct{}{}
 		wg.Go(func() {
-			for i := range next {
-				name := fmt.Sprintf("%s-bg-%d", prefix, i)
-				m := testMachine(name, name)
-				m.ObjectMeta = metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": prefix, "pool": name}}
-				if _, err := admin.CreateMachine(ctx, m); err != nil {
-					errs <- fmt.Errorf("background Machine %s: %w", name, err)
-					return
-				}
+			defer func() { <-slots }()
+			name := fmt.Sprintf("%s-bg-%d", prefix, i)
+			m := testMachine(name, name)
+			m.ObjectMeta = metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": prefix, "pool": name}}
+			if _, err := admin.CreateMachine(ctx, m); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("background Machine %s: %w", name, err))
+				mu.Unlock()
 			}
 		})
 	}
-	var err error
-feed:
-	for i := have; i < want; i++ {
-		select {
-		case next <- i:
-		case err = <-errs:
-			break feed
-		}
-	}
-	close(next)
 	wg.Wait()
-	if err != nil {
-		return err
-	}
-	select {
-	case err = <-errs:
-	default:
-	}
-	return err
-}
-
-// benchNodeAPI is a client with node's identity (the kubelet's client certificate an agent uses).
-func benchNodeAPI(b *testing.B, cp *kube.ControlPlane, node string) *machineclient.Client {
-	b.Helper()
-	cert, key, err := cp.NodeClientCert(node)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := machineclient.New(cp.CertConfig(cert, key))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
+	return errors.Join(errs...)
 }
 
 func median(ds []time.Duration) time.Duration {
