@@ -153,9 +153,11 @@ func newRolloutFleet(t *testing.T, prefix string, n int) *roHarness {
 func (h *roHarness) startAgent(a *roAgent) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
+	// Read here, in the test's goroutine: newRolloutFleet adds the next agents' entries to h.cfgs meanwhile.
+	opts := h.cfgs[a.name].opts
 	go func() {
 		defer close(a.done)
-		if err := watcher.Run(ctx, h.cfgs[a.name].opts); err != nil && ctx.Err() == nil {
+		if err := watcher.Run(ctx, opts); err != nil && ctx.Err() == nil {
 			h.t.Errorf("agent %s: %v", a.name, err)
 		}
 	}()
