@@ -95,6 +95,12 @@ build_kube() {
 	touch "$bindir/.$1.ok"
 }
 
+# One build at a time per cache: two runs (a test beside `make demo`, or two
+# checkouts on one machine) would otherwise edit the same throw-away module
+# and write the same output file at once.
+exec 9>"$cache/.kube-bins.lock"
+flock 9
+
 for c in "${want[@]}"; do
 	have "$c" && continue
 	start=$(date +%s)
