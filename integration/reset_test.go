@@ -3,7 +3,8 @@ package integration
 // The resetter stage for real (issue 9): a host bootstrapped by its first-boot unit, with foreign files next to
 // kubeslot's, is reset by hand: every kubeslot artifact goes, the foreign ones stay, no node machine runs; after a
 // power cut nothing bootstraps again; a bootstrap afterwards works (reinstall on the same host). Then kill -9 at
-// several steps and a re-run that finishes, and a reset through a real AgentReset operation.
+// several steps and a re-run that finishes, and a reset through a real AgentReset operation. Every reset keeps the
+// operator's configuration without its join token (checkConfigKept).
 // Rig setup: bootstrap_rig_test.go (shared, unchanged); helpers for the reset in this file.
 
 import (
@@ -99,9 +100,7 @@ func (r *bsRig) checkReset(ctx context.Context) {
 	if out, err := r.h.Run(ctx, "systemctl", "is-enabled", "foreign-test.service"); err != nil || strings.TrimSpace(string(out)) != "enabled" {
 		t.Errorf("foreign unit no longer enabled: %v %s", err, out)
 	}
-	if _, err := r.h.ReadFile(bsConfigPath); err != nil {
-		t.Errorf("the operator's %s was removed: %v", bsConfigPath, err)
-	}
+	r.checkConfigKept(ctx)
 	out, _ := r.h.Run(ctx, "sh", "-c", "ls /etc/systemd/system | grep kubeslot; true")
 	// The rig's own drop-in of the first-boot unit (rig.conf) is not kubeslot's: it stays.
 	if s := strings.TrimSpace(string(out)); s != units.Bootstrap+".d" {
@@ -118,6 +117,44 @@ func (r *bsRig) checkReset(ctx context.Context) {
 	}
 }
 
+// checkConfigKept (issue 21, item 8): the operator's configuration is still there, 0600, without the join token;
+// the token's line is the resetter's comment and every other line is as layDown wrote it.
+func (r *bsRig) checkConfigKept(ctx context.Context) {
+	t := r.t
+	t.Helper()
+	got, err := r.h.ReadFile(bsConfigPath)
+	if err != nil {
+		t.Errorf("the operator's %s was removed: %v", bsConfigPath, err)
+		return
+	}
+	if r.token == "" || strings.Contains(string(got), r.token) {
+		t.Errorf("%s still holds the join token (or the rig has none to look for):\n%s", bsConfigPath, got)
+	}
+	gotLines, wantLines := strings.Split(string(got), "\n"), strings.Split(r.config("", ""), "\n")
+	if len(gotLines) != len(wantLines) {
+		t.Errorf("%s: %d lines after the reset, %d before:\n%s", bsConfigPath, len(gotLines), len(wantLines), got)
+		return
+	}
+	tokenLines := 0
+	for i, w := range wantLines {
+		switch g := gotLines[i]; {
+		case strings.HasPrefix(w, "bootstrap_token"):
+			tokenLines++
+			if !strings.HasPrefix(g, "# bootstrap_token removed by kubeslot-resetter") {
+				t.Errorf("%s line %d: %q, want the resetter's comment in the token's place", bsConfigPath, i+1, g)
+			}
+		case g != w:
+			t.Errorf("%s line %d changed by the reset: %q, was %q", bsConfigPath, i+1, g, w)
+		}
+	}
+	if tokenLines != 1 {
+		t.Errorf("the rig's configuration has %d bootstrap_token lines, want 1", tokenLines)
+	}
+	if out, err := r.h.Run(ctx, "stat", "-c", "%a %U", bsConfigPath); err != nil || strings.TrimSpace(string(out)) != "600 root" {
+		t.Errorf("%s after the reset: mode and owner %q %v, want 600 root", bsConfigPath, out, err)
+	}
+}
+
 func TestResetOnRig(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -126,7 +163,8 @@ func TestResetOnRig(t *testing.T) {
 	// --dry-run lists, changes nothing.
 	before := r.tree(ctx)
 	out, err := r.h.Run(ctx, rsBinary, "--dry-run")
-	if err != nil || !strings.Contains(string(out), "/etc/systemd/nspawn/a.nspawn") || strings.Contains(string(out), "foreign") {
+	if err != nil || !strings.Contains(string(out), "/etc/systemd/nspawn/a.nspawn") || strings.Contains(string(out), "foreign") ||
+		!strings.Contains(string(out), "remove cluster.bootstrap_token from "+bsConfigPath) || strings.Contains(string(out), r.token) {
 		t.Errorf("dry run: %v\n%s", err, out)
 	}
 	if after := r.tree(ctx); after != before {
@@ -140,6 +178,9 @@ func TestResetOnRig(t *testing.T) {
 	t.Logf("reset output:\n%s", tailLines(text, 40))
 	if code != 0 || !strings.Contains(text, "kubeslot removed from this host") {
 		t.Fatalf("reset: exit %d:\n%s\n%s", code, text, hostDiag(r.h))
+	}
+	if !strings.Contains(text, "join token removed from the configuration") || strings.Contains(text, r.token) {
+		t.Errorf("the reset's output does not report the token's removal, or shows the token:\n%s", text)
 	}
 	rigTiming(t, "reset: bootstrapped host to nothing (target < 15 s)", took)
 	r.checkReset(ctx)

@@ -17,9 +17,12 @@
 // (the record stays "resetting"; a re-run resumes); 2 usage, or no
 // confirmation; 69 the installation lock stayed busy.
 //
-// Kept on purpose: /etc/kubeslot/config.toml, the operator's input (with
-// the first-boot unit removed, nothing bootstraps from it at the next boot;
-// `kubeslot-bootstrap --config` or a re-enabled unit reinstalls).
+// Kept on purpose: /etc/kubeslot/config.toml, the operator's input, but
+// without its join token (cluster.bootstrap_token becomes a comment, the
+// rest stays byte for byte): a reset host keeps no credential that can join
+// a cluster. With the first-boot unit removed, nothing bootstraps from it at
+// the next boot; a fresh token and `kubeslot-bootstrap --config` (or a
+// re-enabled unit) reinstall.
 //
 // Environment for tests only: KUBESLOT_TEST_PAUSE_AT=<step> stops the run
 // before that step (lib/reset step names) and waits to be killed.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/units"
 )
@@ -212,14 +213,18 @@ func (d *demo) hostClean(ctx context.Context) (string, error) {
 	if len(problems) > 0 {
 		return "", fmt.Errorf("the host is not clean after the reset:\n%s", strings.Join(problems, "\n"))
 	}
-	if _, err := d.host.ReadFile(units.ConfigPath); err != nil {
+	cfg, err := d.host.ReadFile(units.ConfigPath)
+	if err != nil {
 		return "", fmt.Errorf("the operator's %s was removed by the reset: %w", units.ConfigPath, err)
+	}
+	if has, err := config.HasJoinToken(cfg); err != nil || has {
+		return "", fmt.Errorf("%s after the reset: still holds the join token %v, err %v", units.ConfigPath, has, err)
 	}
 	detail := "nothing of kubeslot left"
 	if d.pods {
 		detail += " (nor the bridge cni0 and its CNI-* firewall chains)"
 	}
-	return detail + "; " + units.ConfigPath + " (the operator's input) kept", nil
+	return detail + "; " + units.ConfigPath + " (the operator's input) kept without its join token", nil
 }
 
 // createOp creates an operation and returns the Machine generation the watcher will dispatch it under.

@@ -107,6 +107,16 @@ func (e *env) config(edit ...string) string {
 	return e.file("config.toml", text, 0o600)
 }
 
+// etcConfig writes the operator's configuration (/etc/kubeslot/config.toml) under the root prefix.
+func (e *env) etcConfig(content string) {
+	e.t.Helper()
+	p := filepath.Join(e.prefix, "etc", "kubeslot", "config.toml")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // exampleToken is the token line of the example configuration.
 const exampleToken = `bootstrap_token = "abcdef.0123456789abcdef"`
 
@@ -289,6 +299,22 @@ var corpus = []hcase{
 	{name: "resetter dry run of an installation with the token applied", bin: "kubeslot-resetter", code: 0,
 		setup: func(e *env) []string {
 			e.installed()
+			return []string{"--dry-run"}
+		}},
+	// Issue 21, item 8: the dry run reads the operator's configuration to say the token goes, and never prints it,
+	// even from a file that is not TOML around it.
+	{name: "resetter dry run names the join token it would remove", bin: "kubeslot-resetter", code: 0,
+		want: []string{"remove cluster.bootstrap_token from /etc/kubeslot/config.toml"},
+		setup: func(e *env) []string {
+			e.installed()
+			e.etcConfig(string(config.Example()))
+			return []string{"--dry-run"}
+		}},
+	{name: "resetter dry run of a configuration that is not TOML", bin: "kubeslot-resetter", code: 0,
+		want: []string{"BLOCKED: /etc/kubeslot/config.toml", "line 24"},
+		setup: func(e *env) []string {
+			e.installed()
+			e.etcConfig(strings.Replace(string(config.Example()), exampleToken, `bootstrap_token = "`+token, 1))
 			return []string{"--dry-run"}
 		}},
 	{name: "repaver --config with a dotted token key", bin: "kubeslot-repaver", code: 2, want: []string{"[redacted]"},

@@ -7,11 +7,12 @@
 // (sha256 verification arrived in 3.1.0) that both Flatcar (since 3185.0.0)
 // and Fedora CoreOS accept; every later 3.x Ignition reads it too. Only the
 // subset kubeslot uses is modelled (files, directories, links, systemd
-// units), with the same rules Ignition enforces, so that a config refused at
-// boot, when nobody is watching, is refused here instead. Check validates a
-// config against that subset of the spec.
+// units). Every config it writes passes Check, which is Ignition's own
+// parser and validator for that spec (warnings refused too), so that a
+// config refused at boot, when nobody is watching, is refused here instead.
 //
-// Imported by cmd/kubeslot only; it does not touch the host.
+// Imported by cmd/kubeslot only (a test keeps Ignition's package out of
+// every other binary); it does not touch the host.
 package ignition
 
 import (
@@ -141,10 +142,13 @@ func Remote(rawURL, sha256hex string) (Source, error) {
 	return Source{Resource{Source: u.String(), Verification: Verification{Hash: "sha256-" + d}}}, nil
 }
 
-// Builder assembles a Config, refusing what Ignition would refuse at boot:
-// relative or duplicate paths, modes with bits Ignition does not support,
-// a path that goes through a link of the config, a file or link used as a
-// parent directory, unit names without a unit type.
+// Builder assembles a Config, refusing what Ignition would refuse at boot
+// as each node is added, so the error names the caller's input: relative or
+// duplicate paths, modes with bits Ignition does not support, a path that
+// goes through a link of the config, a file or link used as a parent
+// directory, unit names without a unit type. JSON then checks the whole
+// config with Check. The rules Ignition's validation lacks (see Check) live
+// only here.
 type Builder struct {
 	cfg   Config
 	nodes map[string]string // path -> "file", "directory" or "link"
@@ -251,7 +255,8 @@ func (b *Builder) addNode(p, kind string, mode fs.FileMode) error {
 // under reports whether p is strictly below dir.
 func under(p, dir string) bool { return strings.HasPrefix(p, dir+"/") }
 
-// JSON returns the config as indented JSON, checked with Check.
+// JSON returns the config as indented JSON, checked with Check (Ignition's
+// own validation).
 func (b *Builder) JSON() ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -24,7 +25,11 @@ func mustRemote(t *testing.T, rawURL, sha256hex string) Source {
 // contents decodes a file's inline contents the way Ignition does.
 func contents(t *testing.T, r Resource) []byte {
 	t.Helper()
-	b, err := decodeDataURL(r.Source)
+	b64, ok := strings.CutPrefix(r.Source, "data:;base64,")
+	if !ok {
+		t.Fatalf("source %.40q is not inline base64", r.Source)
+	}
+	b, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,55 +184,121 @@ func TestBuilderRefuses(t *testing.T) {
 	}
 }
 
-// TestCheckCatches proves Check can fail, one broken config at a time.
+// TestCheckCatches proves Check can fail, one broken config at a time, and
+// that each refusal names where in the config the problem is. Ignition's own
+// validation catches these; warnings (a key Ignition would ignore, setuid
+// bits it would drop, an enabled unit it could not enable) fail as errors.
 func TestCheckCatches(t *testing.T) {
 	okHash := sha256.Sum256([]byte("x"))
+	hex64 := hex.EncodeToString(okHash[:])
 	good := `{"ignition":{"version":"3.3.0"}}`
 	if err := Check([]byte(good)); err != nil {
 		t.Fatalf("minimal config: %v", err)
 	}
-	withFile := func(file string) string {
-		return `{"ignition":{"version":"3.3.0"},"storage":{"files":[` + file + `]}}`
+	config := func(storage, systemd string) string {
+		return `{"ignition":{"version":"3.3.0"},"storage":{` + storage + `},"systemd":{` + systemd + `}}`
 	}
-	if err := Check([]byte(withFile(`{"path":"/x","mode":420,"contents":{"source":"data:,x","verification":{"hash":"sha256-` + hex.EncodeToString(okHash[:]) + `"}}}`))); err != nil {
-		t.Fatalf("percent-encoded inline file with its hash: %v", err)
+	withFile := func(file string) string { return config(`"files":[`+file+`]`, "") }
+	withUnit := func(unit string) string { return config("", `"units":[`+unit+`]`) }
+	ok := map[string]string{
+		"percent-encoded inline file with its hash": withFile(`{"path":"/x","mode":420,"contents":{"source":"data:,x","verification":{"hash":"sha256-` + hex64 + `"}}}`),
+		"remote file, sha512":                       withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"sha512-` + hex64 + hex64 + `"}}}`),
+		"enabled unit with [Install]":               withUnit(`{"name":"a.service","enabled":true,"contents":"[Service]\nExecStart=/x\n[Install]\nWantedBy=multi-user.target\n"}`),
 	}
-	cases := map[string]string{
-		"not JSON":           `{"ignition":`,
-		"two values":         good + good,
-		"no ignition":        `{"storage":{}}`,
-		"no version":         `{"ignition":{}}`,
-		"other version":      `{"ignition":{"version":"3.4.0"}}`,
-		"unknown key":        `{"ignition":{"version":"3.3.0"},"storage":{"filez":[]}}`,
-		"unknown file key":   withFile(`{"path":"/x","owner":"root"}`),
-		"mode as string":     withFile(`{"path":"/x","mode":"0644"}`),
-		"mode as float":      withFile(`{"path":"/x","mode":420.5}`),
-		"setuid mode":        withFile(`{"path":"/x","mode":2541}`),
-		"relative path":      withFile(`{"path":"x"}`),
-		"missing path":       withFile(`{"mode":420}`),
-		"duplicate path":     withFile(`{"path":"/x"},{"path":"/x"}`),
-		"file under file":    withFile(`{"path":"/x"},{"path":"/x/y"}`),
-		"bad hash":           withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"sha256-xyz"}}}`),
-		"md5 hash":           withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"md5-0123456789abcdef0123456789abcdef"}}}`),
-		"inline hash":        withFile(`{"path":"/x","contents":{"source":"data:,y","verification":{"hash":"sha256-` + hex.EncodeToString(okHash[:]) + `"}}}`),
-		"xz":                 withFile(`{"path":"/x","contents":{"source":"data:,x","compression":"xz"}}`),
-		"not gzip":           withFile(`{"path":"/x","contents":{"source":"data:,x","compression":"gzip"}}`),
-		"bad base64":         withFile(`{"path":"/x","contents":{"source":"data:;base64,!!"}}`),
-		"ftp":                withFile(`{"path":"/x","contents":{"source":"ftp://h/x"}}`),
-		"overwrite, no data": withFile(`{"path":"/x","overwrite":true}`),
-		"link no target":     `{"ignition":{"version":"3.3.0"},"storage":{"links":[{"path":"/l"}]}}`,
-		"through a link":     `{"ignition":{"version":"3.3.0"},"storage":{"links":[{"path":"/l","target":"/t"}],"directories":[{"path":"/l/d"}]}}`,
-		"unit name":          `{"ignition":{"version":"3.3.0"},"systemd":{"units":[{"name":"kubeslot","contents":"x"}]}}`,
-		"unit twice":         `{"ignition":{"version":"3.3.0"},"systemd":{"units":[{"name":"a.service"},{"name":"a.service"}]}}`,
-		"enabled as string":  `{"ignition":{"version":"3.3.0"},"systemd":{"units":[{"name":"a.service","enabled":"yes"}]}}`,
-		"dropin name":        `{"ignition":{"version":"3.3.0"},"systemd":{"units":[{"name":"a.service","dropins":[{"name":"x.ini"}]}]}}`,
+	for name, c := range ok {
+		if err := Check([]byte(c)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			if err := Check([]byte(c)); err == nil {
-				t.Errorf("accepted %s", c)
-			} else {
+	cases := []struct{ name, config, want string }{
+		{"not JSON", `{"ignition":`, "unexpected end of JSON input"},
+		{"two values", good + good, "after top-level value"},
+		{"empty", ``, "empty"},
+		{"no ignition", `{"storage":{}}`, "unsupported config version"},
+		{"no version", `{"ignition":{}}`, "unsupported config version"},
+		{"other version", `{"ignition":{"version":"3.4.0"}}`, "unsupported config version"},
+		{"unknown key", config(`"filez":[]`, ""), "$.storage.filez"},
+		{"unknown file key", withFile(`{"path":"/x","owner":"root"}`), "$.storage.files.0.owner"},
+		{"unknown top key", `{"ignition":{"version":"3.3.0"},"passwords":{}}`, "unused key passwords"},
+		{"mode as string", withFile(`{"path":"/x","mode":"0644"}`), "mode of type int"},
+		{"mode as float", withFile(`{"path":"/x","mode":420.5}`), "mode of type int"},
+		{"mode too large", withFile(`{"path":"/x","mode":8192}`), "$.storage.files.0.mode"},
+		{"negative mode", config(`"directories":[{"path":"/d","mode":-1}]`, ""), "$.storage.directories.0.mode"},
+		{"setuid mode", withFile(`{"path":"/x","mode":2541}`), "setuid"},
+		{"relative path", withFile(`{"path":"x"}`), "path not absolute"},
+		{"unclean path", withFile(`{"path":"/etc/../x"}`), "$.storage.files.0.path"},
+		{"missing path", withFile(`{"mode":420}`), "path not specified"},
+		{"duplicate file", withFile(`{"path":"/x"},{"path":"/x"}`), "$.storage.files.1"},
+		{"duplicate path, file and directory", config(`"directories":[{"path":"/x"}],"files":[{"path":"/x"}]`, ""), "duplicate entry"},
+		{"duplicate path, link and file", config(`"files":[{"path":"/x"}],"links":[{"path":"/x","target":"/t"}]`, ""), "duplicate entry"},
+		{"hash too short", withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"sha256-xyz"}}}`), "incorrect size for hash sum"},
+		{"md5 hash", withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"md5-0123456789abcdef0123456789abcdef"}}}`), "unrecognized hash function"},
+		{"hash without function", withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"` + hex64 + `"}}}`), "malformed hash"},
+		{"sha512 of a sha256 size", withFile(`{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"sha512-` + hex64 + `"}}}`), "incorrect size"},
+		{"xz", withFile(`{"path":"/x","contents":{"source":"data:,x","compression":"xz"}}`), "invalid compression"},
+		{"bad base64", withFile(`{"path":"/x","contents":{"source":"data:;base64,!!"}}`), "$.storage.files.0.contents.source"},
+		{"data URL without comma", withFile(`{"path":"/x","contents":{"source":"data:x"}}`), "$.storage.files.0.contents.source"},
+		{"ftp source", withFile(`{"path":"/x","contents":{"source":"ftp://h/x"}}`), "invalid url scheme"},
+		{"source without scheme", withFile(`{"path":"/x","contents":{"source":"mirror.example/x"}}`), "invalid url scheme"},
+		{"source not a URL", withFile(`{"path":"/x","contents":{"source":"https://h/%zz"}}`), "$.storage.files.0.contents.source"},
+		{"headers on a data URL", withFile(`{"path":"/x","contents":{"source":"data:,x","httpHeaders":[{"name":"A","value":"b"}]}}`), "$.storage.files.0.contents"},
+		{"overwrite, no data", withFile(`{"path":"/x","overwrite":true}`), "overwrite"},
+		{"link no target", config(`"links":[{"path":"/l"}]`, ""), "link target is required"},
+		{"through a link", config(`"links":[{"path":"/l","target":"/t"}],"directories":[{"path":"/l/d"}]`, ""), "includes link"},
+		{"unit name", withUnit(`{"name":"kubeslot","contents":"x"}`), "invalid systemd unit extension"},
+		{"unit twice", withUnit(`{"name":"a.service"},{"name":"a.service"}`), "$.systemd.units.1"},
+		{"unit not parsable", withUnit(`{"name":"a.service","contents":"[Service\nExecStart=/x\n"}`), "$.systemd.units.0.contents"},
+		{"enabled unit without [Install]", withUnit(`{"name":"a.service","enabled":true,"contents":"[Service]\nExecStart=/x\n"}`), "$.systemd.units.0.contents"},
+		{"enabled as string", withUnit(`{"name":"a.service","enabled":"yes"}`), "of type bool"},
+		{"dropin name", withUnit(`{"name":"a.service","dropins":[{"name":"x.ini"}]}`), "drop-in extension"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Check([]byte(c.config))
+			switch {
+			case err == nil:
+				t.Errorf("accepted %s", c.config)
+			case !strings.Contains(err.Error(), c.want):
+				t.Errorf("error does not name %q: %v", c.want, err)
+			default:
 				t.Log(err)
+			}
+		})
+	}
+}
+
+// TestBuilderRulesBeyondCheck pins why the Builder keeps rules of its own:
+// each config below passes Ignition's validation (Check) but fails at boot,
+// and the Builder refuses the same thing. If upstream starts catching one,
+// this test says so and the Builder's copy of the rule can go.
+func TestBuilderRulesBeyondCheck(t *testing.T) {
+	text := Inline([]byte("x"))
+	hexZ := strings.Repeat("z", 64)
+	cases := []struct {
+		name   string
+		config string
+		build  func(b *Builder) error
+	}{
+		{"file under a file",
+			`{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/x"},{"path":"/x/y"}]}}`,
+			func(b *Builder) error { _ = b.File("/x", 0o644, text); return b.File("/x/y", 0o644, text) }},
+		{"unit name with a slash",
+			`{"ignition":{"version":"3.3.0"},"systemd":{"units":[{"name":"a/b.service","contents":"[Service]\nExecStart=/x\n"}]}}`,
+			func(b *Builder) error { return b.Unit("a/b.service", []byte("[Service]\nExecStart=/x\n"), false) }},
+		{"https source without a host",
+			`{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/x","contents":{"source":"https:///x"}}]}}`,
+			func(b *Builder) error { _, err := Remote("https:///x", strings.Repeat("ab", 32)); return err }},
+		{"digest that is not hex",
+			`{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/x","contents":{"source":"https://h/x","verification":{"hash":"sha256-` + hexZ + `"}}}]}}`,
+			func(b *Builder) error { _, err := Remote("https://h/x", hexZ); return err }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := Check([]byte(c.config)); err != nil {
+				t.Errorf("Ignition's validation now refuses it (the Builder's rule may go): %v", err)
+			}
+			if err := c.build(NewBuilder()); err == nil {
+				t.Error("the Builder accepted it")
 			}
 		})
 	}

@@ -128,8 +128,14 @@ var foreignFiles = map[string]string{
 	"/etc/systemd/system/systemd-nspawn@a.service.d/operator.conf": "[Service]\nNice=1\n",
 	"/etc/sysctl.d/99-foreign.conf":                                "vm.swappiness = 1\n",
 	"/var/lib/machines/other/etc/os-release":                       "ID=other\n",
-	"/etc/kubeslot/config.toml":                                    "operator's config\n",
 }
+
+// operatorToken is the join token in operatorConfig, the configuration
+// Ignition laid down (0600): a reset keeps the file without the token.
+const operatorToken = "abcdef.0123456789abcdef"
+
+const operatorConfig = "# the operator's, with a comment\n[machine]\nname = \"m1\"\n\n[cluster]\nserver = \"https://203.0.113.10:6443\"\n" +
+	"bootstrap_token = \"" + operatorToken + "\"   # rotated weekly\nca_file = \"/etc/kubeslot/ca.crt\"\n"
 
 func newHost(t *testing.T) *host {
 	t.Helper()
@@ -143,6 +149,10 @@ func newHost(t *testing.T) *host {
 	// Before kubeslot: the host's own files, and what Ignition laid down.
 	for p, c := range foreignFiles {
 		h.write(p, c)
+	}
+	h.write(units.ConfigPath, operatorConfig)
+	if err := os.Chmod(h.local(units.ConfigPath), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	h.write("/etc/modules-load.d/kubeslot.conf", "# the admin's own\nloop\n")
 	h.write("/etc/systemd/system/custom.service", "[Service]\nExecStart=/bin/false\n")

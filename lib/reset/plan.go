@@ -57,7 +57,7 @@ func Plan(root *hostroot.Root, w io.Writer, force bool) (bool, error) {
 			writeLine(w, "      %s", line)
 		}
 	}
-	writeLine(w, "kept: %s (the operator's configuration) and every file, unit and machine kubeslot did not make", units.ConfigPath)
+	writeLine(w, "kept: %s (the operator's configuration, without its join token) and every file, unit and machine kubeslot did not make", units.ConfigPath)
 	writeLine(w, "dry run: nothing was changed")
 	return true, nil
 }
@@ -94,6 +94,8 @@ func (r *runner) planStep(step string) []string {
 				out = append(out, "stop "+u+" (unmounts a layered slot's rootfs)")
 			}
 		}
+	case StepRemoveJoinToken:
+		out = append(out, r.planJoinToken())
 	case StepRemoveBootstrapUnit:
 		out = append(out, "stop "+units.Bootstrap)
 		out = append(out, r.presentUnit(units.Bootstrap)...)

@@ -10,7 +10,8 @@
 // disable the path units, the recovery unit and every waiting worker
 // (template instances found by pattern) → stop the slots' node machines →
 // remove nspawn settings, drop-ins and the machines' boot links → remove the
-// slots' rootfs → undo the rest of the journal, newest first → stop, disable
+// slots' rootfs → undo the rest of the journal, newest first → remove the
+// join token from the operator's configuration (token.go) → stop, disable
 // and remove the first-boot unit → (request path) stop the watcher → remove
 // every kubeslot unit file and reload systemd → remove the host root (all but
 // the record and the resetter's copy) → remove the record, then the
@@ -33,8 +34,10 @@
 // /etc/systemd/system and their enablement links, which Ignition may have
 // laid down before any journal existed. The base directory
 // is kubeslot's own by definition (DESIGN.md, "Host layout"). The bootstrap
-// configuration /etc/kubeslot/config.toml is the operator's input and stays;
-// with the first-boot unit gone, nothing re-bootstraps the host from it.
+// configuration /etc/kubeslot/config.toml is the operator's input and stays,
+// but without its join token (token.go), in place and atomically; with the
+// first-boot unit gone, nothing re-bootstraps the host from it, and setting
+// a fresh token makes it a configuration to bootstrap with again.
 package reset
 
 import (
@@ -126,6 +129,7 @@ const (
 	StepRemoveNspawn        = "remove-nspawn"
 	StepRemoveRootfs        = "remove-rootfs"
 	StepUndoJournal         = "undo-journal"
+	StepRemoveJoinToken     = "remove-join-token"
 	StepRemoveBootstrapUnit = "remove-bootstrap-unit"
 	StepRemoveUnits         = "remove-units"
 	StepRemoveHostRoot      = "remove-host-root"
@@ -158,6 +162,7 @@ func StepsFor(request bool) []Step {
 		{StepRemoveNspawn, "remove nspawn settings, drop-ins and boot links", (*runner).removeNspawn},
 		{StepRemoveRootfs, "remove the slots' rootfs", (*runner).removeRootfs},
 		{StepUndoJournal, "undo the remaining host changes of the journal, newest first", (*runner).undoJournal},
+		{StepRemoveJoinToken, "remove the join token from " + units.ConfigPath + ", keeping the rest of it", (*runner).removeJoinToken},
 		{StepRemoveBootstrapUnit, "stop, disable and remove the first-boot unit", (*runner).removeBootstrapUnit},
 		{StepRemoveUnits, "remove every kubeslot unit file and reload systemd", (*runner).removeUnits},
 		{StepRemoveHostRoot, "remove the host root (all but the ownership record and the resetter's copy)", (*runner).removeHostRoot},

@@ -21,14 +21,14 @@ import (
 
 func TestStepOrder(t *testing.T) {
 	want := []string{"mark-resetting", "install-resetting-unit", "report-request", "stop-watcher", "stop-units", "stop-machines", "remove-nspawn",
-		"remove-rootfs", "undo-journal", "remove-bootstrap-unit", "remove-units", "remove-host-root", "remove-record"}
+		"remove-rootfs", "undo-journal", "remove-join-token", "remove-bootstrap-unit", "remove-units", "remove-host-root", "remove-record"}
 	if got := StepNames(); !slices.Equal(got, want) {
 		t.Errorf("steps:\n got %v\nwant %v", got, want)
 	}
 	// Request path: report after every step that can fail on the host's account (issue 16, item 8), then stop
 	// the watcher, last of all the units, before the files go.
 	want = []string{"mark-resetting", "install-resetting-unit", "stop-units", "stop-machines", "remove-nspawn", "remove-rootfs", "undo-journal",
-		"remove-bootstrap-unit", "report-request", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
+		"remove-join-token", "remove-bootstrap-unit", "report-request", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
 	var got []string
 	for _, s := range StepsFor(true) {
 		got = append(got, s.Name)
@@ -98,6 +98,36 @@ func checkReset(t *testing.T, h *host) {
 	}
 	if rec, err := ownership.Load(h.root); err != nil || rec != nil {
 		t.Errorf("ownership record after the reset: %+v %v", rec, err)
+	}
+	checkConfigKept(t, h)
+}
+
+// checkConfigKept: the operator's configuration is there, 0600, without the
+// join token, and every other line as it was; the token's line is a comment.
+func checkConfigKept(t *testing.T, h *host) {
+	t.Helper()
+	got := h.read(units.ConfigPath)
+	if strings.Contains(got, operatorToken) || strings.Contains(got, "0123456789abcdef") {
+		t.Errorf("%s still holds the join token:\n%s", units.ConfigPath, got)
+	}
+	gotLines, wantLines := strings.Split(got, "\n"), strings.Split(operatorConfig, "\n")
+	if len(gotLines) != len(wantLines) {
+		t.Fatalf("%s: %d lines, want %d:\n%s", units.ConfigPath, len(gotLines), len(wantLines), got)
+	}
+	for i, w := range wantLines {
+		g := gotLines[i]
+		if strings.HasPrefix(w, "bootstrap_token") {
+			if !strings.HasPrefix(g, "# bootstrap_token removed by kubeslot-resetter") || !strings.HasSuffix(g, "   # rotated weekly") {
+				t.Errorf("%s line %d: %q, want the removal note and the operator's trailing comment", units.ConfigPath, i+1, g)
+			}
+			continue
+		}
+		if g != w {
+			t.Errorf("%s line %d: %q, want %q (kept as it was)", units.ConfigPath, i+1, g, w)
+		}
+	}
+	if fi, err := os.Stat(h.local(units.ConfigPath)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s mode after the reset: %v %v, want 0600", units.ConfigPath, fi, err)
 	}
 }
 
