@@ -55,6 +55,8 @@ type flags struct {
 	// UpgradeProbation is short in tests; in production the default gives a
 	// new release time to crash and be rolled back by the recovery unit
 	// before last-good moves to it.
+	// Config must be units.ConfigPath by default (main_test.go).
+	Config           string        `help:"The operator's configuration file (a host path), read at start for its [metrics] table only; \"\" serves no metrics." env:"KUBESLOT_WATCHER_CONFIG" default:"/etc/kubeslot/config.toml" placeholder:"FILE"`
 	UpgradeProbation time.Duration `help:"How long a new release's watcher stays on probation after it reported its agent upgrade Succeeded: a failure in that time is rolled back by the recovery unit (and reported), and last-good moves to the release only after it." env:"KUBESLOT_WATCHER_UPGRADE_PROBATION" default:"30s"`
 }
 
@@ -95,7 +97,7 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 		return err
 	}
 	return watcher.Command{Root: root, SystemdBus: f.SystemdBus, Kubeconfig: f.Kubeconfig, LockWait: f.LockWait,
-		ReadyAfter: f.ReadyAfter, UpgradeProbation: f.UpgradeProbation, Getenv: os.Getenv, Log: log, Started: t0}.Run(ctx)
+		ReadyAfter: f.ReadyAfter, UpgradeProbation: f.UpgradeProbation, Getenv: os.Getenv, Log: log, Started: t0, Config: f.Config}.Run(ctx)
 }
 
 // testExitAfter parses the EnvTestExitAfter hook: nil when unset.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
+	"github.com/kubeslot/kubeslot/units"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -96,3 +98,12 @@ func TestTestExitAfter(t *testing.T) {
 
 // An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
+
+// TestConfigDefault: --config defaults to the file the first-boot unit
+// hands the bootstrap, the operator's.
+func TestConfigDefault(t *testing.T) {
+	f, _ := reflect.TypeFor[flags]().FieldByName("Config")
+	if got := f.Tag.Get("default"); got != units.ConfigPath {
+		t.Errorf("--config default %q, want %q", got, units.ConfigPath)
+	}
+}

@@ -27,6 +27,9 @@ type Config struct {
 	Timeouts   Timeouts   `toml:"timeouts" json:"timeouts"`
 	Host       Host       `toml:"host" json:"host"`
 	Node       Node       `toml:"node" json:"node,omitzero"`
+	// Metrics is the watcher's endpoint: an agent setting, neither applied
+	// nor fingerprinted (see Metrics).
+	Metrics Metrics `toml:"metrics" json:"-"`
 }
 
 // Machine names this host's node.

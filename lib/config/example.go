@@ -141,4 +141,14 @@ mode = "cluster"
 [node.system_reserved]
 # cpu = "100m"
 # memory = "256Mi"
+
+# The watcher's Prometheus metrics (off unless listen is set; read when the
+# watcher starts: systemctl restart kubeslot-watcher after a change). Not a
+# node setting: changing it never repaves the node.
+[metrics]
+# host:port to serve /metrics on; a loopback address unless allow_remote.
+# listen = "127.0.0.1:9469"
+# The endpoint is plain HTTP without authentication: allow an address other
+# than loopback (e.g. "0.0.0.0:9469") only on a network you trust.
+# allow_remote = false
 `

@@ -41,6 +41,7 @@ func (c *Config) Validate() error {
 		v.timeout(t.path, t.d.Duration)
 	}
 	v.stageBudget(&c.Timeouts)
+	v.metrics(&c.Metrics)
 	if len(v.errs) == 0 {
 		return nil
 	}

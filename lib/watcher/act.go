@@ -82,6 +82,8 @@ func (l *loop) inputs() (Inputs, error) {
 		l.Log.Warn("ignoring a damaged status file", "err", e.Error())
 	}
 	in.Statuses = st
+	// The gauges that live in status files, back at once after a restart.
+	l.Metrics.Statuses(st)
 	// A damaged signal is the upgrader's to rewrite; it must not stop the
 	// watcher from deciding anything else.
 	if in.Upgrade, err = l.dir.ReadUpgradeSignal(); err != nil {
@@ -251,7 +253,11 @@ func (l *loop) publish(ctx context.Context, in Inputs, s *requests.Status) error
 		l.event(ctx, in.Machine, s)
 	}
 	l.published[s.RequestID] = s.Phase
-	return l.dir.SavePublished(l.published)
+	if err := l.dir.SavePublished(l.published); err != nil {
+		return err
+	}
+	l.Metrics.Published(s)
+	return nil
 }
 
 func repavedCondition(s *requests.Status) metav1.Condition {

@@ -16,6 +16,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
+	"github.com/kubeslot/kubeslot/lib/metrics"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -53,6 +54,9 @@ type Options struct {
 	// (renewed every third of it), RolloutPoll how often it tries for one
 	// while waiting (lib/rollout defaults: 60 s, 10 s).
 	RolloutLease, RolloutPoll time.Duration
+	// Metrics records what the loop publishes and finds in status/ (nil:
+	// nothing recorded, as in the in-process fleets).
+	Metrics *metrics.Watcher
 }
 
 // DefaultUpgradeProbation is Options.UpgradeProbation's default (the settle

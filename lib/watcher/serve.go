@@ -56,7 +56,11 @@ func (c Command) serve(ctx context.Context, st *started) error {
 	for {
 		loopCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		loopCfg := cfg
+		// API errors are counted at the transport (lib/metrics).
+		loopCfg := rest.CopyConfig(cfg)
+		if c.metrics != nil {
+			loopCfg.Wrap(c.metrics.WrapTransport)
+		}
 		go func() {
 			done <- Run(loopCtx, Options{
 				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
@@ -65,6 +69,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 				Synced:       func() { sd.synced("watching Machine " + st.machineName) },
 				// The binary's start-up code leaves memory once it has run (pages.go).
 				ReleaseStartup: true,
+				Metrics:        c.metrics,
 			})
 		}()
 		restart, next := false, ""

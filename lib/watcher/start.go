@@ -20,6 +20,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
+	"github.com/kubeslot/kubeslot/lib/metrics"
 	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
@@ -53,6 +54,11 @@ type Command struct {
 	Log    *slog.Logger
 	// Started is when the process started (Options.Started).
 	Started time.Time
+	// Config is the host path of the operator's configuration file, read
+	// at start for its [metrics] table only (metrics.go); "" serves none.
+	Config string
+	// metrics is set by Run when the endpoint is on.
+	metrics *metrics.Watcher
 }
 
 func (c Command) getenv(k string) string {
@@ -67,6 +73,10 @@ func (c Command) getenv(k string) string {
 // Type=notify service that exits before READY=1 is a protocol failure
 // whatever its exit status, and 69 must leave the unit inactive, not failed.
 func (c Command) Run(ctx context.Context) error {
+	// Before the lock: the endpoint shows a watcher waiting for it.
+	m, srv := c.startMetrics()
+	defer srv.Close()
+	c.metrics = m
 	st, err := c.start(ctx)
 	if err != nil {
 		if exitcode.Of(err) == exitcode.Deferred {
@@ -132,12 +142,22 @@ func (st *started) rest() (*rest.Config, error) {
 // (READY, so the start job does not time out; WATCHDOG; STATUS names the
 // holder) and logs it. Only the end of ctx (SIGTERM) ends the wait.
 func (c Command) begin(ctx context.Context) (*ownership.Held, error) {
-	p := ownership.Prologue{Stage: Stage, Wait: c.LockWait, Admit: admit, Log: c.Log}
+	// The wait ends when admission runs: the lock is held by then.
+	var round time.Time
+	p := ownership.Prologue{Stage: Stage, Wait: c.LockWait, Log: c.Log, Admit: func(rec *ownership.Record, err error) (*ownership.Record, error) {
+		c.metrics.AddLockWait(time.Since(round))
+		c.metrics.LockWaiting(false)
+		return admit(rec, err)
+	}}
+	c.metrics.LockWaiting(true)
+	defer c.metrics.LockWaiting(false)
 	for {
+		round = time.Now()
 		held, err := ownership.Begin(ctx, c.Root, p)
 		if !errors.Is(err, ownership.ErrLockTimeout) {
 			return held, err
 		}
+		c.metrics.AddLockWait(time.Since(round))
 		if ctx.Err() != nil {
 			// Stopped while waiting (SIGTERM: the upgrader restarts the
 			// unit, a shutdown): a clean exit, never a failure that would
