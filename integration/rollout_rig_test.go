@@ -43,7 +43,7 @@ import (
 // The rig's rollout timings: a lease long enough that a killed holder's repave (which goes on without its watcher)
 // is over before its slot expires, a poll short enough that hand-overs do not dominate the figure.
 const (
-	rrLease    = 30 * time.Second
+	rrLease    = 45 * time.Second
 	rrPoll     = time.Second
 	rrReplicas = 3
 )

@@ -303,7 +303,7 @@ var rows = []row{
 		names: []string{"pods: Node Ready after the repave -> pods Ready"}},
 	{label: "workload downtime across a Kubernetes upgrade (1.37.1 -> 1.37.2 through the Machine)", target: "< 10 s", tests: "TestKubernetesUpgradeOnRig",
 		names: []string{"kubernetes upgrade: workload downtime (hostPort probe from the host)"}},
-	{label: "paced rollout of 3 rig hosts, maxUnavailable 1 (operation created -> Succeeded; real repaves, drain, lease 30 s, poll 1 s)",
+	{label: "paced rollout of 3 rig hosts, maxUnavailable 1 (operation created -> Succeeded; real repaves, drain, lease 45 s, poll 1 s)",
 		target: "", tests: "TestRolloutOnRig", names: []string{rolloutWhole}},
 	{label: "the same 3 repaves, summed (each request's first phase -> final status)", target: "(reference)",
 		tests: "TestRolloutOnRig", names: []string{rolloutSum}},
