@@ -89,7 +89,8 @@ test-integration:
 	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) KUBESLOT_KUBE_BIN_PREV=$$(scripts/kube-bins.sh --prev kubelet) $(GO) test -race -count=1 -p 1 -timeout 70m $$($(GO) list ./... | grep /integration)
 
 # The performance suite (issue 10): the rig tests that measure the stage targets and the fleet benchmarks in one
-# run, then one table of the figures with the targets next to them (scripts/bench.sh; ~15-20 minutes).
+# run, then one table of the figures with the targets next to them (scripts/bench.sh; ~30 minutes, ~10 of them the
+# three-host rollout).
 bench:
 	@scripts/bench.sh
 

@@ -59,6 +59,9 @@ type bsRig struct {
 	extra func(r *bsRig) string // TOML appended to the configuration
 	// release is bsOptions.Release.
 	release string
+	// watcherEnv and nodeReady are bsOptions'.
+	watcherEnv []string
+	nodeReady  string
 }
 
 // bsOptions shape a bootstrap rig's host.
@@ -79,6 +82,10 @@ type bsOptions struct {
 	// Release, when set, is the Kubernetes version the host starts with, its kubelet found on the mirror's release
 	// tree (bsReleaseDir, [kubernetes.release]) rather than named in [artifacts.kubelet].
 	Release string
+	// WatcherEnv adds KEY=VALUE settings to the watcher's drop-in only (e.g. its rollout lease and poll).
+	WatcherEnv []string
+	// NodeReady, when set, replaces the configuration's [timeouts] node_ready (a Go duration string).
+	NodeReady string
 }
 
 // bsReleaseDir is the release tree in the rig's mirror: <dir>/v<version>/bin/linux/<arch>/kubelet.
@@ -103,7 +110,8 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
 	}
 	bins := needBins(t)
-	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}, extra: o.Extra, release: o.Release}
+	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}, extra: o.Extra, release: o.Release,
+		watcherEnv: o.WatcherEnv, nodeReady: o.NodeReady}
 	if r.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +215,9 @@ func (r *bsRig) config(machine, rootfsSum string) string {
 		c = strings.Replace(c, `version = "1.37.2"`, fmt.Sprintf("version = %q", r.release), 1)
 		c += fmt.Sprintf("\n[kubernetes.release]\nmirror = %q\n", r.srv.URL(bsReleaseDir))
 	}
+	if r.nodeReady != "" {
+		c = strings.Replace(c, `node_ready = "3m"`, fmt.Sprintf("node_ready = %q", r.nodeReady), 1)
+	}
 	return c + r.extraConfig()
 }
 
@@ -266,7 +277,11 @@ func (r *bsRig) layDown(ctx context.Context) {
 	}
 	// The watcher ensures the active slot's hooks at start, rendered with these settings too. A runtime drop-in
 	// (the host's /run), so that /etc holds only what the reset test expects; it does not survive a power cut.
-	if out, err := r.h.Run(ctx, "sh", "-c", `mkdir -p /run/systemd/system/`+units.Watcher+`.d && printf '%s' "$1" >/run/systemd/system/`+units.Watcher+`.d/rig.conf`, "sh", dropIn); err != nil {
+	watcherDropIn := dropIn
+	for _, e := range r.watcherEnv {
+		watcherDropIn += "Environment=" + e + "\n"
+	}
+	if out, err := r.h.Run(ctx, "sh", "-c", `mkdir -p /run/systemd/system/`+units.Watcher+`.d && printf '%s' "$1" >/run/systemd/system/`+units.Watcher+`.d/rig.conf`, "sh", watcherDropIn); err != nil {
 		t.Fatalf("watcher drop-in: %v\n%s", err, out)
 	}
 	if err := r.h.InstallUnit(ctx, units.Bootstrap, unit); err != nil {

@@ -14,7 +14,9 @@
 #               restart and a repave, from a probe outside the node; Node Ready -> pods Ready),
 #               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 upgrade), TestWatcherIdleOnRig
 #               (the idle figure: the watcher in kubeslot-watcher.service on a bootstrapped host, with the node identity
-#               the bootstrap left, its requests counted at the apiserver from its audit log by user and user agent)
+#               the bootstrap left, its requests counted at the apiserver from its audit log by user and user agent),
+#               TestRolloutOnRig (a paced Repave of three real hosts with pods, one at a time, against the sum of the
+#               same three repaves; ~10 minutes)
 #   benchmarks  BenchmarkFleet (N in-process watchers on the same node identity path against one apiserver, counted at
 #               their transports and in the audit log), BenchmarkWatcherIdle (the real kubeslot-watcher binary's RSS
 #               and audit-counted requests, started by the test rather than by its unit), BenchmarkAgentAdmission (an
@@ -38,7 +40,7 @@ mkdir -p "$out"
 log=$out/go-test.log
 figures=$out/figures.jsonl
 : >"$figures"
-tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestOverlaySlotsOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestKubernetesUpgradeOnRig|TestWatcherIdleOnRig)$'}
+tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestOverlaySlotsOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestKubernetesUpgradeOnRig|TestWatcherIdleOnRig|TestRolloutOnRig)$'}
 benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle|BenchmarkAgentAdmission)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures
@@ -51,7 +53,7 @@ KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev k
 export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
 # The fleet at N=1000 adds some 3 minutes (baseline, registration, idle window, clean-up; DESIGN.md, "Test rig").
-echo "bench: full log in $log, figures in $figures (about 20 minutes)"
+echo "bench: full log in $log, figures in $figures (about 30 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
 $GO test -count=1 -p 1 -timeout 60m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |

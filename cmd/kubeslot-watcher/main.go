@@ -58,6 +58,11 @@ type flags struct {
 	// Config must be units.ConfigPath by default (main_test.go).
 	Config           string        `help:"The operator's configuration file (a host path), read at start for its [metrics] table only; \"\" serves no metrics." env:"KUBESLOT_WATCHER_CONFIG" default:"/etc/kubeslot/config.toml" placeholder:"FILE"`
 	UpgradeProbation time.Duration `help:"How long a new release's watcher stays on probation after it reported its agent upgrade Succeeded: a failure in that time is rolled back by the recovery unit (and reported), and last-good moves to the release only after it." env:"KUBESLOT_WATCHER_UPGRADE_PROBATION" default:"30s"`
+	// RolloutLease and RolloutPoll are short only in tests (the rig's
+	// three-host rollout, whose dead holder's slot must expire within the
+	// test); production keeps lib/rollout's defaults.
+	RolloutLease time.Duration `help:"Duration of the rollout slots (RolloutLeases) this agent takes; renewed every third of it, taken over by others after it passed unrenewed." env:"KUBESLOT_WATCHER_ROLLOUT_LEASE" default:"60s"`
+	RolloutPoll  time.Duration `help:"How often a waiting agent asks for a rollout slot." env:"KUBESLOT_WATCHER_ROLLOUT_POLL" default:"10s"`
 }
 
 // EnvTestExitAfter is the fault hook for rig tests: a watcher that exits 1
@@ -80,6 +85,9 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 	if f.UpgradeProbation <= 0 {
 		return exitcode.UsageError(fmt.Errorf("--upgrade-probation %s: want a positive duration", f.UpgradeProbation))
 	}
+	if f.RolloutLease < 3*time.Second || f.RolloutPoll <= 0 {
+		return exitcode.UsageError(fmt.Errorf("--rollout-lease %s, --rollout-poll %s: want a lease of 3s or more (renewed every third of it) and a positive poll", f.RolloutLease, f.RolloutPoll))
+	}
 	if exit, err := testExitAfter(os.Getenv(EnvTestExitAfter)); err != nil {
 		return err
 	} else if exit != nil {
@@ -97,7 +105,8 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 		return err
 	}
 	return watcher.Command{Root: root, SystemdBus: f.SystemdBus, Kubeconfig: f.Kubeconfig, LockWait: f.LockWait,
-		ReadyAfter: f.ReadyAfter, UpgradeProbation: f.UpgradeProbation, Getenv: os.Getenv, Log: log, Started: t0, Config: f.Config}.Run(ctx)
+		ReadyAfter: f.ReadyAfter, UpgradeProbation: f.UpgradeProbation, RolloutLease: f.RolloutLease, RolloutPoll: f.RolloutPoll,
+		Getenv: os.Getenv, Log: log, Started: t0, Config: f.Config}.Run(ctx)
 }
 
 // testExitAfter parses the EnvTestExitAfter hook: nil when unset.

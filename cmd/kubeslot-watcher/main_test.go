@@ -19,6 +19,11 @@ func TestCommandLine(t *testing.T) {
 	if code, _, _ := clitest.Call(run, "", "--lock-wait", "soon"); code != exitcode.Usage {
 		t.Errorf("--lock-wait soon: exit %d, want %d", code, exitcode.Usage)
 	}
+	for _, args := range [][]string{{"--rollout-lease", "1s"}, {"--rollout-poll", "0s"}} {
+		if code, _, errs := clitest.Call(run, "", append([]string{"--root-prefix", t.TempDir()}, args...)...); code != exitcode.Usage || !strings.Contains(errs, args[0]) {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming the flag", args, code, errs, exitcode.Usage)
+		}
+	}
 }
 
 // TestDeferral: without a complete installation the watcher exits 69 and

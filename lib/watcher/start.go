@@ -49,6 +49,8 @@ type Command struct {
 	ReadyAfter time.Duration
 	// UpgradeProbation is Options.UpgradeProbation.
 	UpgradeProbation time.Duration
+	// RolloutLease and RolloutPoll are Options' (0: lib/rollout's defaults).
+	RolloutLease, RolloutPoll time.Duration
 	// Getenv reads the sandbox settings' overrides and EnvTestReadGate.
 	Getenv func(string) string
 	Log    *slog.Logger

@@ -303,6 +303,12 @@ var rows = []row{
 		names: []string{"pods: Node Ready after the repave -> pods Ready"}},
 	{label: "workload downtime across a Kubernetes upgrade (1.37.1 -> 1.37.2 through the Machine)", target: "< 10 s", tests: "TestKubernetesUpgradeOnRig",
 		names: []string{"kubernetes upgrade: workload downtime (hostPort probe from the host)"}},
+	{label: "paced rollout of 3 rig hosts, maxUnavailable 1 (operation created -> Succeeded; real repaves, drain, lease 45 s, poll 1 s)",
+		target: "", tests: "TestRolloutOnRig", names: []string{rolloutWhole}},
+	{label: "the same 3 repaves, summed (each request's first phase -> final status)", target: "(reference)",
+		tests: "TestRolloutOnRig", names: []string{rolloutSum}},
+	{label: "rollout / sum of its repaves (the slot hand-overs' cost)", target: "~ 1", tests: "TestRolloutOnRig",
+		derive: ratioOf(rolloutWhole, rolloutSum)},
 	{label: "agent creates its Machine, no other Machine (admission, median)", target: "(reference)", tests: "BenchmarkAgentAdmission",
 		names: []string{admCreate0}},
 	{label: "agent creates its Machine, 1000 other Machines (admission, median)", target: "", tests: "BenchmarkAgentAdmission",
@@ -332,6 +338,13 @@ var rows = []row{
 	{label: "watcher idle Machine/operation requests (kubeconfig identity; apiserver counters, TestWatcherOnRig)", target: "0 besides watches",
 		tests: "TestWatcher.*", names: []string{idleName}},
 }
+
+// TestRolloutOnRig's figures (integration/rollout_rig_test.go): one paced Repave of three real rig hosts, one at a
+// time with drains, against the sum of the same three repaves as each host timed its own request.
+const (
+	rolloutWhole = "rollout of 3 rig hosts, maxUnavailable 1: operation created -> Succeeded (real repaves, drain)"
+	rolloutSum   = "rollout of 3 rig hosts: sum of its 3 repaves (each request's first phase -> final status)"
+)
 
 // BenchmarkAgentAdmission's figures (integration/bench_admission_test.go).
 const (
