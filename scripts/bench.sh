@@ -18,13 +18,16 @@
 #   benchmarks  BenchmarkFleet (N in-process watchers on the same node identity path against one apiserver, counted at
 #               their transports and in the audit log), BenchmarkWatcherIdle (the real kubeslot-watcher binary's RSS
 #               and audit-counted requests, started by the test rather than by its unit), BenchmarkAgentAdmission (an
-#               agent's Machine create and operation status write with 0..2000 other Machines: admission's cost)
+#               agent's Machine create and operation status write with 0..2000 other Machines: admission's cost),
+#               BenchmarkRolloutWait (N in-process agents on one Repave with maxUnavailable 1, the slot held: the
+#               join's status writes and admission, then requests and apiserver CPU per agent waiting for a slot)
 # Without -race, unlike make test-integration: the race detector inflates the in-process fleet's memory and CPU.
 #
 # Environment (defaults in brackets):
 #   KUBESLOT_BENCH_OUT      directory for go-test.log and figures.jsonl [a new /tmp/kubeslot-bench.XXXXXX]
 #   KUBESLOT_BENCH_TESTS    go test -run pattern [the tests above]
-#   KUBESLOT_BENCH_BENCHES  go test -bench pattern [^(BenchmarkFleet|BenchmarkWatcherIdle|BenchmarkAgentAdmission)$]
+#   KUBESLOT_BENCH_BENCHES  go test -bench pattern [^(BenchmarkFleet|BenchmarkWatcherIdle|BenchmarkAgentAdmission|BenchmarkRolloutWait)$]
+#   KUBESLOT_ROLLOUT_N      BenchmarkRolloutWait's fleet sizes [20,200]: requests per waiting agent must not grow with N
 #   KUBESLOT_FLEET_N        fleet sizes, comma-separated [1,200,1000]: the per-agent figures side by side
 #   KUBESLOT_BENCH_WINDOW, KUBESLOT_BENCH_BASELINE, KUBESLOT_BENCH_SETTLE  idle window [60s], apiserver baseline
 #                           window [30s], pause before each [10s] (integration/bench_fleet_test.go)
@@ -39,7 +42,7 @@ log=$out/go-test.log
 figures=$out/figures.jsonl
 : >"$figures"
 tests=${KUBESLOT_BENCH_TESTS:-'^(TestBootstrapOnRig|TestRepaveOnRig|TestOverlaySlotsOnRig|TestResetOnRig|TestWatcherOnRig|TestUpgrade.*|TestPodsOnRig|TestKubernetesUpgradeOnRig|TestWatcherIdleOnRig)$'}
-benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle|BenchmarkAgentAdmission)$'}
+benches=${KUBESLOT_BENCH_BENCHES:-'^(BenchmarkFleet|BenchmarkWatcherIdle|BenchmarkAgentAdmission|BenchmarkRolloutWait)$'}
 
 export KUBESLOT_FIGURES_FILE=$figures
 export KUBESLOT_FLEET_N=${KUBESLOT_FLEET_N:-1,200,1000}
