@@ -10,8 +10,8 @@ package integration
 //     N-1 Waiting). Each entry is a status write of the whole operation, admitted by the policies of
 //     lib/api/v1alpha1/access; kubeslot-agent-operation-targets runs once per Machine for each (DESIGN.md,
 //     "Admission cost"). Figures: the time, status writes admitted and refused by conflict per agent, the
-//     apiserver's CPU per admitted write, and that policy's own evaluation time per write (the apiserver's
-//     apiserver_validating_admission_policy_check_duration_seconds);
+//     apiserver's CPU per admitted write, and the admission policies' time per write (the apiserver's
+//     apiserver_admission_controller_admission_duration_seconds of its ValidatingAdmissionPolicy plugin);
 //   - the wait: a window with everyone waiting. Figures: requests per minute per waiting agent, from the
 //     apiserver's apiserver_request_total by verb and resource (less the same fleet idle before the operation, so
 //     the watches the idle fleet re-opens are not counted) and from its audit log by user (the holder left out);
@@ -45,9 +45,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
-
-// opTargetsPolicy is the admission policy whose cost grows with the Machines (lib/api/v1alpha1/access).
-const opTargetsPolicy = "kubeslot-agent-operation-targets"
 
 // rolloutResources are the resources counted in the wait: the agent's usual ones and the rollout slots.
 var rolloutResources = append(append([]string(nil), fleet.AgentResources...), v1alpha1.RolloutLeasesResource)
@@ -147,14 +144,16 @@ func (w scrapeWindow) requests(resources []string) map[string]float64 {
 	return out
 }
 
-// policy is the growth of the admission policy's evaluation time (seconds) and evaluations (one per validation
-// and parameter).
-func (w scrapeWindow) policy(name string) (secs, evals float64) {
-	const m = "apiserver_validating_admission_policy_check_duration_seconds"
-	where := map[string]string{"policy": name}
+// admission is the growth of the time the ValidatingAdmissionPolicy admission plugin spent on UPDATE requests
+// (seconds: every policy that matched, all of its parameter runs) and of the requests it ran for. The per-policy
+// metric (apiserver_validating_admission_policy_check_duration_seconds) cannot stand in: the apiserver records it
+// only for refusals and evaluation errors.
+func (w scrapeWindow) admission() (secs, requests float64) {
+	const m = "apiserver_admission_controller_admission_duration_seconds"
+	where := map[string]string{"name": "ValidatingAdmissionPolicy", "operation": "UPDATE", "type": "validate"}
 	secs = fleet.Total(fleet.Growth(w.before.Sum(m+"_sum", where), w.after.Sum(m+"_sum", where)))
-	evals = fleet.Total(fleet.Growth(w.before.Sum(m+"_count", where), w.after.Sum(m+"_count", where)))
-	return secs, evals
+	requests = fleet.Total(fleet.Growth(w.before.Sum(m+"_count", where), w.after.Sum(m+"_count", where)))
+	return secs, requests
 }
 
 // perMinute scales each count of m to one minute of d, divided by per.
@@ -271,10 +270,7 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 	if _, err := admin.CreateOperation(ctx, op); err != nil {
 		b.Fatal(err)
 	}
-	joined, err := waitJoined(ctx, admin, opName, n, 10*time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
+	joined, joinErr := waitJoined(ctx, admin, opName, n, joinBound)
 	joinTook := time.Since(t0)
 	join, err := endJoin()
 	if err != nil {
@@ -282,22 +278,29 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 	}
 	writes := join.requests([]string{v1alpha1.MachineOperationsResource})
 	admitted, conflicts := writes["PATCH machineoperations/status 200"], writes["PATCH machineoperations/status 409"]
-	polSecs, polEvals := join.policy(opTargetsPolicy)
-	b.Logf("join: %d agents reported in %s (%s); requests on operations at the apiserver:\n  %s", n,
-		joinTook.Round(time.Millisecond), joined, strings.Join(fleet.Lines(writes, 1, "%.0f %s"), "\n  "))
-	b.Logf("join: apiserver CPU %s, etcd CPU %s; %s: %d evaluations, %.3f s", join.cpu, join.etcdCPU, opTargetsPolicy,
-		int(polEvals), polSecs)
+	admSecs, admReqs := join.admission()
+	b.Logf("join: after %s, %s; requests on operations at the apiserver:\n  %s", joinTook.Round(time.Millisecond),
+		joined, strings.Join(fleet.Lines(writes, 1, "%.0f %s"), "\n  "))
+	b.Logf("join: apiserver CPU %s, etcd CPU %s; ValidatingAdmissionPolicy on UPDATEs: %.0f requests, %.3f s",
+		join.cpu, join.etcdCPU, admReqs, admSecs)
 	label := fmt.Sprintf("rollout wait N=%d: ", n)
-	benchFigure(b, label+"operation created to every target's entry written (join)", joinTook.Seconds(), unitSeconds, "s-join")
+	if joinErr == nil {
+		benchFigure(b, label+"operation created to every target's entry written (join)", joinTook.Seconds(), unitSeconds, "s-join")
+	}
 	benchFigure(b, label+"status writes admitted per agent (join)", admitted/float64(n), "writes", "writes/agent")
 	benchFigure(b, label+"status writes refused by conflict per agent (join)", conflicts/float64(n), "writes", "conflicts/agent")
 	if admitted > 0 {
 		benchFigure(b, label+"apiserver CPU per admitted status write (join, all of it)",
 			float64(join.cpu.Microseconds())/1000/admitted, "ms", "apiserver-cpu-ms/write")
-		benchFigure(b, label+"operation-targets policy evaluation per admitted status write (join)",
-			polSecs*1000/admitted, "ms", "policy-ms/write")
-		benchFigure(b, label+"operation-targets policy evaluations per admitted status write (join)",
-			polEvals/admitted, "evaluations", "policy-evals/write")
+		benchFigure(b, label+"admission policies' time per admitted status write (join)",
+			admSecs*1000/admitted, "ms", "admission-ms/write")
+	}
+	if admReqs > 0 {
+		benchFigure(b, label+"admission policies' time per UPDATE they checked (join)", admSecs*1000/admReqs, "ms", "admission-ms/update")
+	}
+	if joinErr != nil {
+		// The figures above say what the join cost until it gave up: no wait to measure.
+		b.Fatal(joinErr)
 	}
 
 	// The wait: one holder, n-1 waiting.
@@ -357,11 +360,15 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 	benchFigure(b, label+"apiserver CPU per waiting agent, noise of the idle fleet", noise/waiting, unitCPUms, "apiserver-cpu-noise-ms/min/waiting-agent")
 }
 
+// joinBound bounds the join. At N = 200 on the rig's 2 shared CPUs it was not enough (DESIGN.md, "Paced rollouts"):
+// the figures of the join are then reported as far as it came.
+const joinBound = 10 * time.Minute
+
 // waitJoined polls the operation (once a second, bounded by d) until it has n entries, n-1 of them Waiting, and
-// returns its counts.
+// returns its counts (as far as they came, also with an error).
 func waitJoined(ctx context.Context, admin *machineclient.Client, name string, n int, d time.Duration) (string, error) {
 	deadline := time.Now().Add(d)
-	last := "not read yet"
+	last := "operation not read yet"
 	for {
 		op, err := admin.GetOperation(ctx, name)
 		if err != nil {
@@ -373,11 +380,11 @@ func waitJoined(ctx context.Context, admin *machineclient.Client, name string, n
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("operation %s: not every target reported within %s: %s", name, d, last)
+			return last, fmt.Errorf("operation %s: not every target reported within %s: %s", name, d, last)
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return last, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}

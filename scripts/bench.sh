@@ -53,8 +53,9 @@ KUBESLOT_KUBE_BIN=${KUBESLOT_KUBE_BIN:-$(scripts/kube-bins.sh)}
 KUBESLOT_KUBE_BIN_PREV=${KUBESLOT_KUBE_BIN_PREV:-$(scripts/kube-bins.sh --prev kubelet)}
 export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 
-# The fleet at N=1000 adds some 3 minutes (baseline, registration, idle window, clean-up; DESIGN.md, "Test rig").
-echo "bench: full log in $log, figures in $figures (about 20 minutes)"
+# The fleet at N=1000 adds some 3 minutes (baseline, registration, idle window, clean-up; DESIGN.md, "Test rig");
+# the rollout wait at N=200 up to 15 (its join is bounded by 10 minutes: DESIGN.md, "Paced rollouts").
+echo "bench: full log in $log, figures in $figures (about 50 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
 $GO test -count=1 -p 1 -timeout 60m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |

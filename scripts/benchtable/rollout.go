@@ -26,7 +26,7 @@ var rolloutTargets = map[string]string{
 	rolloutReq: "flat in N (one List of the leases per 10 s: 6)",
 	"requests per minute per waiting agent besides watches (apiserver audit, holder left out)": "flat in N (6)",
 	rolloutCPU: "flat in N",
-	"operation-targets policy evaluation per admitted status write (join)": "(grows with the Machines: one run per Machine)",
+	"admission policies' time per admitted status write (join)": "(grows with the Machines: one policy run per Machine)",
 }
 
 // rolloutSizes are the sizes measured and the metrics, in the order first recorded.
@@ -68,7 +68,7 @@ func (r *run) rolloutLines() [][3]string {
 	label := "rollout wait: requests per minute per waiting agent, largest N / smallest N"
 	a, _, _, ok1 := r.value(fmt.Sprintf("rollout wait N=%d: %s", hi, rolloutReq))
 	b, _, _, ok2 := r.value(fmt.Sprintf("rollout wait N=%d: %s", lo, rolloutReq))
-	cell := "n/a (one size measured)"
+	cell := "n/a (one size measured; " + r.why("BenchmarkRolloutWait") + ")"
 	if lo != hi && ok1 && ok2 && b > 0 {
 		cell = fmt.Sprintf("N=%d / N=%d: %s", hi, lo, format(a/b, "ratio"))
 	}
