@@ -378,6 +378,9 @@ func (r *run) table() string {
 		fleet = []line{{"fleet (N watchers, one apiserver)", "n/a (not measured: " + r.why("BenchmarkFleet") + ")", ""}}
 	}
 	lines = append(lines, fleet...)
+	for _, l := range r.rolloutLines() {
+		lines = append(lines, line{l[0], l[1], l[2]})
+	}
 	wa, wb := 0, 0
 	for _, l := range lines {
 		wa, wb = max(wa, len(l.a)), max(wb, len(l.b))

@@ -119,3 +119,39 @@ func TestSlotPrepareRows(t *testing.T) {
 		}
 	}
 }
+
+// The rollout wait rows: sizes side by side, the CPU against the idle fleet's noise, the ratio across sizes.
+func TestRolloutRows(t *testing.T) {
+	r := newRun()
+	in := `{"name":"rollout wait N=20: ` + rolloutReq + `","value":6.2,"unit":"requests/min"}
+{"name":"rollout wait N=200: ` + rolloutReq + `","value":6.1,"unit":"requests/min"}
+{"name":"rollout wait N=20: ` + rolloutCPU + `","value":1,"unit":"CPU ms/min"}
+{"name":"rollout wait N=20: ` + rolloutNoise + `","value":3,"unit":"CPU ms/min"}
+{"name":"rollout wait N=200: ` + rolloutCPU + `","value":2,"unit":"CPU ms/min"}
+{"name":"rollout wait N=200: ` + rolloutNoise + `","value":0.5,"unit":"CPU ms/min"}
+`
+	if err := r.readFigures(strings.NewReader(in), "in"); err != nil {
+		t.Fatal(err)
+	}
+	var norm []string
+	for _, l := range strings.Split(r.table(), "\n") {
+		norm = append(norm, strings.Join(strings.Fields(l), " "))
+	}
+	flat := strings.Join(norm, "\n")
+	for _, want := range []string{
+		"rollout wait: " + rolloutReq + " N=20: 6.20 requests/min | N=200: 6.10 requests/min flat in N",
+		"rollout wait: " + rolloutCPU + " N=20: below the idle fleet's noise (1.0 CPU ms/min, noise ±3.0 CPU ms/min) | " +
+			"N=200: 2.0 CPU ms/min (noise ±0.5 CPU ms/min) flat in N",
+		"rollout wait: requests per minute per waiting agent, largest N / smallest N N=200 / N=20: 0.984 ~ 1",
+	} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("table lacks %q:\n%s", want, flat)
+		}
+	}
+	if strings.Contains(flat, "noise of the idle fleet N=") {
+		t.Errorf("the noise figure has a line of its own:\n%s", flat)
+	}
+	if empty := newRun().table(); !strings.Contains(empty, "rollout wait (N agents, one slot)") {
+		t.Errorf("an unmeasured rollout wait is not said:\n%s", empty)
+	}
+}

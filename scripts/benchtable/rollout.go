@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// BenchmarkRolloutWait (integration/bench_rollout_test.go) records each figure once per fleet size, as
+// "rollout wait N=<n>: <metric>": a paced rollout's coordination cost, N-1 agents waiting for the one slot. As for the
+// fleet, one line per metric with the sizes side by side, and one derived line: the requests per minute per waiting
+// agent at the largest size over the smallest, whose target is that they do not grow with N.
+
+var rolloutName = regexp.MustCompile(`^rollout wait N=([0-9]+): (.+)$`)
+
+const (
+	rolloutReq   = "requests per minute per waiting agent (apiserver counters, idle fleet subtracted)"
+	rolloutCPU   = "apiserver CPU per waiting agent (idle fleet subtracted)"
+	rolloutNoise = "apiserver CPU per waiting agent, noise of the idle fleet"
+)
+
+var rolloutTargets = map[string]string{
+	rolloutReq: "flat in N (one List of the leases per 10 s: 6)",
+	"requests per minute per waiting agent besides watches (apiserver audit, holder left out)": "flat in N (6)",
+	rolloutCPU: "flat in N",
+	"admission policies' time per admitted status write (join)": "(grows with the Machines: one policy run per Machine)",
+}
+
+// rolloutSizes are the sizes measured and the metrics, in the order first recorded.
+func (r *run) rolloutSizes() (sizes []int, metrics []string) {
+	ns := map[int]bool{}
+	for _, name := range r.order {
+		m := rolloutName.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		ns[n] = true
+		if m[2] != rolloutNoise && !slices.Contains(metrics, m[2]) {
+			metrics = append(metrics, m[2])
+		}
+	}
+	for n := range ns {
+		sizes = append(sizes, n)
+	}
+	slices.Sort(sizes)
+	return sizes, metrics
+}
+
+// rolloutLines renders the rollout figures: label, the cells side by side, target.
+func (r *run) rolloutLines() [][3]string {
+	sizes, metrics := r.rolloutSizes()
+	if len(sizes) == 0 {
+		return [][3]string{{"rollout wait (N agents, one slot)", "n/a (not measured: " + r.why("BenchmarkRolloutWait") + ")", ""}}
+	}
+	var out [][3]string
+	for _, metric := range metrics {
+		var cells []string
+		for _, n := range sizes {
+			cells = append(cells, fmt.Sprintf("N=%d: %s", n, r.rolloutCell(n, metric)))
+		}
+		out = append(out, [3]string{"rollout wait: " + metric, strings.Join(cells, " | "), rolloutTargets[metric]})
+	}
+	lo, hi := sizes[0], sizes[len(sizes)-1]
+	label := "rollout wait: requests per minute per waiting agent, largest N / smallest N"
+	a, _, _, ok1 := r.value(fmt.Sprintf("rollout wait N=%d: %s", hi, rolloutReq))
+	b, _, _, ok2 := r.value(fmt.Sprintf("rollout wait N=%d: %s", lo, rolloutReq))
+	cell := "n/a (one size measured; " + r.why("BenchmarkRolloutWait") + ")"
+	if lo != hi && ok1 && ok2 && b > 0 {
+		cell = fmt.Sprintf("N=%d / N=%d: %s", hi, lo, format(a/b, "ratio"))
+	}
+	return append(out, [3]string{label, cell, "~ 1 (does not grow with N)"})
+}
+
+// rolloutCell is one size's value of metric; the CPU per waiting agent says when it is within the idle fleet's noise.
+func (r *run) rolloutCell(n int, metric string) string {
+	v, unit, k, ok := r.value(fmt.Sprintf("rollout wait N=%d: %s", n, metric))
+	if !ok {
+		return "n/a"
+	}
+	s := format(v, unit)
+	if metric == rolloutCPU {
+		if noise, _, _, ok := r.value(fmt.Sprintf("rollout wait N=%d: %s", n, rolloutNoise)); ok {
+			if math.Abs(v) <= noise {
+				s = fmt.Sprintf("below the idle fleet's noise (%s, noise ±%s)", s, format(noise, unit))
+			} else {
+				s += " (noise ±" + format(noise, unit) + ")"
+			}
+		}
+	}
+	if k > 1 {
+		s += fmt.Sprintf(" (median of %d)", k)
+	}
+	return s
+}
