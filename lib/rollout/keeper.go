@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 )
 
@@ -25,6 +27,7 @@ type Keeper struct {
 	held    map[string]*v1alpha1.RolloutLease // by operation
 	checked map[string]bool                   // operations looked up on the server by this process
 	next    map[string]time.Time              // earliest next attempt, by operation
+	uid     map[string]types.UID              // the operation UID the entries above are of, by operation
 }
 
 // Defaults of NewKeeper.
@@ -46,34 +49,49 @@ func NewKeeper(store Store, holder string, d, interval time.Duration, log *slog.
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Keeper{sem: &Semaphore{Store: store, Holder: holder, Duration: d}, interval: interval, log: log,
-		held: map[string]*v1alpha1.RolloutLease{}, checked: map[string]bool{}, next: map[string]time.Time{}}
+		held: map[string]*v1alpha1.RolloutLease{}, checked: map[string]bool{}, next: map[string]time.Time{},
+		uid: map[string]types.UID{}}
 }
 
 // Held reports whether the keeper holds a slot of op (memory only; see
 // Recover).
-func (k *Keeper) Held(op string) bool {
+func (k *Keeper) Held(op Owner) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.held[op] != nil
+	k.dropStale(op)
+	return k.held[op.Name] != nil
+}
+
+// dropStale forgets what the keeper knows of an earlier operation of op's
+// name (deleted and created again). Called with mu held.
+func (k *Keeper) dropStale(op Owner) {
+	if k.uid[op.Name] == op.UID {
+		return
+	}
+	delete(k.held, op.Name)
+	delete(k.checked, op.Name)
+	delete(k.next, op.Name)
+	k.uid[op.Name] = op.UID
 }
 
 // Recover looks op's slot up on the server once per process: a watcher
 // restarted while it held one finds it (and keeps renewing it) from the
 // lease itself. It reports whether the keeper holds one.
-func (k *Keeper) Recover(ctx context.Context, op string) (bool, error) {
+func (k *Keeper) Recover(ctx context.Context, op Owner) (bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.checked[op] || k.held[op] != nil {
-		return k.held[op] != nil, nil
+	k.dropStale(op)
+	if k.checked[op.Name] || k.held[op.Name] != nil {
+		return k.held[op.Name] != nil, nil
 	}
 	l, err := k.sem.Find(ctx, op)
 	if err != nil {
 		return false, err
 	}
-	k.checked[op] = true
+	k.checked[op.Name] = true
 	if l != nil {
-		k.held[op] = l
-		k.log.Info("found the rollout slot this agent held", "operation", op, "lease", l.Name)
+		k.held[op.Name] = l
+		k.log.Info("found the rollout slot this agent held", "operation", op.Name, "lease", l.Name)
 	}
 	return l != nil, nil
 }
@@ -84,6 +102,7 @@ func (k *Keeper) Recover(ctx context.Context, op string) (bool, error) {
 func (k *Keeper) Try(ctx context.Context, op Owner, slots int) (bool, time.Duration, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.dropStale(op)
 	if k.held[op.Name] != nil {
 		return true, 0, nil
 	}
@@ -109,22 +128,22 @@ func (k *Keeper) Try(ctx context.Context, op Owner, slots int) (bool, time.Durat
 
 // Release gives op's slot back (after Recover, so a slot held before a
 // restart is released too).
-func (k *Keeper) Release(ctx context.Context, op string) error {
+func (k *Keeper) Release(ctx context.Context, op Owner) error {
 	if _, err := k.Recover(ctx, op); err != nil {
 		return err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	l := k.held[op]
+	l := k.held[op.Name]
 	if l == nil {
 		return nil
 	}
 	if err := k.sem.Release(ctx, l.Name); err != nil {
 		return err
 	}
-	delete(k.held, op)
-	delete(k.next, op)
-	k.log.Info("released the rollout slot", "operation", op, "lease", l.Name)
+	delete(k.held, op.Name)
+	delete(k.next, op.Name)
+	k.log.Info("released the rollout slot", "operation", op.Name, "lease", l.Name)
 	return nil
 }
 
@@ -136,6 +155,7 @@ func (k *Keeper) Forget(op string) {
 	delete(k.held, op)
 	delete(k.checked, op)
 	delete(k.next, op)
+	delete(k.uid, op)
 }
 
 // Renew renews every slot held; a slot lost (taken over after this agent

@@ -75,21 +75,38 @@ func (s *Semaphore) now() time.Time {
 func Name(op string, i int) string { return op + "-" + strconv.Itoa(i) }
 
 // Find returns the lease of op that the holder holds, nil if none.
-func (s *Semaphore) Find(ctx context.Context, op string) (*v1alpha1.RolloutLease, error) {
-	ls, err := s.Store.List(ctx, op)
+func (s *Semaphore) Find(ctx context.Context, op Owner) (*v1alpha1.RolloutLease, error) {
+	ls, err := s.Store.List(ctx, op.Name)
 	if err != nil {
 		return nil, err
 	}
-	return s.own(ls), nil
+	return s.own(ls, op), nil
 }
 
-func (s *Semaphore) own(ls []v1alpha1.RolloutLease) *v1alpha1.RolloutLease {
+func (s *Semaphore) own(ls []v1alpha1.RolloutLease, op Owner) *v1alpha1.RolloutLease {
 	for i := range ls {
-		if ls[i].Spec.HolderIdentity == s.Holder {
+		if ls[i].Spec.HolderIdentity == s.Holder && !Stale(&ls[i], op) {
 			return &ls[i]
 		}
 	}
 	return nil
+}
+
+// Stale reports whether l belongs to an earlier operation of op's name,
+// deleted and created again: the garbage collector deletes such a lease in
+// its own time, and until then it is nobody's slot (its holder may be this
+// very agent, whose slot of the old operation says nothing of the new one).
+// A lease with no owner, or an op with no UID, is not stale.
+func Stale(l *v1alpha1.RolloutLease, op Owner) bool {
+	if op.UID == "" {
+		return false
+	}
+	for _, r := range l.OwnerReferences {
+		if r.Kind == "MachineOperation" {
+			return r.UID != op.UID
+		}
+	}
+	return false
 }
 
 // expired reports whether l has not changed for its duration since this
@@ -120,7 +137,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 	if err != nil {
 		return nil, err
 	}
-	if l := s.own(ls); l != nil {
+	if l := s.own(ls, op); l != nil {
 		return l, nil
 	}
 	now := s.now()
@@ -129,7 +146,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 	for i := range ls {
 		l := &ls[i]
 		byName[l.Name] = l
-		if !s.expired(l, now) {
+		if !s.free(l, op, now) {
 			live++
 		}
 	}
@@ -151,10 +168,14 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 				continue
 			}
 			return l, err
-		case s.expired(cur, now):
+		case s.free(cur, op, now):
+			// Taken over in place: the owner reference too, so a stale
+			// lease becomes the current operation's.
+			f := s.fresh(op, name, now)
 			next := cur.DeepCopy()
-			next.Spec = s.fresh(op, name, now).Spec
+			next.Spec = f.Spec
 			next.Spec.LeaseTransitions = cur.Spec.LeaseTransitions + 1
+			next.Labels, next.OwnerReferences = f.Labels, f.OwnerReferences
 			l, err := s.Store.Update(ctx, next)
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				continue
@@ -163,6 +184,14 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 		}
 	}
 	return nil, nil
+}
+
+// free reports whether l may be taken: expired, or left by an earlier
+// operation of the same name. It is called once per lease per attempt, as
+// expired keeps its sightings.
+func (s *Semaphore) free(l *v1alpha1.RolloutLease, op Owner, now time.Time) bool {
+	exp := s.expired(l, now)
+	return exp || Stale(l, op)
 }
 
 func (s *Semaphore) fresh(op Owner, name string, now time.Time) *v1alpha1.RolloutLease {

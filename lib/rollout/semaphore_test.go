@@ -218,16 +218,58 @@ func TestKeeperPacesAndRecovers(t *testing.T) {
 	}
 	// A restarted busy agent finds its slot on the server, then releases it.
 	again := NewKeeper(f, "busy", time.Minute, time.Hour, nil)
-	if again.Held(op.Name) {
+	if again.Held(op) {
 		t.Fatal("a new keeper remembers a slot")
 	}
-	if ok, err := again.Recover(ctx, op.Name); !ok || err != nil {
+	if ok, err := again.Recover(ctx, op); !ok || err != nil {
 		t.Fatalf("recover: %v %v", ok, err)
 	}
-	if err := NewKeeper(f, "busy", time.Minute, time.Hour, nil).Release(ctx, op.Name); err != nil {
+	if err := NewKeeper(f, "busy", time.Minute, time.Hour, nil).Release(ctx, op); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.leases) != 0 {
 		t.Errorf("leases left after release: %v", f.leases)
+	}
+}
+
+// TestStaleLeasesOfARecreatedOperation: an operation deleted and created
+// again under its name finds the old one's leases until the garbage
+// collector deletes them. They are nobody's slot: not the holder's own (its
+// slot of the old operation), and not live, so the first taker makes one
+// the new operation's, owner reference included.
+func TestStaleLeasesOfARecreatedOperation(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	old := Owner{Name: "roll", UID: "uid-old"}
+	a := NewKeeper(f, "a", time.Minute, time.Millisecond, nil)
+	if ok, _, err := a.Try(ctx, old, 1); !ok || err != nil {
+		t.Fatalf("take a slot of the old operation: %v %v", ok, err)
+	}
+	// The operation is recreated; the old lease (held by a, unexpired) is
+	// still there.
+	cur := Owner{Name: "roll", UID: "uid-new"}
+	if a.Held(cur) {
+		t.Error("the keeper counts its slot of the old operation as one of the new")
+	}
+	restarted := NewKeeper(f, "a", time.Minute, time.Millisecond, nil)
+	if ok, err := restarted.Recover(ctx, cur); ok || err != nil {
+		t.Errorf("recover for the new operation: %v %v, want no slot (the lease is the old one's)", ok, err)
+	}
+	b := NewKeeper(f, "b", time.Minute, time.Millisecond, nil)
+	if ok, _, err := b.Try(ctx, cur, 1); !ok || err != nil {
+		t.Fatalf("b's attempt on the new operation: %v %v, want the stale slot", ok, err)
+	}
+	l := f.leases[Name("roll", 0)]
+	if l.Spec.HolderIdentity != "b" || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != "uid-new" {
+		t.Errorf("lease after the take-over: holder %q owners %+v, want b and uid-new", l.Spec.HolderIdentity, l.OwnerReferences)
+	}
+	// Now the slot is live for the new operation: a cannot take it.
+	time.Sleep(2 * time.Millisecond)
+	if ok, _, err := a.Try(ctx, cur, 1); ok || err != nil {
+		t.Errorf("a's attempt while b holds the new operation's slot: %v %v", ok, err)
+	}
+	// a's release for the new operation gives back nothing of b's.
+	if err := a.Release(ctx, cur); err != nil || f.leases[Name("roll", 0)] == nil {
+		t.Errorf("a's release: %v, lease %v", err, f.leases[Name("roll", 0)])
 	}
 }

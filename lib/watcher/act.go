@@ -48,8 +48,8 @@ func (l *loop) inputs() (Inputs, error) {
 	in.Now = time.Now()
 	in.Slots = map[string]bool{}
 	for i := range in.Operations {
-		if n := in.Operations[i].Name; l.slots != nil && l.slots.Held(n) {
-			in.Slots[n] = true
+		if op := &in.Operations[i]; l.slots != nil && l.slots.Held(slotOwner(op)) {
+			in.Slots[op.Name] = true
 		}
 	}
 	in.Applied, in.AppliedErr = l.store.ActiveApplied()
@@ -191,10 +191,10 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 	case AwaitSlot:
 		return l.awaitSlot(ctx, a)
 	case KeepSlot:
-		_, err := l.slots.Recover(ctx, a.Operation.Name)
+		_, err := l.slots.Recover(ctx, slotOwner(a.Operation))
 		return err
 	case ReleaseSlot:
-		return l.slots.Release(ctx, a.Operation.Name)
+		return l.slots.Release(ctx, slotOwner(a.Operation))
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {

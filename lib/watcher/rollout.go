@@ -173,7 +173,7 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 // awaitSlot carries out AwaitSlot: the Waiting entry, then an attempt.
 func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	op, g := a.Operation, a.Gate
-	held, err := l.slots.Recover(ctx, op.Name)
+	held, err := l.slots.Recover(ctx, slotOwner(op))
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 		return err
 	}
 	if held && g.Stop {
-		return l.slots.Release(ctx, op.Name)
+		return l.slots.Release(ctx, slotOwner(op))
 	}
 	if g.JoinWait > 0 {
 		l.nudgeIn(g.JoinWait)
@@ -189,7 +189,7 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	if !g.Try || held {
 		return nil
 	}
-	ok, wait, err := l.slots.Try(ctx, rollout.Owner{Name: op.Name, UID: op.UID}, g.Slots)
+	ok, wait, err := l.slots.Try(ctx, slotOwner(op), g.Slots)
 	if err != nil {
 		return err
 	}
@@ -206,10 +206,16 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	}
 	if g2 := rolloutGate(fresh, l.machineOrEmpty(), l.NodeName, time.Now()); g2.Stop {
 		l.Log.Info("gave the rollout slot back: the operation says wait", "operation", op.Name, "why", g2.Message)
-		return l.slots.Release(ctx, op.Name)
+		return l.slots.Release(ctx, slotOwner(op))
 	}
 	l.nudge()
 	return nil
+}
+
+// slotOwner names op's slots: by name and UID, so the leases of an earlier
+// operation of the same name are not taken for this one's.
+func slotOwner(op *v1alpha1.MachineOperation) rollout.Owner {
+	return rollout.Owner{Name: op.Name, UID: op.UID}
 }
 
 func (l *loop) machineOrEmpty() *v1alpha1.Machine {
