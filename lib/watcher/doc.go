@@ -63,6 +63,10 @@
 //     a rollback on probation (probation.go).
 //   - Errors: an action that fails is retried with capped, jittered backoff
 //     (2 s to 5 min), each error logged once.
+//   - Metrics (metrics.go, lib/metrics): with [metrics] listen set in the
+//     operator's config.toml, Prometheus metrics on that address (loopback
+//     unless allow_remote); off by default. A metrics server that cannot
+//     listen is logged and left off: the watcher never stops for it.
 //   - Test hooks: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<duration> (exit 1 that
 //     long after start, as a broken release would) and
 //     KUBESLOT_TEST_WATCHER_READ_GATE=<file> (hold each read of the applied
