@@ -31,6 +31,7 @@ import (
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/transition"
@@ -86,6 +87,10 @@ type bsOptions struct {
 	WatcherEnv []string
 	// NodeReady, when set, replaces the configuration's [timeouts] node_ready (a Go duration string).
 	NodeReady string
+	// DiskBase puts kubeslot's own tree (/opt/kubeslot: releases, identity, state) on a directory of the machine
+	// (the test's temp dir) bound into the host, instead of the host's tmpfs disk: a real host's binaries are file
+	// pages of a disk, which the kernel can drop, and the idle watcher's resident memory is measured on that path.
+	DiskBase bool
 }
 
 // bsReleaseDir is the release tree in the rig's mirror: <dir>/v<version>/bin/linux/<arch>/kubelet.
@@ -138,6 +143,13 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	t0 := time.Now()
 	hostOpts := sdhost.Options{Name: r.node + "-h", SharedNetwork: true, Persistent: persistent, Log: log,
 		Binds: []sdhost.Bind{{Source: bins, Target: bsBinsPath, ReadOnly: true}, {Source: mirrorDir, Target: bsMirrorPath, ReadOnly: true}}}
+	if o.DiskBase {
+		base := filepath.Join(t.TempDir(), "base")
+		if err := os.Mkdir(base, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		hostOpts.Binds = append(hostOpts.Binds, sdhost.Bind{Source: base, Target: hostroot.DefaultBase})
+	}
 	if o.Pods {
 		hostOpts.SharedNetwork, hostOpts.NodeNetwork = false, true
 		hostOpts.CgroupMode, hostOpts.V1Controllers = "hybrid", true
