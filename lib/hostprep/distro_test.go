@@ -294,7 +294,7 @@ func TestSoftwareMissingWhereNothingIsInstalled(t *testing.T) {
 		{"flatcar", osReleaseFlatcar, nil, false, true,
 			[]string{"ID flatcar", "systemd-nspawn, machinectl", "systemd-sysext", "Ignition", "image-based: kubeslot installs nothing"}},
 		{"fedora coreos", osReleaseFCOS, []string{"systemd-nspawn"}, true, true,
-			[]string{"ID fedora", "missing command machinectl;", "rpm-ostree install systemd-container", "Butane"}},
+			[]string{"ID fedora", "missing command machinectl;", "rpm-ostree install --apply-live systemd-container", "Butane"}},
 		{"read-only /usr", osReleaseDebian12, aptTools, false, true,
 			[]string{"ID debian", "/usr is mounted read-only", "systemd-nspawn, machinectl"}},
 		{"unknown", osReleaseArch, []string{"machinectl"}, false, false,

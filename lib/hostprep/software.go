@@ -71,8 +71,8 @@ func howToProvide(d Distro, s Software, missing []string) string {
 			"storage.files, then reboot or systemctl restart systemd-sysext), or run a Flatcar release whose image ships them", d.ID, cmds)
 	case d.Family == FamilyImage && d.Ostree:
 		return fmt.Sprintf("%s (ID %s) is an ostree image and kubeslot installs nothing on it: layer the package, "+
-			"rpm-ostree install %s, and reboot (at first boot, a oneshot unit in the Butane config can run it before "+
-			"kubeslot-bootstrap.service), or boot a derived image that includes it", nameOr(d), idOr(d), s.DNF)
+			"rpm-ostree install --apply-live %s (at first boot, from a oneshot unit in the Butane config ordered "+
+			"Before=kubeslot-bootstrap.service), or boot a derived image that includes it", nameOr(d), idOr(d), s.DNF)
 	case d.Family == FamilyImage:
 		return fmt.Sprintf("%s (ID %s) is image-based (%s) and kubeslot installs nothing on it: add %s (%s) to the host's "+
 			"image, or provide them with a systemd-sysext image under /etc/extensions/", nameOr(d), idOr(d), d.Evidence, s.Name, cmds)
