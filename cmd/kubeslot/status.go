@@ -253,12 +253,14 @@ func printStatus(w io.Writer, st *status) {
 	if d := st.Distro; d != nil {
 		row("Distribution:", d.String())
 		switch {
+		// Labels stay within the widest other one ("Pending requests:"):
+		// scripts and the hostile corpus rely on the column.
 		case len(d.PackagesInstalled) > 0:
-			row("Packages installed:", strings.Join(d.PackagesInstalled, ", ")+" (by kubeslot; removed by reset)")
+			row("Host packages:", strings.Join(d.PackagesInstalled, ", ")+" (installed by kubeslot; removed by reset)")
 		case !d.InstallsPackages:
-			row("Packages installed:", "none: kubeslot installs nothing on this host")
+			row("Host packages:", "none: kubeslot installs nothing on this host")
 		default:
-			row("Packages installed:", "none (everything needed was there)")
+			row("Host packages:", "none installed by kubeslot (everything needed was there)")
 		}
 	}
 	if a := st.Applied; a != nil {

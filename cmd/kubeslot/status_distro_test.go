@@ -33,7 +33,7 @@ func TestStatusDistribution(t *testing.T) {
 	if code != exitcode.OK {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
-	for _, want := range []string{"Distribution:", "Flatcar Container Linux by Kinvolk (ID flatcar; image-based", "Packages installed:", "none: kubeslot installs nothing on this host"} {
+	for _, want := range []string{"Distribution:", "Flatcar Container Linux by Kinvolk (ID flatcar; image-based", "Host packages:", "none: kubeslot installs nothing on this host"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
