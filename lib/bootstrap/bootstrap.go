@@ -250,8 +250,8 @@ func checkHostFresh(ctx context.Context, d Deps, cfg *config.Config) error {
 	if err := plan.Err(); err != nil {
 		return err
 	}
-	d.Log.Info("host distribution", "id", plan.Distro.ID, "family", plan.Distro.Family, "evidence", plan.Distro.Evidence,
-		"installs_packages", plan.Distro.Family.InstallsPackages() && cfg.Host.InstallPackages, "changes", len(plan.Changes()))
+	// Info once, by host preparation itself (hostprep.Apply) in its phase.
+	d.Log.Debug("host surveyed before admission", "family", plan.Distro.Family, "changes", len(plan.Changes()))
 	return nil
 }
 
