@@ -7,7 +7,9 @@
 //
 // Exit codes: 0 done or nothing to do; 1 failed (invalid configuration, a
 // different installation owns the host, a phase failed); 2 usage; 69 the
-// installation lock stayed busy (another stage owns the host).
+// installation lock stayed busy (another stage owns the host); 78 the host
+// lacks what kubeslot will not install there (lib/hostprep names it, and
+// how to provide it), nothing changed.
 //
 // Environment for tests and sandboxes only (see lib/sandbox, lib/bootstrap):
 // KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 
+	"github.com/kubeslot/kubeslot/lib/hostprep"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -50,8 +51,20 @@ type status struct {
 	Rejected []string `json:"rejected"`
 	// Slots says how each slot's rootfs is made (issue 19: the fast path
 	// or the copy, and why).
-	Slots    []slotView `json:"slots,omitempty"`
-	Problems []string   `json:"problems"`
+	Slots []slotView `json:"slots,omitempty"`
+	// Distro is the host's distribution as host preparation detects it
+	// (issue 21), and what kubeslot installed there.
+	Distro   *distroView `json:"distro,omitempty"`
+	Problems []string    `json:"problems"`
+}
+
+// distroView is hostprep.Distro with the packages kubeslot installed (its
+// journal's package entries, undone by reset): none on a host whose family
+// installs no packages.
+type distroView struct {
+	hostprep.Distro
+	InstallsPackages  bool     `json:"installsPackages"`
+	PackagesInstalled []string `json:"packagesInstalled"`
 }
 
 // slotView is one slot's rootfs: "overlay" (layers over the clean tree),
@@ -118,6 +131,18 @@ func collect(root *hostroot.Root) *status {
 		}
 	}
 	rec, err := ownership.Load(root)
+	if d, derr := hostprep.DetectDistro(root); derr != nil {
+		problem(derr)
+	} else {
+		st.Distro = &distroView{Distro: d, InstallsPackages: d.Family.InstallsPackages(), PackagesInstalled: []string{}}
+		if rec != nil {
+			for _, c := range rec.Journal {
+				if c.Kind == ownership.KindPackage {
+					st.Distro.PackagesInstalled = append(st.Distro.PackagesInstalled, c.Name)
+				}
+			}
+		}
+	}
 	switch {
 	case err != nil:
 		st.OwnershipDamaged = errors.Is(err, ownership.ErrDamagedRecord)
@@ -203,6 +228,9 @@ func collect(root *hostroot.Root) *status {
 func printStatus(w io.Writer, st *status) {
 	if !st.Installed && !st.OwnershipDamaged && st.ActiveSlot == "" && len(st.Problems) == 0 {
 		fmt.Fprintf(w, "No kubeslot installation on this host (%s has no ownership record).\n", st.HostRoot)
+		if st.Distro != nil {
+			fmt.Fprintf(w, "Distribution: %s\n", printable(st.Distro.String()))
+		}
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -221,6 +249,19 @@ func printStatus(w io.Writer, st *status) {
 		row("Ownership:", "damaged record (see PROBLEM below; kubeslot-resetter --force removes the installation)")
 	} else {
 		row("Ownership:", "none")
+	}
+	if d := st.Distro; d != nil {
+		row("Distribution:", d.String())
+		switch {
+		// Labels stay within the widest other one ("Pending requests:"):
+		// scripts and the hostile corpus rely on the column.
+		case len(d.PackagesInstalled) > 0:
+			row("Host packages:", strings.Join(d.PackagesInstalled, ", ")+" (installed by kubeslot; removed by reset)")
+		case !d.InstallsPackages:
+			row("Host packages:", "none: kubeslot installs nothing on this host")
+		default:
+			row("Host packages:", "none installed by kubeslot (everything needed was there)")
+		}
 	}
 	if a := st.Applied; a != nil {
 		row("Active slot:", fmt.Sprintf("%s (%s mode, applied %s)", a.Slot, a.Mode, a.AppliedAt.Format(time.RFC3339)))

@@ -26,6 +26,10 @@
 //     anonymous, 20 s). Not found or unreachable is exit 1 naming
 //     node.sandbox_image and what each endpoint answered; --preflight prints
 //     the same as "sandbox image: BLOCKED".
+//   - On a fresh host, survey host preparation too (lib/hostprep): a blocked
+//     plan (software missing on an image-based host, a package it may not
+//     install) is exit 78 (exitcode.HostUnfit), the host untouched, naming
+//     the distribution detected and every missing thing.
 //   - The installation lock (busy: 69), then admission through the ownership
 //     record: fresh, resume from the checkpoint, refuse a different
 //     configuration, or (complete) verify and repair.
@@ -206,6 +210,9 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	// is created on a fresh host. Read-only, so outside the lock: admission
 	// is decided again under it.
 	if decision, _, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint()); err == nil && decision == ownership.Fresh {
+		if err := checkHostFresh(ctx, d, cfg); err != nil {
+			return nil, err
+		}
 		line, err := checkSandboxImage(ctx, cfg, d.ResolveImage, d.sandboxImageSkip())
 		if err != nil {
 			return nil, fmt.Errorf("nothing was changed on the host: %w", err)
@@ -225,6 +232,27 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 		d.Log.Info("complete installation verified: nothing to do", "install_id", res.InstallID)
 	}
 	return res, nil
+}
+
+// checkHostFresh surveys host preparation on a fresh host before anything
+// (lock, layout, ownership record) exists: a host that lacks what kubeslot
+// will not provide (software on an image-based host, a package it may not
+// install) is refused untouched, with hostprep's error (exit
+// exitcode.HostUnfit) naming the distribution and every missing thing.
+func checkHostFresh(ctx context.Context, d Deps, cfg *config.Config) error {
+	plan, err := d.Host.Preflight(ctx, cfg)
+	if err != nil {
+		// A survey that cannot be made here is the preparing-host phase's
+		// to report, after admission, as it always was.
+		d.Log.Debug("host preparation not surveyed before admission", "err", err.Error())
+		return nil
+	}
+	if err := plan.Err(); err != nil {
+		return err
+	}
+	// Info once, by host preparation itself (hostprep.Apply) in its phase.
+	d.Log.Debug("host surveyed before admission", "family", plan.Distro.Family, "changes", len(plan.Changes()))
+	return nil
 }
 
 // locked is the part of Run that holds the installation lock.
@@ -432,6 +460,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	if perr != nil {
 		return fmt.Errorf("host preflight: %w", perr)
 	}
+	fmt.Fprintf(w, "host distribution: %s\n", plan.Distro)
 	fmt.Fprintf(w, "host preparation:\n%s", plan.String())
 	if len(plan.Blocked()) > 0 {
 		problems = append(problems, "host preparation")

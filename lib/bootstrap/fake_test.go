@@ -32,6 +32,8 @@ type fakes struct {
 	sd      *sdtest.Systemd // the host's systemd, with no machines
 
 	failOn string // a call name that fails
+	// plan is what the host's Preflight returns (nil: an empty plan).
+	plan *hostprep.Plan
 	// kubeletVersion is what the slot's kubelet reports ("": 1.37.2);
 	// serverVersion the API server's ("": unreachable).
 	kubeletVersion string
@@ -104,8 +106,18 @@ func (f *fakes) deps() Deps {
 
 type fakeHost struct{ f *fakes }
 
+// Preflight changes nothing, so it is not among the calls (a fresh run
+// surveys before anything else); it returns f.plan, or an empty one.
 func (h fakeHost) Preflight(context.Context, *config.Config) (*hostprep.Plan, error) {
-	return &hostprep.Plan{}, h.f.call("preflight")
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	if h.f.failOn == "preflight" {
+		return nil, errors.New("fake preflight failed")
+	}
+	if h.f.plan != nil {
+		return h.f.plan, nil
+	}
+	return &hostprep.Plan{}, nil
 }
 func (h fakeHost) Apply(context.Context, *config.Config, *ownership.Record) error {
 	return h.f.call("hostprep")

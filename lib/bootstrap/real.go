@@ -59,7 +59,7 @@ type HostPrep struct {
 func (h HostPrep) requirements(cfg *config.Config) hostprep.Requirements {
 	req := hostprep.DefaultRequirements(cfg.Host.InstallPackages)
 	if h.PackagesOnly {
-		req = hostprep.Requirements{Packages: req.Packages, InstallPackages: req.InstallPackages}
+		req = hostprep.Requirements{Software: req.Software, InstallPackages: req.InstallPackages}
 	}
 	return req
 }

@@ -131,7 +131,8 @@ type Timeouts struct {
 
 // Host holds what bootstrap may change on the host itself.
 type Host struct {
-	// InstallPackages allows bootstrap to apt-get install missing packages.
+	// InstallPackages allows bootstrap to install missing packages with apt-get
+	// or dnf (lib/hostprep; never on image-based hosts).
 	InstallPackages bool `toml:"install_packages" json:"install_packages,omitempty"`
 }
 

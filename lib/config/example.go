@@ -104,7 +104,8 @@ lock = "30s"       # waiting for the installation lock
 stop = "90s"       # stopping the node machine
 
 [host]
-# Whether bootstrap may apt-get install missing host packages.
+# Whether bootstrap may install missing host packages (apt-get or dnf; never on
+# image-based hosts such as Fedora CoreOS and Flatcar).
 install_packages = false
 
 # The node's pods: network, images and reservations. Every key is optional.

@@ -22,6 +22,13 @@ const (
 	// (another stage owns the host, or the host is not ready). It is not a
 	// failure; the stage is triggered again when its input is still there.
 	Deferred = 69
+	// HostUnfit is EX_CONFIG from sysexits.h: the host lacks something
+	// kubeslot needs and will not provide itself (software missing on an
+	// image-based host, a package it may not install), so the stage stopped
+	// before changing anything. Not Deferred: nothing triggers it again, and
+	// nothing will change until an operator changes the host. Not Failure:
+	// a retry cannot help, so units list it in RestartPreventExitStatus=.
+	HostUnfit = 78
 )
 
 // Error carries an exit code through ordinary error returns so that main can
@@ -42,6 +49,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Defer wraps err as a deferral (exit 69).
 func Defer(err error) error { return &Error{Code: Deferred, Err: err} }
+
+// Unfit wraps err as a host that cannot proceed (exit 78).
+func Unfit(err error) error { return &Error{Code: HostUnfit, Err: err} }
 
 // UsageError wraps err as a usage error (exit 2).
 func UsageError(err error) error { return &Error{Code: Usage, Err: err} }

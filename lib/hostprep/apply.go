@@ -52,20 +52,24 @@ func Apply(ctx context.Context, root *hostroot.Root, sys System, rec *ownership.
 		return fmt.Errorf("host preparation: %w (nothing was changed)", err)
 	}
 	a := &applier{root: root, sys: sys, rec: rec, log: log}
+	d := s.plan.Distro
+	log.Info("host distribution", "id", d.ID, "id_like", d.IDLike, "variant_id", d.VariantID, "family", d.Family,
+		"evidence", d.Evidence, "installs_packages", d.Family.InstallsPackages() && req.InstallPackages)
 
 	if len(s.install) > 0 {
+		tool := installTool(d.Family)
 		for _, p := range s.install {
 			if err := a.record(ownership.Change{Kind: ownership.KindPackage, Name: p, Prior: ownership.Prior{State: ownership.PriorAbsent}}); err != nil {
 				return err
 			}
 		}
-		log.Info("host change", "kind", ownership.KindPackage, "target", s.install, "action", "apt-get install")
+		log.Info("host change", "kind", ownership.KindPackage, "target", s.install, "action", tool+" install")
 		if err := sys.InstallPackages(ctx, s.install...); err != nil {
 			return fmt.Errorf("install packages %v: %w", s.install, err)
 		}
-		for _, p := range s.install { // apt-get's exit status alone is not proof
+		for _, p := range s.install { // the tool's exit status alone is not proof
 			if ok, err := sys.PackageInstalled(ctx, p); err != nil || !ok {
-				return fmt.Errorf("package %s: not installed after apt-get install (%v)", p, err)
+				return fmt.Errorf("package %s: not installed after %s install (%v)", p, tool, err)
 			}
 		}
 	}

@@ -25,6 +25,9 @@ type fakeSys struct {
 	t            *testing.T
 	root         *hostroot.Root
 	checkJournal bool
+	// strictPackages: a host where no package tool may be asked; any
+	// package call fails the test.
+	strictPackages bool
 
 	mu        sync.Mutex
 	installed map[string]bool
@@ -76,6 +79,9 @@ func (f *fakeSys) mutatingCalls() []string {
 func (f *fakeSys) PackageInstalled(_ context.Context, name string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.strictPackages {
+		f.t.Errorf("package tool asked about %s on a host where kubeslot runs none", name)
+	}
 	return f.installed[name], nil
 }
 
@@ -83,6 +89,9 @@ func (f *fakeSys) InstallPackages(_ context.Context, names ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.call("install %s", strings.Join(names, " "))
+	if f.strictPackages {
+		f.t.Errorf("install %v on a host where kubeslot runs no package tool", names)
+	}
 	for _, n := range names {
 		if c, ok := f.journalled("install "+n, ownership.KindPackage, n); ok && f.checkJournal && c.Prior.State != ownership.PriorAbsent {
 			f.problems = append(f.problems, "install "+n+": journalled with prior "+string(c.Prior.State))
@@ -200,10 +209,23 @@ func (f *fakeSys) assertNoProblems() {
 func testHost(t *testing.T) (*hostroot.Root, *ownership.Record) {
 	t.Helper()
 	root := testkit.LaidOut(t)
+	debianHost(t, root)
 	mkdir(t, root, hostroot.ModulesDir)
 	mkdir(t, root, "/dev")
 	writeHostFile(t, root, "/dev/vdb", "swap area", 0o600)
 	return root, testhost.Owned(t, root, "node-1", "abc123")
+}
+
+// debianHost makes root a Debian 12 host to DetectDistro: its os-release
+// and the apt tools (stand-ins: the fake System runs nothing).
+func debianHost(t *testing.T, root *hostroot.Root) {
+	t.Helper()
+	mkdir(t, root, "/usr/lib")
+	writeHostFile(t, root, OSReleaseFileUsr, osReleaseDebian12, 0o644)
+	mkdir(t, root, "/usr/bin")
+	for _, c := range []string{"dpkg-query", "apt-get"} {
+		writeHostFile(t, root, "/usr/bin/"+c, "#!/bin/sh\nexit 1\n", 0o755)
+	}
 }
 
 // freshFake is a host that needs everything: systemd-container missing,

@@ -1,10 +1,18 @@
 // Package hostprep prepares a host for the node kubeslot runs on it: the
-// packages it needs (systemd-container, for systemd-nspawn and machinectl),
+// software it needs (systemd-container, for systemd-nspawn and machinectl),
 // the kernel modules (overlay, br_netfilter), the sysctls kubelet needs and
 // swap turned off. Preflight says what would change and what is missing,
 // changing nothing; Apply makes the changes; Undo reverses one of them.
-// Imported by the bootstrap stage (prepare host, --preflight) and by the
-// resetter (Undo).
+// Imported by the bootstrap stage (prepare host, --preflight), by the
+// resetter (Undo) and by the kubeslot CLI (DetectDistro, for status).
+//
+// The distribution decides what happens to missing software (DetectDistro,
+// from os-release and the markers of image-based systems under the host
+// root): apt-based and dnf-based hosts get the package installed (when the
+// configuration allows it); image-based hosts (Fedora CoreOS, Flatcar, any
+// ostree system or read-only /usr) and hosts with no package manager
+// kubeslot knows get nothing installed: a missing command blocks the plan,
+// which names what is missing and how to provide it there.
 //
 // Every change outside the host root is journalled in the ownership record
 // (ownership.(*Record).Record) before it is made, with what was there
@@ -52,6 +60,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 )
@@ -68,16 +77,20 @@ const (
 const (
 	KindModuleLoad  ownership.Kind = "module-load"
 	KindSysctlValue ownership.Kind = "sysctl"
+	// KindSoftware: software checked by its commands, on a host where
+	// kubeslot installs no packages.
+	KindSoftware ownership.Kind = "software"
 )
 
 // Requirements is what the host must provide.
 type Requirements struct {
-	Packages []string          // Debian package names
+	Software []Software        // installed as packages where the family allows, else checked by command
 	Modules  []string          // kernel modules, loaded in this order
 	Sysctls  map[string]string // key (dotted) → value; written and applied in key order
 	SwapOff  bool              // turn every active swap area off
 	// InstallPackages allows installing missing packages (config
-	// host.install_packages); without it a missing package blocks Apply.
+	// host.install_packages) on apt and dnf hosts; without it a missing
+	// package blocks Apply. Other hosts never get packages installed.
 	InstallPackages bool
 }
 
@@ -85,7 +98,7 @@ type Requirements struct {
 // host.
 func DefaultRequirements(installPackages bool) Requirements {
 	return Requirements{
-		Packages: []string{"systemd-container"},
+		Software: []Software{SystemdContainer},
 		Modules:  []string{"overlay", "br_netfilter"},
 		Sysctls: map[string]string{
 			"net.bridge.bridge-nf-call-iptables":  "1",
@@ -100,10 +113,17 @@ func DefaultRequirements(installPackages bool) Requirements {
 // Validate checks every name and value, so none can be taken for a tool's
 // option or break the files written.
 func (r Requirements) Validate() error {
-	if err := checkPackageNames(r.Packages); err != nil {
-		return err
-	}
 	seen := map[string]bool{}
+	for _, sw := range r.Software {
+		if err := sw.validate(); err != nil {
+			return err
+		}
+		if seen[sw.Name] {
+			return fmt.Errorf("software %q: listed twice", sw.Name)
+		}
+		seen[sw.Name] = true
+	}
+	seen = map[string]bool{}
 	for _, m := range r.Modules {
 		if err := checkModuleName(m); err != nil {
 			return err
@@ -132,9 +152,13 @@ type Step struct {
 	Blocked string // non-empty: it cannot be done, and why
 }
 
-// Plan lists the steps in the order Apply takes them: packages,
-// directories, module file, module loads, sysctl file, sysctl values, swap.
-type Plan struct{ Steps []Step }
+// Plan lists the steps in the order Apply takes them: packages (or, where
+// kubeslot installs none, software checks), directories, module file,
+// module loads, sysctl file, sysctl values, swap.
+type Plan struct {
+	Distro Distro // the host's distribution, which decided the package steps
+	Steps  []Step
+}
 
 // Changes returns the steps Apply would carry out.
 func (p *Plan) Changes() []Step {
@@ -169,7 +193,9 @@ func (p *Plan) Err() error {
 	for i, s := range b {
 		msgs[i] = fmt.Sprintf("%s %s: %s", s.Kind, s.Target, s.Blocked)
 	}
-	return fmt.Errorf("host preparation cannot proceed, nothing was changed: %s", strings.Join(msgs, "; "))
+	// Not a failure to retry and not deferred: nothing will change until an
+	// operator changes the host (exitcode.HostUnfit).
+	return exitcode.Unfit(fmt.Errorf("host preparation cannot proceed on %s, nothing was changed: %s", p.Distro, strings.Join(msgs, "; ")))
 }
 
 // String renders the plan for --preflight, one step a line:
@@ -190,7 +216,8 @@ func (p *Plan) String() string {
 }
 
 var (
-	packageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	packageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)            // Debian policy
+	rpmNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`)     // no leading "-": an option to dnf
 	moduleRe  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]{0,55}$`) // no leading "-": an option to modprobe
 	segmentRe = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
@@ -198,6 +225,13 @@ var (
 func checkPackageName(name string) error {
 	if !packageRe.MatchString(name) {
 		return fmt.Errorf("package %q: not a Debian package name", name)
+	}
+	return nil
+}
+
+func checkRPMName(name string) error {
+	if !rpmNameRe.MatchString(name) {
+		return fmt.Errorf("package %q: not an RPM package name", name)
 	}
 	return nil
 }

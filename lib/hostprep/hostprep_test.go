@@ -225,7 +225,7 @@ func TestApplyRefusesSymlinkedFile(t *testing.T) {
 // each entry is persisted before its change, for the file writes too.
 func TestApplyJournalFailureStopsChange(t *testing.T) {
 	cases := map[string]Requirements{
-		"package":     {Packages: []string{"systemd-container"}, InstallPackages: true},
+		"package":     {Software: []Software{SystemdContainer}, InstallPackages: true},
 		"module file": {Modules: []string{"br_netfilter"}},
 		"sysctl file": {Sysctls: map[string]string{"net.ipv4.ip_forward": "1"}},
 		"swap":        {SwapOff: true},
@@ -261,8 +261,11 @@ func TestRequirementsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]Requirements{
-		`package "-oAPT::x"`:     {Packages: []string{"-oAPT::x"}},
-		`"Bad"`:                  {Packages: []string{"Bad"}},
+		`package "-oAPT::x"`:     {Software: []Software{{Name: "x", Commands: []string{"x"}, Apt: "-oAPT::x", DNF: "x"}}},
+		`"Bad"`:                  {Software: []Software{{Name: "x", Commands: []string{"x"}, Apt: "Bad", DNF: "x"}}},
+		`package "-x"`:           {Software: []Software{{Name: "x", Commands: []string{"x"}, Apt: "xx", DNF: "-x"}}},
+		`command "../x"`:         {Software: []Software{{Name: "x", Commands: []string{"../x"}, Apt: "xx", DNF: "x"}}},
+		`software "x": listed`:   {Software: []Software{SystemdContainer, {Name: "x", Commands: []string{"a"}, Apt: "aa", DNF: "a"}, {Name: "x", Commands: []string{"b"}, Apt: "bb", DNF: "b"}}},
 		`listed twice`:           {Modules: []string{"br_netfilter", "br-netfilter"}},
 		`module "../x"`:          {Modules: []string{"../x"}},
 		`key "ip_forward"`:       {Sysctls: map[string]string{"ip_forward": "1"}},

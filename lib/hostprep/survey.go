@@ -22,7 +22,7 @@ const fileMode = 0o644
 // survey is what Preflight found and Apply acts on. It only reads.
 type survey struct {
 	plan    Plan
-	install []string  // packages to install
+	install []string  // packages to install (apt and dnf hosts only)
 	dirs    []string  // host directories to create
 	modFile *fileWork // nil: no module needs persisting
 	load    []string  // modules to load
@@ -59,8 +59,13 @@ func surveyHost(ctx context.Context, root *hostroot.Root, sys System, req Requir
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("host preparation requirements: %w", err)
 	}
+	d, err := DetectDistro(root)
+	if err != nil {
+		return nil, err
+	}
 	s := &survey{want: req}
-	pkgSteps, err := s.packageSteps(ctx, sys, req)
+	s.plan.Distro = d
+	pkgSteps, err := s.packageSteps(ctx, root, sys, req)
 	if err != nil {
 		return nil, err
 	}
@@ -95,11 +100,25 @@ func surveyHost(ctx context.Context, root *hostroot.Root, sys System, req Requir
 	return s, nil
 }
 
-// packageSteps checks each required package; a missing one is installed
-// only when the configuration allows it, otherwise it blocks.
-func (s *survey) packageSteps(ctx context.Context, sys System, req Requirements) ([]Step, error) {
+// packageSteps checks each required piece of software. On apt and dnf
+// hosts it asks the package database, and a missing package is installed
+// only when the configuration allows it, otherwise it blocks. Elsewhere
+// kubeslot installs nothing and calls no package tool: the software's
+// commands must be on the host, and a missing one blocks with how to
+// provide it there.
+func (s *survey) packageSteps(ctx context.Context, root *hostroot.Root, sys System, req Requirements) ([]Step, error) {
+	d := s.plan.Distro
 	var steps []Step
-	for _, p := range req.Packages {
+	for _, sw := range req.Software {
+		if !d.Family.InstallsPackages() {
+			st, err := softwareStep(root, d, sw)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, st)
+			continue
+		}
+		p, tool := sw.Package(d.Family), installTool(d.Family)
 		ok, err := sys.PackageInstalled(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("package %s: %w", p, err)
@@ -108,14 +127,47 @@ func (s *survey) packageSteps(ctx context.Context, sys System, req Requirements)
 		case ok:
 			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "installed"})
 		case !req.InstallPackages:
-			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "install with apt-get", Needed: true,
-				Blocked: fmt.Sprintf("not installed, and host.install_packages is false: install %s (apt-get install %s) or set host.install_packages = true", p, p)})
+			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "install with " + tool, Needed: true,
+				Blocked: fmt.Sprintf("not installed, and host.install_packages is false: install %s (%s install %s) or set host.install_packages = true", p, tool, p)})
 		default:
-			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "install with apt-get", Needed: true})
+			steps = append(steps, Step{Kind: ownership.KindPackage, Target: p, Action: "install with " + tool, Needed: true})
 			s.install = append(s.install, p)
 		}
 	}
 	return steps, nil
+}
+
+// softwareStep checks that every command of sw is on a host where kubeslot
+// installs nothing.
+func softwareStep(root *hostroot.Root, d Distro, sw Software) (Step, error) {
+	var found, missing []string
+	for _, c := range sw.Commands {
+		p, ok, err := findCommand(root, c)
+		if err != nil {
+			return Step{}, fmt.Errorf("software %s: %w", sw.Name, err)
+		}
+		if ok {
+			found = append(found, p)
+		} else {
+			missing = append(missing, c)
+		}
+	}
+	st := Step{Kind: KindSoftware, Target: sw.Name}
+	if len(missing) == 0 {
+		st.Action = "present (" + strings.Join(found, ", ") + "); nothing installed on this host"
+		return st, nil
+	}
+	st.Needed, st.Action = true, "provide "+strings.Join(missing, ", ")
+	st.Blocked = fmt.Sprintf("missing command %s; %s", strings.Join(missing, ", "), howToProvide(d, sw, missing))
+	return st, nil
+}
+
+// installTool is the command that installs packages on family f.
+func installTool(f Family) string {
+	if f == FamilyDNF {
+		return "dnf"
+	}
+	return "apt-get"
 }
 
 // moduleSteps checks each required kernel module: an absent one is loaded,

@@ -20,9 +20,11 @@ import (
 // use a recording fake. Methods that run a tool take a context that bounds it.
 type System interface {
 	// PackageInstalled reports whether a distribution package is installed
-	// (dpkg status "install ok installed").
+	// (dpkg status "install ok installed", or rpm -q), on the package
+	// manager of the host's family (DetectDistro): apt or dnf only.
 	PackageInstalled(ctx context.Context, name string) (bool, error)
-	// InstallPackages installs packages without recommends, non-interactively.
+	// InstallPackages installs packages without recommends (weak
+	// dependencies), non-interactively.
 	InstallPackages(ctx context.Context, names ...string) error
 	// RemovePackages removes packages (for undo of what kubeslot installed).
 	RemovePackages(ctx context.Context, names ...string) error
@@ -113,10 +115,32 @@ func (s ExecSystem) check() error {
 	return nil
 }
 
-// PackageInstalled asks dpkg-query for the package's status.
-func (s ExecSystem) PackageInstalled(ctx context.Context, name string) (bool, error) {
+// family detects the host's distribution for the package methods, which
+// run only on apt and dnf hosts: elsewhere kubeslot calls no package tool
+// (the survey never asks, and this refuses should anything else).
+func (s ExecSystem) family() (Family, error) {
 	if err := s.check(); err != nil {
+		return "", err
+	}
+	d, err := DetectDistro(s.Root)
+	if err != nil {
+		return "", err
+	}
+	if !d.Family.InstallsPackages() {
+		return "", fmt.Errorf("hostprep: %s: kubeslot runs no package tool here", d)
+	}
+	return d.Family, nil
+}
+
+// PackageInstalled asks dpkg-query (apt) or rpm (dnf) for the package's
+// status.
+func (s ExecSystem) PackageInstalled(ctx context.Context, name string) (bool, error) {
+	fam, err := s.family()
+	if err != nil {
 		return false, err
+	}
+	if fam == FamilyDNF {
+		return rpmInstalled(ctx, name)
 	}
 	if err := checkPackageName(name); err != nil {
 		return false, err
@@ -144,14 +168,18 @@ var aptOpts = []string{"-y", "-q", "-o", "DPkg::Lock::Timeout=120", "-o", "Dpkg:
 // (stale or empty package lists, as on a fresh cloud image) it runs
 // apt-get update once and tries again.
 func (s ExecSystem) InstallPackages(ctx context.Context, names ...string) error {
-	if err := s.check(); err != nil {
+	fam, err := s.family()
+	if err != nil {
 		return err
+	}
+	if fam == FamilyDNF {
+		return dnf(ctx, "install", names)
 	}
 	if err := checkPackageNames(names); err != nil {
 		return err
 	}
 	args := append(append([]string{"install", "--no-install-recommends"}, aptOpts...), names...)
-	_, err := run(ctx, DefaultPackageTimeout, aptEnv, "apt-get", args...)
+	_, err = run(ctx, DefaultPackageTimeout, aptEnv, "apt-get", args...)
 	if err == nil || !(strings.Contains(err.Error(), "Unable to locate package") || strings.Contains(err.Error(), "has no installation candidate")) {
 		return err
 	}
@@ -165,13 +193,53 @@ func (s ExecSystem) InstallPackages(ctx context.Context, names ...string) error 
 // RemovePackages runs apt-get remove (not purge: configuration files an
 // administrator may have edited since stay, as dpkg's "config-files" state).
 func (s ExecSystem) RemovePackages(ctx context.Context, names ...string) error {
-	if err := s.check(); err != nil {
+	fam, err := s.family()
+	if err != nil {
 		return err
+	}
+	if fam == FamilyDNF {
+		return dnf(ctx, "remove", names)
 	}
 	if err := checkPackageNames(names); err != nil {
 		return err
 	}
-	_, err := run(ctx, DefaultPackageTimeout, aptEnv, "apt-get", append(append([]string{"remove"}, aptOpts...), names...)...)
+	_, err = run(ctx, DefaultPackageTimeout, aptEnv, "apt-get", append(append([]string{"remove"}, aptOpts...), names...)...)
+	return err
+}
+
+// rpmInstalled asks rpm whether a package is installed: exit 1 with "is
+// not installed" means it is not.
+func rpmInstalled(ctx context.Context, name string) (bool, error) {
+	if err := checkRPMName(name); err != nil {
+		return false, err
+	}
+	_, err := run(ctx, DefaultCommandTimeout, nil, "rpm", "-q", name)
+	if err == nil {
+		return true, nil
+	}
+	if strings.Contains(err.Error(), "is not installed") {
+		return false, nil
+	}
+	return false, err
+}
+
+// dnfOpts: no questions, no weak dependencies (apt's --no-install-recommends),
+// and on remove only the named packages (what apt-get remove does):
+// dependencies dnf pulled in stay, as they do on apt hosts.
+var dnfOpts = []string{"-y", "-q", "--setopt=install_weak_deps=False", "--setopt=clean_requirements_on_remove=False"}
+
+// dnf runs dnf install or remove; dnf refreshes its metadata by itself
+// when stale, so there is no update step as with apt.
+func dnf(ctx context.Context, verb string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	for _, n := range names {
+		if err := checkRPMName(n); err != nil {
+			return err
+		}
+	}
+	_, err := run(ctx, DefaultPackageTimeout, nil, "dnf", append(append([]string{verb}, dnfOpts...), names...)...)
 	return err
 }
 

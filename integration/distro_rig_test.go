@@ -1,0 +1,183 @@
+package integration
+
+// Hosts that are not Debian (issue 21, item 6), on the bootstrap rig: the isolated host is made an image-based one,
+// as Flatcar is, inside its own root only (its overlay's upper layer and its mount namespace; the machine is not
+// touched): Flatcar's os-release, no dpkg, /usr mounted read-only, and every package tool kubeslot could call
+// (apt-get, dnf, rpm-ostree, ...) replaced by a trap that records the call. With a command of systemd-container
+// missing, the bootstrap stops before any change, exit 78, naming the distribution, what is missing and how to
+// provide it; with everything there, it bootstraps to a Ready node and calls no package tool.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+// distroFlatcarOSRelease is Flatcar's os-release as it ships.
+const distroFlatcarOSRelease = `NAME="Flatcar Container Linux by Kinvolk"
+ID=flatcar
+ID_LIKE=coreos
+VERSION=4081.2.1
+VERSION_ID=4081.2.1
+BUILD_ID=2024-12-12-0034
+SYSEXT_LEVEL=1.0
+PRETTY_NAME="Flatcar Container Linux by Kinvolk 4081.2.1 (Oklo)"
+ANSI_COLOR="38;5;75"
+HOME_URL="https://flatcar.org/"
+`
+
+// distroTrapLog is where the package-tool traps record a call (the host's /run, outside what r.tree lists).
+const distroTrapLog = "/run/package-tool-calls"
+
+// distroPackageTools are the tools a trap stands in for, first in every PATH (/usr/local/sbin).
+var distroPackageTools = []string{"apt-get", "apt", "dnf", "yum", "rpm", "rpm-ostree", "zypper"}
+
+func TestImageBasedHostOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	r := newBootstrapRigWith(t, ctx, "distro", bsOptions{
+		// Allowed to install packages: on an image-based host it still must not.
+		Extra: func(*bsRig) string { return "\n[host]\ninstall_packages = true\n" },
+	})
+	sh := func(script string) string {
+		t.Helper()
+		out, err := r.h.Run(ctx, "sh", "-ec", script)
+		if err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		return string(out)
+	}
+	// Flatcar: its os-release in both places (/etc/os-release was Debian's link), no dpkg, traps for the
+	// package tools, machinectl moved aside (missing), then /usr read-only as on an image.
+	if err := r.h.WriteFile("/usr/lib/os-release", []byte(distroFlatcarOSRelease), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.WriteFile("/etc/os-release", []byte(distroFlatcarOSRelease), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trap := "#!/bin/sh\necho \"$0 $*\" >>" + distroTrapLog + "\nexit 1\n"
+	for _, tool := range distroPackageTools {
+		if err := r.h.WriteFile("/usr/local/sbin/"+tool, []byte(trap), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh("rm -f /usr/bin/dpkg /usr/bin/dpkg-query /usr/bin/dpkg-deb && mv /usr/bin/machinectl /usr/bin/.machinectl.hidden && " +
+		"mount --bind /usr /usr && mount -o remount,bind,ro /usr")
+	if out, err := r.h.Run(ctx, "touch", "/usr/bin/kubeslot-write-test"); err == nil {
+		t.Fatalf("/usr is writable in the host after the read-only bind: %s", out)
+	}
+	if out, err := r.h.Run(ctx, "sh", "-c", "command -v dpkg-query dpkg"); err == nil {
+		t.Fatalf("dpkg still found in the host: %s", out)
+	}
+
+	// 1. Preflight: the distribution, the missing command and how to provide it; nothing changed.
+	before := r.tree(ctx)
+	code, out := r.run(ctx, "--preflight", "--config="+bsConfigPath)
+	t.Logf("preflight (exit %d):\n%s", code, out)
+	for _, want := range []string{"host distribution: Flatcar Container Linux by Kinvolk 4081.2.1 (Oklo) (ID flatcar; image-based: kubeslot installs nothing here",
+		"BLOCKED  software", "missing command machinectl", "systemd-sysext"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("preflight lacks %q", want)
+		}
+	}
+	if code == 0 {
+		t.Errorf("preflight: exit 0 with a command missing")
+	}
+
+	// 2. The bootstrap by hand: exit 78 before any change, the message as designed.
+	code, out = r.run(ctx, "--config="+bsConfigPath)
+	if code != exitcode.HostUnfit {
+		t.Errorf("bootstrap with machinectl missing: exit %d, want %d:\n%s", code, exitcode.HostUnfit, tailLines(out, 20))
+	}
+	for _, want := range []string{"host preparation cannot proceed on Flatcar Container Linux by Kinvolk 4081.2.1 (Oklo) (ID flatcar",
+		"nothing was changed", "software systemd-container: missing command machinectl", "Flatcar (ID flatcar) has no package manager",
+		"/etc/extensions/", "Ignition/Butane"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bootstrap output lacks %q:\n%s", want, tailLines(out, 20))
+		}
+	}
+	r.checkUntouched(ctx, before, "the refused bootstrap")
+
+	// 3. The first-boot unit: failed with 78 and not restarted (RestartPreventExitStatus), the host still untouched.
+	if out, err := r.h.Run(ctx, "systemctl", "start", units.Bootstrap); err == nil {
+		t.Errorf("the first-boot unit succeeded with machinectl missing: %s", out)
+	}
+	time.Sleep(time.Second) // a restart would show as activating (auto-restart) now
+	show, _ := r.h.Run(ctx, "systemctl", "show", "-p", "ActiveState,SubState,Result,ExecMainStatus,NRestarts", units.Bootstrap)
+	for _, want := range []string{"ActiveState=failed", "Result=exit-code", "ExecMainStatus=78", "NRestarts=0"} {
+		if !strings.Contains(string(show), want) {
+			t.Errorf("first-boot unit state lacks %s:\n%s", want, show)
+		}
+	}
+	if j, _ := r.h.Journal(ctx, units.Bootstrap); !strings.Contains(j, "missing command machinectl") {
+		t.Errorf("the unit's journal does not say what is missing:\n%s", tailLines(j, 20))
+	}
+	r.checkUntouched(ctx, before, "the refused first-boot unit")
+
+	// 4. Everything present (machinectl back, /usr read-only again): the unit bootstraps to a Ready node, with no
+	// package tool called.
+	sh("mount -o remount,bind,rw /usr && mv /usr/bin/.machinectl.hidden /usr/bin/machinectl && mount -o remount,bind,ro /usr")
+	sh("systemctl reset-failed " + units.Bootstrap)
+	t0 := time.Now()
+	if err := r.startUnit(ctx); err != nil {
+		t.Fatalf("bootstrap unit with everything present: %v", err)
+	}
+	rigTiming(t, "bootstrap on an image-based host: first-boot unit to complete", time.Since(t0))
+	r.checkComplete(ctx, t0)
+	if calls, err := r.h.ReadFile(distroTrapLog); err == nil {
+		t.Errorf("package tools were called on an image-based host:\n%s", calls)
+	}
+	j, _ := r.h.Journal(ctx, units.Bootstrap)
+	logged := false
+	for _, l := range strings.Split(j, "\n") {
+		if strings.Contains(l, "host distribution") {
+			logged = true
+			for _, want := range []string{`id="flatcar"`, `family="image"`, `evidence="os-release ID=flatcar"`, `installs_packages="false"`} {
+				if !strings.Contains(l, want) {
+					t.Errorf("the journal's distribution line lacks %s:\n%s", want, l)
+				}
+			}
+		}
+	}
+	if !logged {
+		t.Errorf("the bootstrap's journal does not record the distribution:\n%s", tailLines(j, 60))
+	}
+	rec, err := r.record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rec.Journal {
+		if c.Kind == ownership.KindPackage {
+			t.Errorf("journal holds a package on an image-based host: %+v", c)
+		}
+	}
+	st, err := r.h.Run(ctx, "/opt/kubeslot/current/kubeslot", "status")
+	t.Logf("kubeslot status:\n%s", st)
+	for _, want := range []string{"Distribution:", "(ID flatcar; image-based: kubeslot installs nothing here; detected by os-release ID=flatcar)",
+		"none: kubeslot installs nothing on this host"} {
+		if err != nil || !strings.Contains(string(st), want) {
+			t.Errorf("kubeslot status lacks %q (%v)", want, err)
+		}
+	}
+}
+
+// checkUntouched fails unless the host is as before: the paths kubeslot installs to, no ownership record, no host
+// preparation files, no package tool called.
+func (r *bsRig) checkUntouched(ctx context.Context, before, what string) {
+	t := r.t
+	t.Helper()
+	if after := r.tree(ctx); after != before {
+		t.Errorf("%s changed the host:\nbefore:\n%s\nafter:\n%s", what, before, after)
+	}
+	for _, p := range []string{"/opt/kubeslot/ownership.json", "/opt/kubeslot/state", "/etc/sysctl.d/90-kubeslot.conf",
+		"/etc/modules-load.d/kubeslot.conf", distroTrapLog} {
+		if out, err := r.h.Run(ctx, "test", "-e", p); err == nil {
+			t.Errorf("%s: %s exists %s", what, p, out)
+		}
+	}
+}
