@@ -131,6 +131,16 @@ func hasFile(fs []Finding, file string) bool {
 // detail says the sums could not be checked.
 func checkRelease(root *hostroot.Root, name, link, arch string) Result {
 	linkPath := root.HostPath(link)
+	if link == hostroot.LastGoodLink {
+		// Only the first agent upgrade makes last-good on a host whose
+		// release Ignition laid down (release.Ensure keeps a usable
+		// current as it is): no link yet is that state, not damage.
+		if base, err := root.Path(); err == nil {
+			if _, err := os.Lstat(filepath.Join(base, link)); errors.Is(err, fs.ErrNotExist) {
+				return Result{Name: name, Status: Skipped, Detail: linkPath + " does not exist yet: the first agent upgrade sets it (a release laid down by Ignition starts without one)"}
+			}
+		}
+	}
 	rel, err := readReleaseLink(root, link)
 	if err != nil {
 		return result(name, []Finding{{File: linkPath, Field: "target", Value: err.Error(), Want: hostroot.ReleasesDir + "/<" + strings.Join(release.Names, "|") + ">"}}, "")

@@ -38,6 +38,9 @@ func renderCurrent(root *hostroot.Root) (map[string][]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, "", fmt.Errorf("%s names %s, which is not a release directory", root.HostPath(hostroot.CurrentLink), path.Join(hostroot.ReleasesDir, rel))
+	}
 	udir := filepath.Join(dir, bundle.UnitsDir)
 	ents, err := os.ReadDir(udir)
 	if errors.Is(err, fs.ErrNotExist) {
