@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
+	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/nodeidentity"
