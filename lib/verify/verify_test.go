@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -347,4 +348,36 @@ func TestNotInstalledOrIncomplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantFinding(t, run(t, root, verifytest.NewSystemd()), verify.CheckInstallation, "/opt/kubeslot/ownership.json", "content")
+}
+
+// Planted FIFOs and links are named, never read through or waited on.
+func TestHostileFilesNamedNotFollowed(t *testing.T) {
+	root := verifytest.Healthy(t, year)
+	unit, _ := root.Unit("kubeslot-watcher.service")
+	os.Remove(unit)
+	if err := syscall.Mkfifo(unit, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := root.Unit("kubeslot-reset.path")
+	os.Remove(other)
+	if err := os.Symlink("/etc/shadow", other); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := release.Dir(root, "green")
+	bin := filepath.Join(dir, "kubeslot-repaver")
+	os.Remove(bin)
+	if err := syscall.Mkfifo(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *verify.Report, 1)
+	go func() { done <- run(t, root, verifytest.NewSystemd()) }()
+	var rep *verify.Report
+	select {
+	case rep = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("verify hung on a FIFO")
+	}
+	wantFinding(t, rep, verify.CheckUnitFiles, "kubeslot-watcher.service", "type")
+	wantFinding(t, rep, verify.CheckUnitFiles, "kubeslot-reset.path", "type")
+	wantFinding(t, rep, verify.CheckCurrent, "releases/green/kubeslot-repaver", "type")
 }
