@@ -25,12 +25,22 @@ func (d *demo) verifyClean(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("kubeslot verify: exit %d, verdict %s:\n%s", code, rep.Verdict, indent(raw, "    "))
 	}
 	var identity string
+	ok, skipped := 0, []string{}
 	for _, c := range rep.Checks {
 		if c.Name == verify.CheckIdentity {
 			identity = c.Detail
 		}
+		if c.Status == verify.OK {
+			ok++
+		} else {
+			skipped = append(skipped, c.Name+": "+c.Detail)
+		}
 	}
-	return fmt.Sprintf("%d checks ok (exit 0); %s", len(rep.Checks), identity), nil
+	detail := fmt.Sprintf("exit 0: %d checks ok", ok)
+	if len(skipped) > 0 {
+		detail += fmt.Sprintf(", %d skipped (%s)", len(skipped), strings.Join(skipped, "; "))
+	}
+	return detail + "; " + identity, nil
 }
 
 // verifyNamesEdit appends a line to a unit file kubeslot installed, checks that verify names that file's content with
