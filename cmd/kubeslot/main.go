@@ -17,6 +17,7 @@ type flags struct {
 	cli.Globals
 	Config   configCmd   `cmd:"" help:"Print or check a bootstrap configuration."`
 	Status   statusCmd   `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
+	Verify   verifyCmd   `cmd:"" help:"Check, read only, that this host's installation is healthy (exit 0 ok, 3 problems found, 4 cannot verify)."`
 	Cluster  clusterCmd  `cmd:"" help:"Install kubeslot's cluster API (CRDs, agent RBAC, admission policies) into a cluster, or remove it."`
 	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
 	Bundle   bundleCmd   `cmd:"" help:"Build a release bundle: the binaries, unit templates and a manifest in one tarball."`

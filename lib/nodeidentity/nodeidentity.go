@@ -6,7 +6,8 @@
 //
 // It imports client-go's rest only, never the typed clientset, so the
 // watcher can use it and stay small (issue #6). Imported by lib/bootstrap,
-// lib/nodeclient, lib/watcher and the fleet benchmark (integration/fleet).
+// lib/nodeclient, lib/watcher, lib/verify (ReadPair: the expiry kubeslot
+// verify reports) and the fleet benchmark (integration/fleet).
 package nodeidentity
 
 import (
@@ -41,32 +42,9 @@ const requestTimeout = 5 * time.Second
 // user agent: the caller names itself. ErrNoIdentity (wrapped) when the
 // kubelet has no client pair yet.
 func RESTConfig(root *hostroot.Root, dir string, cfg *config.Config) (*rest.Config, error) {
-	if dir == "" {
-		dir = root.HostPath(hostroot.IdentityDir)
-	}
-	p := path.Join(dir, CurrentPair)
-	// The link itself is read, never followed through the host root: it
-	// names a path inside the node.
-	parent, err := root.Resolve(path.Dir(p))
+	_, pair, err := ReadPair(root, dir)
 	if err != nil {
 		return nil, err
-	}
-	local := filepath.Join(parent, path.Base(p))
-	// The kubelet links the current pair by its path inside the node
-	// (/var/lib/kubelet/pki/...), where the identity directory is bound.
-	if target, err := os.Readlink(local); err == nil {
-		name := path.Base(target)
-		if strings.HasPrefix(target, "/") && !strings.HasPrefix(target, nodeconfig.CertDir+"/") {
-			return nil, fmt.Errorf("node identity %s links to %s, outside %s", p, target, nodeconfig.CertDir)
-		}
-		local = filepath.Join(filepath.Dir(local), name)
-	}
-	pair, err := hostroot.ReadRegular(local, 1<<20)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", p, ErrNoIdentity)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node identity: %w", err)
 	}
 	creds, err := nodeconfig.LoadCredentials(root, cfg)
 	if err != nil {
@@ -77,4 +55,39 @@ func RESTConfig(root *hostroot.Root, dir string, cfg *config.Config) (*rest.Conf
 		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CAPEM, CertData: pair, KeyData: pair},
 		WrapTransport:   boundRequests(requestTimeout),
 	}, nil
+}
+
+// ReadPair reads the kubelet's current client pair (certificate and key,
+// one PEM file) in the identity directory dir (a host path; "" means
+// <base>/identity) and returns its host path too. ErrNoIdentity (wrapped)
+// when there is none yet. Read only: lib/verify reports its expiry.
+func ReadPair(root *hostroot.Root, dir string) (string, []byte, error) {
+	if dir == "" {
+		dir = root.HostPath(hostroot.IdentityDir)
+	}
+	p := path.Join(dir, CurrentPair)
+	// The link itself is read, never followed through the host root: it
+	// names a path inside the node.
+	parent, err := root.Resolve(path.Dir(p))
+	if err != nil {
+		return p, nil, err
+	}
+	local := filepath.Join(parent, path.Base(p))
+	// The kubelet links the current pair by its path inside the node
+	// (/var/lib/kubelet/pki/...), where the identity directory is bound.
+	if target, err := os.Readlink(local); err == nil {
+		name := path.Base(target)
+		if strings.HasPrefix(target, "/") && !strings.HasPrefix(target, nodeconfig.CertDir+"/") {
+			return p, nil, fmt.Errorf("node identity %s links to %s, outside %s", p, target, nodeconfig.CertDir)
+		}
+		local = filepath.Join(filepath.Dir(local), name)
+	}
+	pair, err := hostroot.ReadRegular(local, 1<<20)
+	if errors.Is(err, os.ErrNotExist) {
+		return p, nil, fmt.Errorf("%s: %w", p, ErrNoIdentity)
+	}
+	if err != nil {
+		return p, nil, fmt.Errorf("node identity: %w", err)
+	}
+	return p, pair, nil
 }
