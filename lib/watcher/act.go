@@ -46,6 +46,14 @@ func (l *loop) inputs() (Inputs, error) {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
 	in.Now = time.Now()
+	in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{}
+	if l.targets != nil {
+		l.forgetGone(in.Operations)
+		for i := range in.Operations {
+			op := &in.Operations[i]
+			in.Checks[op.Name] = l.targets.check(op, in.Machine, l.NodeName)
+		}
+	}
 	in.Slots = map[string]bool{}
 	for i := range in.Operations {
 		if op := &in.Operations[i]; l.slots != nil && l.slots.Held(slotOwner(op)) {
@@ -289,7 +297,12 @@ func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Stat
 		if cur := op.Status.Target(e.Name, e.NodeName); cur != nil && cur.Phase == e.Phase && cur.Message == e.Message {
 			return errNoChange
 		}
-		v1alpha1.SetMachineResult(op, e)
+		// The summary counts only the entries of real targets
+		// (targets.go); an unforced List at most once per poll.
+		if _, err := l.targets.refresh(ctx, l.listMachines, op, false, time.Now()); err != nil {
+			return err
+		}
+		v1alpha1.SetMachineResult(op, e, l.targets.check(op, in.Machine, l.NodeName))
 		return nil
 	})
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {

@@ -31,7 +31,7 @@ func finishedOp(name string, ttl int32, phase v1alpha1.OperationPhase, done time
 	start := metav1.NewTime(done.Add(-time.Minute))
 	end := metav1.NewTime(done)
 	v1alpha1.SetMachineResult(&o, v1alpha1.MachineOperationTarget{Name: "m1", NodeName: node, Phase: phase,
-		Message: "done", StartTime: &start, CompletionTime: &end})
+		Message: "done", StartTime: &start, CompletionTime: &end}, v1alpha1.CountAll)
 	return o
 }
 
