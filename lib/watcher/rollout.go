@@ -206,8 +206,10 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	}
 	if !complete {
 		// An entry no List has vouched for yet may be a target's
-		// failure: no slot on a count that could be short.
-		l.nudgeIn(l.targets.every)
+		// failure: no slot on a count that could be short. Decide
+		// again when the next List may run.
+		_, next := l.targets.unknown(op)
+		l.nudgeIn(max(time.Until(next), time.Millisecond))
 		return nil
 	}
 	ok, wait, err := l.slots.Try(ctx, slotOwner(op), g.Slots)
