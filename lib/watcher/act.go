@@ -180,10 +180,7 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		l.Log.Info("request written", "id", a.Request.ID, "reason", a.Request.Reason)
 		if a.Request.Operation != "" {
 			// The operation shows Pending at once; the worker's status moves it on.
-			now := time.Now().UTC()
-			return l.publishOperation(ctx, in, &requests.Status{RequestID: a.Request.ID, Kind: a.Request.Kind,
-				Operation: a.Request.Operation, MachineGeneration: a.Request.MachineGeneration, Phase: requests.Pending,
-				Message: "dispatched to the " + string(a.Request.Kind) + " worker", UpdatedAt: now})
+			return l.publishPending(ctx, in, a.Request)
 		}
 		return nil
 	case PublishStatus:
@@ -199,8 +196,14 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 	case AwaitSlot:
 		return l.awaitSlot(ctx, a)
 	case KeepSlot:
-		_, err := l.slots.Recover(ctx, slotOwner(a.Operation))
-		return err
+		if _, err := l.slots.Recover(ctx, slotOwner(a.Operation)); err != nil {
+			return err
+		}
+		if a.Request != nil {
+			// Its Pending entry did not land with the request (rollout.go).
+			return l.publishPending(ctx, in, a.Request)
+		}
+		return nil
 	case ReleaseSlot:
 		return l.slots.Release(ctx, slotOwner(a.Operation))
 	case RegisterMachine:
@@ -280,6 +283,13 @@ func upgradedCondition(s *requests.Status) metav1.Condition {
 		return cond(v1alpha1.ConditionAgentUpgraded, true, v1alpha1.ReasonUpgraded, s.Message, s.MachineGeneration)
 	}
 	return cond(v1alpha1.ConditionAgentUpgraded, false, v1alpha1.ReasonUpgradeFailed, s.Message, s.MachineGeneration)
+}
+
+// publishPending shows request r of an operation as Pending in its status.
+func (l *loop) publishPending(ctx context.Context, in Inputs, r *requests.Request) error {
+	return l.publishOperation(ctx, in, &requests.Status{RequestID: r.ID, Kind: r.Kind,
+		Operation: r.Operation, MachineGeneration: r.MachineGeneration, Phase: requests.Pending,
+		Message: "dispatched to the " + string(r.Kind) + " worker", UpdatedAt: time.Now().UTC()})
 }
 
 func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Status) error {

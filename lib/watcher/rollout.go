@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
 
@@ -163,7 +164,7 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 	case e != nil && e.Phase.Finished():
 		return Action{Type: ReleaseSlot, Operation: op}, true, false
 	case dispatched:
-		return Action{Type: KeepSlot, Operation: op}, true, false
+		return Action{Type: KeepSlot, Operation: op, Request: unpublished(in, op, e)}, true, false
 	case !wouldRequest:
 		// Not targeted, paused Machine, invalid spec: nothing to wait
 		// for; a slot taken for it goes back.
@@ -174,6 +175,30 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 		return Action{}, false, true
 	}
 	return Action{Type: AwaitSlot, Operation: op, Gate: &g}, true, false
+}
+
+// unpublished is op's request on disk when the operation does not show it
+// dispatched yet (no entry of this Machine, or still Waiting) and no worker
+// has written a status for it: the Pending entry written with the request
+// did not land (every waiting target writes the same object), and nothing
+// else would write it before the worker's first status. Nil otherwise.
+func unpublished(in Inputs, op *v1alpha1.MachineOperation, e *v1alpha1.MachineOperationTarget) *requests.Request {
+	if e != nil && e.Phase != v1alpha1.OperationWaiting {
+		return nil
+	}
+	for _, s := range in.Statuses {
+		if opOf(s.RequestID) == op.Name {
+			return nil
+		}
+	}
+	for _, k := range requests.Kinds() {
+		for _, r := range []*requests.Request{in.Pending[k], in.Claimed[k]} {
+			if r != nil && r.Operation == op.Name {
+				return r
+			}
+		}
+	}
+	return nil
 }
 
 // awaitSlot carries out AwaitSlot: the Waiting entry, then an attempt. The

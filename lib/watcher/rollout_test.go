@@ -40,6 +40,10 @@ func slotSummary(as []Action) []string {
 			}
 			out = append(out, s)
 		case KeepSlot, ReleaseSlot:
+			if a.Request != nil {
+				out = append(out, string(a.Type)+" publish "+a.Request.ID)
+				continue
+			}
 			out = append(out, string(a.Type))
 		}
 	}
@@ -55,6 +59,8 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 		mine   v1alpha1.OperationPhase // "" none
 		held   bool
 		onDisk bool
+		// pending: the request is on disk, no worker status yet
+		pending bool
 		// missing targets have not reported; age is the operation's
 		missing int32
 		age     time.Duration
@@ -65,6 +71,11 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 		{name: "no slot: wait and try", want: []string{"await try"}},
 		{name: "slot held: write the request", held: true, want: []string{"write repave-4-roll"}},
 		{name: "dispatched: keep the slot", held: true, onDisk: true, mine: v1alpha1.OperationInProgress, want: []string{"KeepSlot"}},
+		{name: "dispatched, its Pending entry lost: publish it", held: true, pending: true, mine: v1alpha1.OperationWaiting,
+			want: []string{"KeepSlot publish repave-4-roll"}},
+		{name: "dispatched, no entry at all: publish it", held: true, pending: true, want: []string{"KeepSlot publish repave-4-roll"}},
+		{name: "dispatched and shown Pending: keep the slot", held: true, pending: true, mine: v1alpha1.OperationPending,
+			want: []string{"KeepSlot"}},
 		{name: "finished: release", held: true, onDisk: true, mine: v1alpha1.OperationSucceeded, want: []string{"ReleaseSlot"}},
 		{name: "budget spent: halted, nobody tries", r: v1alpha1.Rollout{FailureBudget: &one},
 			others: []v1alpha1.MachineOperationTarget{entry("x", v1alpha1.OperationFailed, "")}, want: []string{"await stop"}},
@@ -117,6 +128,9 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 			in.Operations = []v1alpha1.MachineOperation{o}
 			if tc.held {
 				in.Slots = map[string]bool{"roll": true}
+			}
+			if tc.pending {
+				in.Pending = map[requests.Kind]*requests.Request{requests.Repave: {ID: "repave-4-roll", Kind: requests.Repave, Operation: "roll"}}
 			}
 			if tc.onDisk {
 				in.Statuses = []*requests.Status{{RequestID: "repave-4-roll", Kind: requests.Repave, Operation: "roll", Phase: requests.InProgress}}
