@@ -17,7 +17,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
@@ -88,20 +87,21 @@ func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Cl
 
 // waitTargetPolicy waits until the policy with Machines as parameters is in force. The apiserver starts an informer
 // for its parameter kind only once it resolves the new CRD's kind, a little after the policy appears, and
-// clusterinstall probes only the other policy. The probe is a dry-run status write by a node for an operation that
-// does not target its Machine.
+// clusterinstall probes only the other policy. The probe is a dry-run delete (nothing is deleted) by a node of a
+// finished operation for another node's Machine, through an entry of its own: only that policy refuses it.
 func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
 	admin, err := machineclient.New(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
-	const node = "api-probe"
+	const node, prober = "api-probe", "api-probe-other"
 	if _, err := admin.CreateMachine(ctx, testMachine(node, node)); err != nil {
 		return err
 	}
 	op := testOperation("api-probe-op", v1alpha1.OperationNodeRestart)
-	op.Spec.MachineRef = nil
-	op.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: map[string]string{"pool": "nowhere"}}
+	op.Spec.MachineRef = &v1alpha1.MachineReference{Name: node}
+	ttl := int32(3600)
+	op.Spec.TTLSecondsAfterFinished = &ttl
 	if _, err := admin.CreateOperation(ctx, op); err != nil {
 		return err
 	}
@@ -109,7 +109,15 @@ func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
 		_ = admin.DeleteOperation(context.WithoutCancel(ctx), op.Name)
 		_ = admin.DeleteMachine(context.WithoutCancel(ctx), node)
 	}()
-	cert, key, err := cp.NodeClientCert(node)
+	if _, err := admin.UpdateOperationStatus(ctx, op.Name, func(o *v1alpha1.MachineOperation) error {
+		now := metav1.NewTime(time.Now())
+		v1alpha1.SetMachineResult(o, v1alpha1.MachineOperationTarget{Name: node, NodeName: prober,
+			Phase: v1alpha1.OperationSucceeded, StartTime: &now, CompletionTime: &now}, nil)
+		return nil
+	}); err != nil {
+		return err
+	}
+	cert, key, err := cp.NodeClientCert(prober)
 	if err != nil {
 		return err
 	}
@@ -117,16 +125,13 @@ func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	patch, _ := json.Marshal([]map[string]any{{"op": "add", "path": "/status", "value": map[string]any{
-		"machines": []any{map[string]any{"name": node, "nodeName": node, "phase": "Pending"}},
-	}}})
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var last error
 	for {
-		last = agent.REST().Patch(types.JSONPatchType).Resource(v1alpha1.MachineOperationsResource).Name(op.Name).
-			SubResource("status").Param("dryRun", "All").Body(patch).Do(ctx).Error()
-		if last != nil && strings.Contains(last.Error(), "does not target Machine "+node) {
+		last = agent.REST().Delete().Resource(v1alpha1.MachineOperationsResource).Name(op.Name).
+			Param("dryRun", "All").Do(ctx).Error()
+		if last != nil && strings.Contains(last.Error(), "which belongs to node") {
 			return nil
 		}
 		select {

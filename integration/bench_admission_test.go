@@ -24,7 +24,8 @@ import (
 // identity creating its own Machine (what every agent does once, at registration) and writing its entry in a selector
 // operation's status (what every targeted agent does several times per operation), each with K other Machines in the
 // cluster (KUBESLOT_ADMISSION_K, default 0,500,1000,2000). Both requests pass the ValidatingAdmissionPolicies of
-// lib/api/v1alpha1/access; the figures are medians of 15 requests, sent one at a time by one client, so they are
+// lib/api/v1alpha1/access, which check both from the request alone (none runs once per Machine): both should be
+// flat in K. The figures are medians of 15 requests, sent one at a time by one client, so they are
 // the apiserver's own latency without queueing. The Machines are the fleet benchmark's kind of object (testMachine).
 func BenchmarkAgentAdmission(b *testing.B) {
 	cp := benchAPI(b)

@@ -8,9 +8,10 @@ package integration
 //
 //   - the join: from the operation's creation until every agent has written its entry (one InProgress or Pending,
 //     N-1 Waiting). Each entry is a status write of the whole operation, admitted by the policies of
-//     lib/api/v1alpha1/access; kubeslot-agent-operation-targets runs once per Machine for each (DESIGN.md,
-//     "Admission cost"). Figures: the time, status writes admitted and refused by conflict per agent, the
-//     apiserver's CPU per admitted write, and the admission policies' time per write (the apiserver's
+//     lib/api/v1alpha1/access from the request alone (DESIGN.md, "Admission cost"); a write that conflicts is
+//     tried again after a jittered, doubling pause (lib/watcher, reportWaiting). Figures: the time, status writes
+//     admitted and refused by conflict per agent, all requests per agent, the apiserver's CPU per admitted write,
+//     and the admission policies' time per write (the apiserver's
 //     apiserver_admission_controller_admission_duration_seconds of its ValidatingAdmissionPolicy plugin);
 //   - the wait: a window with everyone waiting. Figures: requests per minute per waiting agent, from the
 //     apiserver's apiserver_request_total by verb and resource (less the same fleet idle before the operation, so
@@ -289,6 +290,10 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 	}
 	benchFigure(b, label+"status writes admitted per agent (join)", admitted/float64(n), "writes", "writes/agent")
 	benchFigure(b, label+"status writes refused by conflict per agent (join)", conflicts/float64(n), "writes", "conflicts/agent")
+	all := join.requests(rolloutResources)
+	b.Logf("join: all the fleet's requests at the apiserver:\n  %s", strings.Join(fleet.Lines(all, 1, "%.0f %s"), "\n  "))
+	benchFigure(b, label+"requests per agent during the join (apiserver counters, all kinds)", fleet.Total(all)/float64(n),
+		"requests", "join-requests/agent")
 	if admitted > 0 {
 		benchFigure(b, label+"apiserver CPU per admitted status write (join, all of it)",
 			float64(join.cpu.Microseconds())/1000/admitted, "ms", "apiserver-cpu-ms/write")
@@ -360,8 +365,8 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 	benchFigure(b, label+"apiserver CPU per waiting agent, noise of the idle fleet", noise/waiting, unitCPUms, "apiserver-cpu-noise-ms/min/waiting-agent")
 }
 
-// joinBound bounds the join. At N = 200 on the rig's 2 shared CPUs it was not enough (DESIGN.md, "Paced rollouts"):
-// the figures of the join are then reported as far as it came.
+// joinBound bounds the join; if it runs out, the figures of the join are reported as far as it came. With the
+// policy run per Machine on every status write it was not enough at N = 200 (DESIGN.md, "Paced rollouts").
 const joinBound = 10 * time.Minute
 
 // waitJoined polls the operation (once a second, bounded by d) until it has n entries, n-1 of them Waiting, and

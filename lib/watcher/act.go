@@ -46,6 +46,14 @@ func (l *loop) inputs() (Inputs, error) {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
 	in.Now = time.Now()
+	in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{}
+	if l.targets != nil {
+		l.forgetGone(in.Operations)
+		for i := range in.Operations {
+			op := &in.Operations[i]
+			in.Checks[op.Name] = l.targets.check(op, in.Machine, l.NodeName)
+		}
+	}
 	in.Slots = map[string]bool{}
 	for i := range in.Operations {
 		if op := &in.Operations[i]; l.slots != nil && l.slots.Held(slotOwner(op)) {
@@ -172,10 +180,7 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		l.Log.Info("request written", "id", a.Request.ID, "reason", a.Request.Reason)
 		if a.Request.Operation != "" {
 			// The operation shows Pending at once; the worker's status moves it on.
-			now := time.Now().UTC()
-			return l.publishOperation(ctx, in, &requests.Status{RequestID: a.Request.ID, Kind: a.Request.Kind,
-				Operation: a.Request.Operation, MachineGeneration: a.Request.MachineGeneration, Phase: requests.Pending,
-				Message: "dispatched to the " + string(a.Request.Kind) + " worker", UpdatedAt: now})
+			return l.publishPending(ctx, in, a.Request)
 		}
 		return nil
 	case PublishStatus:
@@ -191,8 +196,14 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 	case AwaitSlot:
 		return l.awaitSlot(ctx, a)
 	case KeepSlot:
-		_, err := l.slots.Recover(ctx, slotOwner(a.Operation))
-		return err
+		if _, err := l.slots.Recover(ctx, slotOwner(a.Operation)); err != nil {
+			return err
+		}
+		if a.Request != nil {
+			// Its Pending entry did not land with the request (rollout.go).
+			return l.publishPending(ctx, in, a.Request)
+		}
+		return nil
 	case ReleaseSlot:
 		return l.slots.Release(ctx, slotOwner(a.Operation))
 	case RegisterMachine:
@@ -274,6 +285,13 @@ func upgradedCondition(s *requests.Status) metav1.Condition {
 	return cond(v1alpha1.ConditionAgentUpgraded, false, v1alpha1.ReasonUpgradeFailed, s.Message, s.MachineGeneration)
 }
 
+// publishPending shows request r of an operation as Pending in its status.
+func (l *loop) publishPending(ctx context.Context, in Inputs, r *requests.Request) error {
+	return l.publishOperation(ctx, in, &requests.Status{RequestID: r.ID, Kind: r.Kind,
+		Operation: r.Operation, MachineGeneration: r.MachineGeneration, Phase: requests.Pending,
+		Message: "dispatched to the " + string(r.Kind) + " worker", UpdatedAt: time.Now().UTC()})
+}
+
 func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Status) error {
 	start := metav1.NewTime(s.UpdatedAt)
 	if len(s.Phases) > 0 {
@@ -289,7 +307,12 @@ func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Stat
 		if cur := op.Status.Target(e.Name, e.NodeName); cur != nil && cur.Phase == e.Phase && cur.Message == e.Message {
 			return errNoChange
 		}
-		v1alpha1.SetMachineResult(op, e)
+		// The summary counts only the entries of real targets
+		// (targets.go); an unforced List at most once per poll.
+		if _, err := l.targets.refresh(ctx, l.listMachines, op, false, time.Now()); err != nil {
+			return err
+		}
+		v1alpha1.SetMachineResult(op, e, l.targets.check(op, in.Machine, l.NodeName))
 		return nil
 	})
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {

@@ -59,6 +59,9 @@ type Inputs struct {
 	// HooksErr is why the active slot's lifecycle hooks could not be
 	// ensured at start ("" when they were).
 	HooksErr string
+	// Checks say, by operation name, which entries of its status.machines
+	// count (targets.go); an operation without one counts none.
+	Checks map[string]func(v1alpha1.MachineOperationTarget) bool
 	// Slots are the rollout operations this agent holds a slot of.
 	Slots map[string]bool
 	// Now is when the inputs were read (an ordered rollout's join window).

@@ -20,6 +20,9 @@
 // (lib/rollout), and the slot goes back once the result is published.
 // Waiting for a slot is the one time the watcher polls: one List of the
 // operation's RolloutLeases per poll interval while the gate lets it try.
+// It counts only the status entries of real targets (targets.go): it Lists
+// the Machines the operation selects when an entry appears that its last
+// List did not account for, at most once per poll interval.
 //
 // The watcher, in more detail (moved here from DESIGN.md):
 //

@@ -12,13 +12,18 @@ package watcher
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
 
@@ -68,8 +73,9 @@ func paced(op *v1alpha1.MachineOperation) bool {
 // rolloutGate decides, from the operation's status alone, whether the agent
 // of Machine m on node may try for a slot: not when the failure budget is
 // spent, when paused, or (with an order or a canary) when other waiting
-// targets come first.
-func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time) slotGate {
+// targets come first. It counts only the entries check passes (targets.go):
+// an entry any node can write must not halt, order or pass a canary.
+func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time, check func(v1alpha1.MachineOperationTarget) bool) slotGate {
 	r := op.Spec.Rollout
 	g := slotGate{}
 	ordered := r.OrderByLabel != "" || r.Canary > 0
@@ -80,7 +86,8 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	type waiter struct{ key, name string }
 	var waiting []waiter
 	me := false
-	for _, e := range op.Status.Machines {
+	counted := v1alpha1.Counted(op, check)
+	for _, e := range counted {
 		switch e.Phase {
 		case v1alpha1.OperationFailed:
 			failed = append(failed, e.Name)
@@ -129,7 +136,7 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	}
 	// The line is known once every target has reported (or the window
 	// is over): before, a target late to report could be passed over.
-	if left := op.CreationTimestamp.Add(joinWindow).Sub(now); len(op.Status.Machines) < int(op.Status.Targets) && left > 0 {
+	if left := op.CreationTimestamp.Add(joinWindow).Sub(now); len(counted) < int(op.Status.Targets) && left > 0 {
 		g.JoinWait = left
 		g.Message = fmt.Sprintf("waiting for all %d targets to report before the ordered rollout starts", op.Status.Targets)
 		return g
@@ -157,27 +164,60 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 	case e != nil && e.Phase.Finished():
 		return Action{Type: ReleaseSlot, Operation: op}, true, false
 	case dispatched:
-		return Action{Type: KeepSlot, Operation: op}, true, false
+		return Action{Type: KeepSlot, Operation: op, Request: unpublished(in, op, e)}, true, false
 	case !wouldRequest:
 		// Not targeted, paused Machine, invalid spec: nothing to wait
 		// for; a slot taken for it goes back.
 		return Action{Type: ReleaseSlot, Operation: op}, held, false
 	}
-	g := rolloutGate(op, m, in.NodeName, in.Now)
+	g := rolloutGate(op, m, in.NodeName, in.Now, in.Checks[op.Name])
 	if held && !g.Stop {
 		return Action{}, false, true
 	}
 	return Action{Type: AwaitSlot, Operation: op, Gate: &g}, true, false
 }
 
-// awaitSlot carries out AwaitSlot: the Waiting entry, then an attempt.
+// unpublished is op's request on disk when the operation does not show it
+// dispatched yet (no entry of this Machine, or still Waiting) and no worker
+// has written a status for it: the Pending entry written with the request
+// did not land (every waiting target writes the same object), and nothing
+// else would write it before the worker's first status. Nil otherwise.
+func unpublished(in Inputs, op *v1alpha1.MachineOperation, e *v1alpha1.MachineOperationTarget) *requests.Request {
+	if e != nil && e.Phase != v1alpha1.OperationWaiting {
+		return nil
+	}
+	for _, s := range in.Statuses {
+		if opOf(s.RequestID) == op.Name {
+			return nil
+		}
+	}
+	for _, k := range requests.Kinds() {
+		for _, r := range []*requests.Request{in.Pending[k], in.Claimed[k]} {
+			if r != nil && r.Operation == op.Name {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// awaitSlot carries out AwaitSlot: the Waiting entry, then an attempt. The
+// gate is computed again once the operation's targets are known: Decide's
+// copy counted only the entries the last List vouched for.
 func (l *loop) awaitSlot(ctx context.Context, a Action) error {
-	op, g := a.Operation, a.Gate
+	op := a.Operation
 	held, err := l.slots.Recover(ctx, slotOwner(op))
 	if err != nil {
 		return err
 	}
-	if err := l.reportWaiting(ctx, op, g); err != nil {
+	now := time.Now()
+	complete, err := l.targets.refresh(ctx, l.listMachines, op, false, now)
+	if err != nil {
+		return err
+	}
+	m := l.machineOrEmpty()
+	g := rolloutGate(op, m, l.NodeName, now, l.targets.check(op, m, l.NodeName))
+	if err := l.reportWaiting(ctx, op, &g); err != nil {
 		return err
 	}
 	if held && g.Stop {
@@ -187,6 +227,14 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 		l.nudgeIn(g.JoinWait)
 	}
 	if !g.Try || held {
+		return nil
+	}
+	if !complete {
+		// An entry no List has vouched for yet may be a target's
+		// failure: no slot on a count that could be short. Decide
+		// again when the next List may run.
+		_, next := l.targets.unknown(op)
+		l.nudgeIn(max(time.Until(next), time.Millisecond))
 		return nil
 	}
 	ok, wait, err := l.slots.Try(ctx, slotOwner(op), g.Slots)
@@ -204,7 +252,10 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
-	if g2 := rolloutGate(fresh, l.machineOrEmpty(), l.NodeName, time.Now()); g2.Stop {
+	if _, err := l.targets.refresh(ctx, l.listMachines, fresh, true, time.Now()); err != nil {
+		return err
+	}
+	if g2 := rolloutGate(fresh, m, l.NodeName, time.Now(), l.targets.check(fresh, m, l.NodeName)); g2.Stop {
 		l.Log.Info("gave the rollout slot back: the operation says wait", "operation", op.Name, "why", g2.Message)
 		return l.slots.Release(ctx, slotOwner(op))
 	}
@@ -227,56 +278,111 @@ func (l *loop) machineOrEmpty() *v1alpha1.Machine {
 
 // reportWaiting writes this Machine's Waiting entry when it differs from
 // the one there (and status.targets when the gate asks for the count).
+//
+// Every target of a rollout writes its entry into the one operation at
+// about the same time, so the write is built on the informer's copy (no
+// read first) and guarded by its resourceVersion; a write that conflicts
+// is not retried at once but after a random pause from a window that
+// doubles with each conflict (full jitter, capped): N writers then spread
+// out and the join costs each a few requests whatever N is.
 func (l *loop) reportWaiting(ctx context.Context, op *v1alpha1.MachineOperation, g *slotGate) error {
 	e := v1alpha1.MachineOperationTarget{Name: l.MachineName, NodeName: l.NodeName, Phase: v1alpha1.OperationWaiting,
 		Message: g.Message, OrderKey: g.OrderKey}
 	same := func(cur *v1alpha1.MachineOperationTarget) bool {
 		return cur != nil && cur.Phase == e.Phase && cur.Message == e.Message && cur.OrderKey == e.OrderKey
 	}
-	if same(op.Status.Target(e.Name, e.NodeName)) && !g.CountTargets {
+	cur := op.Status.Target(e.Name, e.NodeName)
+	setTargets := g.CountTargets && op.Status.Targets == 0
+	if cur != nil && cur.Phase != v1alpha1.OperationWaiting {
+		return nil // dispatched meanwhile (another pass)
+	}
+	if same(cur) && !setTargets {
 		return nil
 	}
-	var targets int32
-	if g.CountTargets {
-		n, err := l.countTargets(ctx, op)
+	now := time.Now()
+	w := l.waitWrites[op.UID]
+	if w == nil {
+		w = &waitWrite{}
+		l.waitWrites[op.UID] = w
+	}
+	if now.Before(w.due) {
+		l.nudgeIn(w.due.Sub(now))
+		return nil
+	}
+	if same(&w.sent) && !setTargets && now.Sub(w.sentAt) < waitWriteEcho {
+		return nil // written; the watch has not brought it back yet
+	}
+	next := op.DeepCopy()
+	if setTargets {
+		nodes, err := l.targets.list(ctx, l.listMachines, op, now)
 		if err != nil {
 			return err
 		}
-		targets = n
+		next.Status.Targets = int32(len(nodes))
 	}
-	_, err := l.mc.UpdateOperationStatus(ctx, op.Name, func(cur *v1alpha1.MachineOperation) error {
-		if c := cur.Status.Target(e.Name, e.NodeName); c != nil && c.Phase != v1alpha1.OperationWaiting {
-			return errNoChange // dispatched meanwhile (another pass)
+	v1alpha1.SetMachineResult(next, e, l.targets.check(next, l.machineOrEmpty(), l.NodeName))
+	err := l.patchOperationStatus(ctx, next)
+	if err != nil {
+		w.failures++
+		window := min(l.waitBackoffCap(), l.waitBackoffBase()<<min(w.failures, 16))
+		pause := time.Duration(rand.Int64N(int64(window)) + 1)
+		w.due = now.Add(pause)
+		l.nudgeIn(pause)
+		if apierrors.IsConflict(err) {
+			return nil // another target's write landed first: try again later
 		}
-		setTargets := targets > 0 && cur.Status.Targets == 0
-		if same(cur.Status.Target(e.Name, e.NodeName)) && !setTargets {
-			return errNoChange
-		}
-		if setTargets {
-			cur.Status.Targets = targets
-		}
-		v1alpha1.SetMachineResult(cur, e)
-		return nil
-	})
-	if err == nil && g.CountTargets {
+		return fmt.Errorf("report Waiting on MachineOperation %s: %w", op.Name, err)
+	}
+	w.failures, w.due, w.sent, w.sentAt = 0, time.Time{}, e, now
+	if setTargets {
 		l.nudge() // the slots can be counted now
 	}
-	return err
+	return nil
 }
 
-// countTargets counts the Machines op's selector matches (one List, the
-// server filtering by label).
-func (l *loop) countTargets(ctx context.Context, op *v1alpha1.MachineOperation) (int32, error) {
-	sel, err := op.Spec.MachineSelector.Selector()
+// waitWrite is the state of one operation's Waiting writes.
+type waitWrite struct {
+	failures int
+	due      time.Time
+	sent     v1alpha1.MachineOperationTarget
+	sentAt   time.Time
+}
+
+// waitWriteEcho bounds how long a written Waiting entry is taken as
+// written while the informer's copy does not show it yet.
+const waitWriteEcho = 30 * time.Second
+
+// The Waiting writes' backoff window: the first pause after a conflict is
+// up to a tenth of the rollout poll, doubling to four polls.
+func (l *loop) waitBackoffBase() time.Duration { return max(l.rolloutPoll/10, time.Millisecond) }
+func (l *loop) waitBackoffCap() time.Duration  { return 4 * max(l.rolloutPoll, time.Millisecond) }
+
+// patchOperationStatus writes op's status as it is, only over the
+// resourceVersion op was read at (409 Conflict otherwise).
+func (l *loop) patchOperationStatus(ctx context.Context, op *v1alpha1.MachineOperation) error {
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "replace", "path": "/metadata/resourceVersion", "value": op.ResourceVersion},
+		{"op": "add", "path": "/status", "value": op.Status},
+	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	list := &v1alpha1.MachineList{}
-	err = l.mc.REST().Get().Resource(v1alpha1.MachinesResource).Param("labelSelector", sel.String()).Do(ctx).Into(list)
-	if err != nil {
-		return 0, fmt.Errorf("count the Machines of operation %s: %w", op.Name, err)
+	return l.mc.REST().Patch(types.JSONPatchType).Resource(v1alpha1.MachineOperationsResource).Name(op.Name).
+		SubResource("status").Body(patch).Do(ctx).Error()
+}
+
+// forgetGone drops what the loop keeps of operations that are gone.
+func (l *loop) forgetGone(ops []v1alpha1.MachineOperation) {
+	l.targets.keep(ops)
+	live := map[types.UID]bool{}
+	for i := range ops {
+		live[ops[i].UID] = true
 	}
-	return int32(len(list.Items)), nil
+	for uid := range l.waitWrites {
+		if !live[uid] {
+			delete(l.waitWrites, uid)
+		}
+	}
 }
 
 // nudgeIn decides again after d (one timer: the earliest wins).

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,10 @@ func slotSummary(as []Action) []string {
 			}
 			out = append(out, s)
 		case KeepSlot, ReleaseSlot:
+			if a.Request != nil {
+				out = append(out, string(a.Type)+" publish "+a.Request.ID)
+				continue
+			}
 			out = append(out, string(a.Type))
 		}
 	}
@@ -54,14 +59,23 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 		mine   v1alpha1.OperationPhase // "" none
 		held   bool
 		onDisk bool
+		// pending: the request is on disk, no worker status yet
+		pending bool
 		// missing targets have not reported; age is the operation's
 		missing int32
 		age     time.Duration
-		want    []string
+		// forged entries are in the list but no List vouches for them
+		forged []v1alpha1.MachineOperationTarget
+		want   []string
 	}{
 		{name: "no slot: wait and try", want: []string{"await try"}},
 		{name: "slot held: write the request", held: true, want: []string{"write repave-4-roll"}},
 		{name: "dispatched: keep the slot", held: true, onDisk: true, mine: v1alpha1.OperationInProgress, want: []string{"KeepSlot"}},
+		{name: "dispatched, its Pending entry lost: publish it", held: true, pending: true, mine: v1alpha1.OperationWaiting,
+			want: []string{"KeepSlot publish repave-4-roll"}},
+		{name: "dispatched, no entry at all: publish it", held: true, pending: true, want: []string{"KeepSlot publish repave-4-roll"}},
+		{name: "dispatched and shown Pending: keep the slot", held: true, pending: true, mine: v1alpha1.OperationPending,
+			want: []string{"KeepSlot"}},
 		{name: "finished: release", held: true, onDisk: true, mine: v1alpha1.OperationSucceeded, want: []string{"ReleaseSlot"}},
 		{name: "budget spent: halted, nobody tries", r: v1alpha1.Rollout{FailureBudget: &one},
 			others: []v1alpha1.MachineOperationTarget{entry("x", v1alpha1.OperationFailed, "")}, want: []string{"await stop"}},
@@ -83,6 +97,15 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 		{name: "canary done: maxUnavailable", r: v1alpha1.Rollout{Canary: 1, MaxUnavailable: &intstr.IntOrString{IntVal: 5}},
 			others: []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationWaiting, ""), entry("c", v1alpha1.OperationSucceeded, "")},
 			want:   []string{"await try"}},
+		{name: "forged failures do not halt", forged: []v1alpha1.MachineOperationTarget{entry("ghost", v1alpha1.OperationFailed, ""),
+			{Name: "x", NodeName: "n-elsewhere", Phase: v1alpha1.OperationFailed}},
+			others: []v1alpha1.MachineOperationTarget{entry("x", v1alpha1.OperationWaiting, "")}, want: []string{"await try"}},
+		{name: "a forged success does not end the canary", r: v1alpha1.Rollout{Canary: 1, MaxUnavailable: &intstr.IntOrString{IntVal: 5}},
+			others: []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationWaiting, "")},
+			forged: []v1alpha1.MachineOperationTarget{entry("c", v1alpha1.OperationSucceeded, "")}, want: []string{"await"}},
+		{name: "a forged waiter does not come first", r: v1alpha1.Rollout{OrderByLabel: "zone"},
+			others: []v1alpha1.MachineOperationTarget{entry("c", v1alpha1.OperationWaiting, "c")},
+			forged: []v1alpha1.MachineOperationTarget{entry("ghost", v1alpha1.OperationWaiting, "a")}, want: []string{"await try"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,11 +117,20 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 				o.Status.Machines = append(o.Status.Machines, v1alpha1.MachineOperationTarget{Name: "m1", NodeName: node, Phase: tc.mine})
 			}
 			o.Status.Targets = int32(len(o.Status.Machines)) + tc.missing
+			real := v1alpha1.TargetNodes{}
+			for _, e := range o.Status.Machines {
+				real[e.Name] = e.NodeName
+			}
+			o.Status.Machines = append(o.Status.Machines, tc.forged...)
+			in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{o.Name: real.Check}
 			in.Now = time.Now()
 			o.CreationTimestamp.Time = in.Now.Add(-tc.age)
 			in.Operations = []v1alpha1.MachineOperation{o}
 			if tc.held {
 				in.Slots = map[string]bool{"roll": true}
+			}
+			if tc.pending {
+				in.Pending = map[requests.Kind]*requests.Request{requests.Repave: {ID: "repave-4-roll", Kind: requests.Repave, Operation: "roll"}}
 			}
 			if tc.onDisk {
 				in.Statuses = []*requests.Status{{RequestID: "repave-4-roll", Kind: requests.Repave, Operation: "roll", Phase: requests.InProgress}}
@@ -116,16 +148,16 @@ func TestRolloutGateMessages(t *testing.T) {
 	in := base(t)
 	in.Machine.Labels = map[string]string{"pool": "p"}
 	o := pacedOp(v1alpha1.Rollout{MaxUnavailable: &intstr.IntOrString{Type: intstr.String, StrVal: "50%"}})
-	g := rolloutGate(&o, in.Machine, node, time.Now())
+	g := rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll)
 	if !g.CountTargets || g.Try || g.Stop {
 		t.Errorf("percent without status.targets: %+v, want a count first", g)
 	}
 	o.Status.Targets = 5
-	if g = rolloutGate(&o, in.Machine, node, time.Now()); g.Slots != 2 || !g.Try {
+	if g = rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll); g.Slots != 2 || !g.Try {
 		t.Errorf("50%% of 5: %+v, want 2 slots", g)
 	}
 	o.Status.Machines = []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationFailed, ""), entry("b", v1alpha1.OperationFailed, "")}
-	g = rolloutGate(&o, in.Machine, node, time.Now())
+	g = rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll)
 	if !g.Stop || !strings.Contains(g.Message, "halted") || !strings.Contains(g.Message, "[a b]") {
 		t.Errorf("halted: %+v, want the failed machines named", g)
 	}
@@ -133,15 +165,79 @@ func TestRolloutGateMessages(t *testing.T) {
 
 func TestSummaryHaltedNamesFailures(t *testing.T) {
 	o := pacedOp(v1alpha1.Rollout{})
-	v1alpha1.SetMachineResult(&o, entry("a", v1alpha1.OperationSucceeded, ""))
-	v1alpha1.SetMachineResult(&o, entry("c", v1alpha1.OperationWaiting, ""))
-	v1alpha1.SetMachineResult(&o, entry("b", v1alpha1.OperationFailed, ""))
+	v1alpha1.SetMachineResult(&o, entry("a", v1alpha1.OperationSucceeded, ""), v1alpha1.CountAll)
+	v1alpha1.SetMachineResult(&o, entry("c", v1alpha1.OperationWaiting, ""), v1alpha1.CountAll)
+	v1alpha1.SetMachineResult(&o, entry("b", v1alpha1.OperationFailed, ""), v1alpha1.CountAll)
 	s := o.Status
 	if s.Phase != v1alpha1.OperationHalted || !strings.Contains(s.Message, "b") || s.Done != 1 || s.Failed != 1 || s.Waiting != 1 {
 		t.Errorf("status %s %q done=%d failed=%d waiting=%d, want Halted naming b, 1/1/1", s.Phase, s.Message, s.Done, s.Failed, s.Waiting)
 	}
-	v1alpha1.SetMachineResult(&o, entry("c", v1alpha1.OperationSucceeded, ""))
+	v1alpha1.SetMachineResult(&o, entry("c", v1alpha1.OperationSucceeded, ""), v1alpha1.CountAll)
 	if o.Status.Phase != v1alpha1.OperationFailed {
 		t.Errorf("all finished with a failure: %s, want Failed", o.Status.Phase)
+	}
+}
+
+// The book counts an entry only when the List of the operation's targets
+// has its Machine with that node name; it Lists again for an unknown entry,
+// at most once per interval unless forced.
+func TestTargetBook(t *testing.T) {
+	o := pacedOp(v1alpha1.Rollout{})
+	o.UID = "u1"
+	mk := func(name, node, pool string) v1alpha1.Machine {
+		m := v1alpha1.Machine{}
+		m.Name, m.Spec.NodeName, m.Labels = name, node, map[string]string{"pool": pool}
+		return m
+	}
+	lists := 0
+	machines := []v1alpha1.Machine{mk("x", "n-x", "p"), mk("y", "n-y", "q")}
+	list := func(_ context.Context, sel string) ([]v1alpha1.Machine, error) {
+		if sel != "pool=p" {
+			t.Errorf("listed with selector %q, want pool=p", sel)
+		}
+		lists++
+		return machines, nil // the server's filter left out: the book checks the selector itself
+	}
+	b := newTargetBook(time.Minute)
+	own := mk("m1", node, "p")
+	o.Status.Machines = []v1alpha1.MachineOperationTarget{
+		entry("x", v1alpha1.OperationFailed, ""),                         // real
+		entry("ghost", v1alpha1.OperationFailed, ""),                     // no such Machine
+		entry("y", v1alpha1.OperationFailed, ""),                         // not targeted
+		{Name: "x", NodeName: "n-evil", Phase: v1alpha1.OperationFailed}, // wrong node
+		{Name: "m1", NodeName: node, Phase: v1alpha1.OperationWaiting},   // this agent's own
+	}
+	if got := v1alpha1.Counted(&o, b.check(&o, &own, node)); len(got) != 1 || got[0].Name != "m1" {
+		t.Errorf("before any List: counted %v, want the own entry only", got)
+	}
+	now := time.Now()
+	if ok, err := b.refresh(context.Background(), list, &o, false, now); !ok || err != nil || lists != 1 {
+		t.Fatalf("refresh: %v, %v after %d Lists", ok, err, lists)
+	}
+	got := v1alpha1.Counted(&o, b.check(&o, &own, node))
+	if len(got) != 2 || got[0].Name != "x" || got[0].NodeName != "n-x" || got[1].Name != "m1" {
+		t.Errorf("counted %v, want x on n-x and the own entry", got)
+	}
+	// Nothing unknown: no List. A new entry: one List per interval.
+	if ok, _ := b.refresh(context.Background(), list, &o, false, now); !ok || lists != 1 {
+		t.Errorf("nothing new: complete %v after %d Lists, want no second List", ok, lists)
+	}
+	o.Status.Machines = append(o.Status.Machines, entry("z", v1alpha1.OperationFailed, ""))
+	if ok, _ := b.refresh(context.Background(), list, &o, false, now.Add(time.Second)); ok || lists != 1 {
+		t.Errorf("unknown entry within the interval: complete %v after %d Lists, want incomplete, no List", ok, lists)
+	}
+	machines = append(machines, mk("z", "n-z", "p"))
+	if ok, _ := b.refresh(context.Background(), list, &o, true, now.Add(time.Second)); !ok || lists != 2 {
+		t.Errorf("forced: complete %v after %d Lists", ok, lists)
+	}
+	if got := v1alpha1.Counted(&o, b.check(&o, &own, node)); len(got) != 3 {
+		t.Errorf("after z's Machine appeared: counted %v, want x, m1 and z", got)
+	}
+	// An operation created again under the name starts over.
+	o2 := o
+	o2.UID = "u2"
+	b.keep([]v1alpha1.MachineOperation{o2})
+	if got := v1alpha1.Counted(&o2, b.check(&o2, &own, node)); len(got) != 1 {
+		t.Errorf("a new operation of the same name: counted %v, want the own entry only", got)
 	}
 }

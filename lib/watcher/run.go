@@ -10,6 +10,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -93,6 +94,12 @@ type loop struct {
 	slots     *rollout.Keeper
 	slotTimer *time.Timer
 	slotDue   time.Time
+	// rolloutPoll is the slots' poll interval; targets are the rollout
+	// operations' targets as last Listed (targets.go); waitWrites the
+	// backoff of each operation's Waiting write, by UID (rollout.go).
+	rolloutPoll time.Duration
+	targets     *targetBook
+	waitWrites  map[types.UID]*waitWrite
 }
 
 // statusRetention is how long published results stay in status/ (the newest
@@ -122,8 +129,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	poll := o.RolloutPoll
+	if poll <= 0 {
+		poll = rollout.DefaultInterval
+	}
 	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1),
-		slots: rollout.NewKeeper(rollout.REST{Client: mc.REST()}, o.NodeName, o.RolloutLease, o.RolloutPoll, o.Log)}
+		slots:       rollout.NewKeeper(rollout.REST{Client: mc.REST()}, o.NodeName, o.RolloutLease, poll, o.Log),
+		rolloutPoll: poll, targets: newTargetBook(poll), waitWrites: map[types.UID]*waitWrite{}}
 	if o.BetweenReads != nil {
 		l.store.SetBetweenReads(o.BetweenReads)
 	}

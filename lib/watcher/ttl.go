@@ -108,11 +108,34 @@ func (s *ttlState) stop() {
 	}
 }
 
+// verifiedSummaries returns in.Operations, each with its phase vetoed by
+// the entries this agent counts (in.Checks) and its own: a summary is
+// written by agents, and one under a forged entry could say "finished"
+// early, which must not make this watcher delete the operation. Only a
+// veto: with fewer entries verified than written (no List yet), the
+// stored summary still says "not finished" where it knows better.
+func verifiedSummaries(in Inputs) []v1alpha1.MachineOperation {
+	out := make([]v1alpha1.MachineOperation, len(in.Operations))
+	for i := range in.Operations {
+		out[i] = *in.Operations[i].DeepCopy()
+		own := out[i].Status.Target(in.MachineName, in.NodeName)
+		if own == nil || !out[i].Status.Phase.Finished() {
+			continue
+		}
+		v := out[i].DeepCopy()
+		v1alpha1.SetMachineResult(v, *own, in.Checks[v.Name])
+		if !v.Status.Phase.Finished() {
+			out[i].Status.Phase = v.Status.Phase
+		}
+	}
+	return out
+}
+
 // expire deletes the operations Expiries says are due and arms the timer
 // for the next expiry (or retry). It makes no request when nothing is due.
 func (l *loop) expire(ctx context.Context, in Inputs) {
 	now := time.Now()
-	due, next := Expiries(in.Operations, in.Machine, in.NodeName, now)
+	due, next := Expiries(verifiedSummaries(in), in.Machine, in.NodeName, now)
 	if l.ttl.failed == nil {
 		l.ttl.failed = map[types.UID]ttlFailure{}
 	}

@@ -31,7 +31,7 @@ func finishedOp(name string, ttl int32, phase v1alpha1.OperationPhase, done time
 	start := metav1.NewTime(done.Add(-time.Minute))
 	end := metav1.NewTime(done)
 	v1alpha1.SetMachineResult(&o, v1alpha1.MachineOperationTarget{Name: "m1", NodeName: node, Phase: phase,
-		Message: "done", StartTime: &start, CompletionTime: &end})
+		Message: "done", StartTime: &start, CompletionTime: &end}, v1alpha1.CountAll)
 	return o
 }
 
@@ -278,5 +278,29 @@ func TestExpire(t *testing.T) {
 	l.expire(ctx, in)
 	if f.count() != n+1 {
 		t.Errorf("after the timer: %d requests, want the delete", f.count()-n)
+	}
+}
+
+// A summary that says Succeeded while a counted target is still in progress
+// (written under a forged entry) does not make the operation expire.
+func TestExpiriesReadVerifiedSummaries(t *testing.T) {
+	m := NewMachine("m1", node, applied(t))
+	m.Labels = map[string]string{"pool": "p1"}
+	done := ttlNow.Add(-time.Hour)
+	o := finishedOp("sel", 60, v1alpha1.OperationSucceeded, done)
+	o.Spec.MachineRef, o.Spec.MachineSelector = nil, &v1alpha1.MachineSelector{MatchLabels: map[string]string{"pool": "p1"}}
+	o.Status.Machines = append(o.Status.Machines, v1alpha1.MachineOperationTarget{Name: "m2", NodeName: "n2", Phase: v1alpha1.OperationInProgress})
+	// the forged summary: Succeeded, finished long ago
+	o.Status.Phase = v1alpha1.OperationSucceeded
+	in := Inputs{MachineName: "m1", NodeName: node, Machine: m, Operations: []v1alpha1.MachineOperation{o}}
+	real := v1alpha1.TargetNodes{"m1": node, "m2": "n2"}
+	in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{"sel": real.Check}
+	if due, _ := Expiries(verifiedSummaries(in), m, node, ttlNow); len(due) != 0 {
+		t.Errorf("due %v: a target is in progress, the operation is not finished", due)
+	}
+	// m2 unknown to the readers (no such Machine): the operation is finished.
+	in.Checks["sel"] = v1alpha1.TargetNodes{"m1": node}.Check
+	if due, _ := Expiries(verifiedSummaries(in), m, node, ttlNow); len(due) != 1 {
+		t.Errorf("due %v, want the operation: its only counted target finished", due)
 	}
 }

@@ -86,12 +86,64 @@ func (s *MachineOperationStatus) Target(name, nodeName string) *MachineOperation
 	return nil
 }
 
+// An entry check says whether an entry of status.machines is to be
+// counted (a func(MachineOperationTarget) bool: controller-gen takes no
+// named func type in an API package). Admission checks only that an agent writes entries under its own node
+// name (DESIGN.md, "Admission cost"): an entry naming a Machine that does
+// not exist, belongs to another node or is not a target of the operation
+// can be in the list, and every reader counts only the entries its check
+// passes.
+// +kubebuilder:object:generate=false
+
+// TargetNodes maps the name of each Machine an operation targets to its
+// spec.nodeName, as read from the cluster.
+type TargetNodes map[string]string
+
+// TargetNodesOf is the TargetNodes of op among ms: the Machines op targets
+// (a selector that does not parse targets none).
+func TargetNodesOf(op *MachineOperation, ms []Machine) TargetNodes {
+	out := TargetNodes{}
+	for i := range ms {
+		if ok, err := op.Targets(&ms[i]); ok && err == nil {
+			out[ms[i].Name] = ms[i].Spec.NodeName
+		}
+	}
+	return out
+}
+
+// Check counts an entry only when its Machine is one of t with that node
+// name. A nil t counts nothing.
+func (t TargetNodes) Check(e MachineOperationTarget) bool {
+	n, ok := t[e.Name]
+	return ok && n == e.NodeName
+}
+
+// CountAll counts every entry: for a reader that has verified them
+// otherwise, or trusts every writer (tests, cluster admins' tools).
+func CountAll(MachineOperationTarget) bool { return true }
+
+// Counted returns the entries of op's status that check passes; a nil
+// check passes none, so a reader that forgot to verify counts nothing.
+func Counted(op *MachineOperation, check func(MachineOperationTarget) bool) []MachineOperationTarget {
+	if check == nil {
+		return nil
+	}
+	var out []MachineOperationTarget
+	for _, e := range op.Status.Machines {
+		if check(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // SetMachineResult records one Machine's progress in op's status (the entry
 // with e's name and node name is replaced or added) and recomputes the
-// summary fields from all entries. It is what an agent calls before it
-// writes the status: the access-control policy lets it change only its own
-// entries and the summary.
-func SetMachineResult(op *MachineOperation, e MachineOperationTarget) {
+// summary fields from the entries check passes and e, which the writer
+// vouches for (its own); a nil check counts e alone. It is what an agent calls before it writes the
+// status: the access-control policy lets it change only its own entries
+// and the summary.
+func SetMachineResult(op *MachineOperation, e MachineOperationTarget, check func(MachineOperationTarget) bool) {
 	e.Message = truncate(e.Message, 4096) // the schema's limit
 	if cur := op.Status.Target(e.Name, e.NodeName); cur != nil {
 		*cur = e
@@ -104,17 +156,20 @@ func SetMachineResult(op *MachineOperation, e MachineOperationTarget) {
 			return strings.Compare(a.NodeName, b.NodeName)
 		})
 	}
-	summarize(op, e)
+	counted := Counted(op, func(x MachineOperationTarget) bool {
+		return (x.Name == e.Name && x.NodeName == e.NodeName) || (check != nil && check(x))
+	})
+	summarize(op, counted, e)
 }
 
-// summarize derives the summary from the entries; last is the entry just
-// written, whose message and generation the summary shows.
-func summarize(op *MachineOperation, last MachineOperationTarget) {
+// summarize derives the summary from the counted entries; last is the
+// entry just written, whose message and generation the summary shows.
+func summarize(op *MachineOperation, counted []MachineOperationTarget, last MachineOperationTarget) {
 	s := &op.Status
 	counts := map[OperationPhase]int{}
 	var start, end *metav1.Time
-	for i := range s.Machines {
-		m := &s.Machines[i]
+	for i := range counted {
+		m := &counted[i]
 		counts[m.Phase]++
 		if m.StartTime != nil && (start == nil || m.StartTime.Before(start)) {
 			start = m.StartTime.DeepCopy()
@@ -123,7 +178,7 @@ func summarize(op *MachineOperation, last MachineOperationTarget) {
 			end = m.CompletionTime.DeepCopy()
 		}
 	}
-	n := len(s.Machines)
+	n := len(counted)
 	s.Done, s.Failed = int32(counts[OperationSucceeded]), int32(counts[OperationFailed])
 	s.InProgress = int32(counts[OperationPending] + counts[OperationInProgress])
 	s.Waiting = int32(counts[OperationWaiting])
@@ -152,12 +207,16 @@ func summarize(op *MachineOperation, last MachineOperationTarget) {
 		s.Message = truncate(last.Message, 4096)
 	case s.Phase == OperationHalted:
 		s.Message = fmt.Sprintf("%d machines: halted, %d failed (spec.rollout.failureBudget %d: raise it to resume, or delete the operation): %s; %d succeeded, %d in progress, %d waiting",
-			n, counts[OperationFailed], r.Budget(), strings.Join(failedNames(s.Machines), ", "),
+			n, counts[OperationFailed], r.Budget(), strings.Join(failedNames(counted), ", "),
 			counts[OperationSucceeded], s.InProgress, s.Waiting)
 	default:
 		s.Message = fmt.Sprintf("%d machines: %d succeeded, %d failed, %d in progress, %d pending, %d waiting; last %s: %s",
 			n, counts[OperationSucceeded], counts[OperationFailed], counts[OperationInProgress], counts[OperationPending],
 			counts[OperationWaiting], last.Name, last.Message)
+	}
+	if ignored := len(s.Machines) - n; ignored > 0 {
+		// Said first, so the truncation below never hides it.
+		s.Message = fmt.Sprintf("(%d entries not counted: no Machine of that name and node that the operation targets) %s", ignored, s.Message)
 	}
 	s.Message = truncate(s.Message, 4096)
 	if last.ObservedMachineGeneration != 0 || last.Phase != OperationWaiting {

@@ -50,15 +50,15 @@ func TestSetMachineResult(t *testing.T) {
 	t1 := metav1.NewTime(t0.Add(time.Minute))
 	op := &MachineOperation{ObjectMeta: metav1.ObjectMeta{Name: "op"}}
 
-	SetMachineResult(op, MachineOperationTarget{Name: "b", NodeName: "nb", Phase: OperationPending, ObservedMachineGeneration: 3})
+	SetMachineResult(op, MachineOperationTarget{Name: "b", NodeName: "nb", Phase: OperationPending, ObservedMachineGeneration: 3}, CountAll)
 	if op.Status.Phase != OperationPending || op.Status.StartTime != nil || op.Status.ObservedMachineGeneration != 3 {
 		t.Errorf("one pending entry: %+v", op.Status)
 	}
-	SetMachineResult(op, MachineOperationTarget{Name: "b", NodeName: "nb", Phase: OperationInProgress, Message: "draining", StartTime: &t1})
+	SetMachineResult(op, MachineOperationTarget{Name: "b", NodeName: "nb", Phase: OperationInProgress, Message: "draining", StartTime: &t1}, CountAll)
 	if len(op.Status.Machines) != 1 || op.Status.Phase != OperationInProgress || op.Status.Message != "draining" || !op.Status.StartTime.Equal(&t1) {
 		t.Errorf("replacing the entry: %+v", op.Status)
 	}
-	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded, StartTime: &t0, CompletionTime: &t1, Message: "done"})
+	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded, StartTime: &t0, CompletionTime: &t1, Message: "done"}, CountAll)
 	if got := op.Status.Machines; len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
 		t.Errorf("entries not kept in name order: %+v", got)
 	}
@@ -67,7 +67,7 @@ func TestSetMachineResult(t *testing.T) {
 		t.Errorf("one done, one running: %+v", op.Status)
 	}
 	// the same machine name under another node is a separate entry
-	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "other", Phase: OperationFailed, Message: "boom", CompletionTime: &t1})
+	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "other", Phase: OperationFailed, Message: "boom", CompletionTime: &t1}, CountAll)
 	if len(op.Status.Machines) != 3 || op.Status.Phase != OperationFailed || !op.Status.CompletionTime.Equal(&t1) {
 		t.Errorf("a failed entry: %+v", op.Status)
 	}
@@ -76,16 +76,59 @@ func TestSetMachineResult(t *testing.T) {
 	}
 
 	single := &MachineOperation{}
-	SetMachineResult(single, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded, Message: "restarted", CompletionTime: &t1})
+	SetMachineResult(single, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded, Message: "restarted", CompletionTime: &t1}, nil)
 	if single.Status.Phase != OperationSucceeded || single.Status.Message != "restarted" || !single.Status.CompletionTime.Equal(&t1) {
 		t.Errorf("single target succeeded: %+v", single.Status)
 	}
 	long := &MachineOperation{}
 	for _, n := range []string{"a", "b"} {
-		SetMachineResult(long, MachineOperationTarget{Name: n, NodeName: n, Phase: OperationPending, Message: strings.Repeat("é", 3000)})
+		SetMachineResult(long, MachineOperationTarget{Name: n, NodeName: n, Phase: OperationPending, Message: strings.Repeat("é", 3000)}, CountAll)
 	}
 	if len(long.Status.Message) > 4096 || !utf8Valid(long.Status.Message) {
 		t.Errorf("summary message of %d bytes (valid UTF-8: %v), want at most 4096", len(long.Status.Message), utf8Valid(long.Status.Message))
+	}
+}
+
+// An entry any node could have written counts only when its Machine exists
+// with that node name and the operation targets it.
+func TestSummaryCountsOnlyVerifiedEntries(t *testing.T) {
+	op := &MachineOperation{Spec: MachineOperationSpec{MachineSelector: &MachineSelector{MatchLabels: map[string]string{"pool": "p"}},
+		Rollout: &Rollout{}}}
+	mk := func(name, node string, labels map[string]string) Machine {
+		m := Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		m.Spec.NodeName = node
+		return m
+	}
+	targets := TargetNodesOf(op, []Machine{
+		mk("a", "na", map[string]string{"pool": "p"}),
+		mk("b", "nb", map[string]string{"pool": "p"}),
+		mk("other", "no", map[string]string{"pool": "q"}), // not targeted
+	})
+	if len(targets) != 2 || targets["a"] != "na" || targets["b"] != "nb" {
+		t.Fatalf("TargetNodesOf = %v, want a and b", targets)
+	}
+	op.Status.Machines = []MachineOperationTarget{
+		{Name: "no-such-machine", NodeName: "evil", Phase: OperationFailed}, // no Machine
+		{Name: "b", NodeName: "evil", Phase: OperationFailed},               // another node's Machine
+		{Name: "other", NodeName: "no", Phase: OperationFailed},             // not targeted
+		{Name: "b", NodeName: "nb", Phase: OperationWaiting},
+	}
+	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationInProgress}, targets.Check)
+	s := op.Status
+	if s.Phase != OperationInProgress || s.Failed != 0 || s.InProgress != 1 || s.Waiting != 1 || len(s.Machines) != 5 {
+		t.Errorf("status %s failed=%d inProgress=%d waiting=%d entries=%d, want InProgress 0/1/1 with the forged entries kept",
+			s.Phase, s.Failed, s.InProgress, s.Waiting, len(s.Machines))
+	}
+	if !strings.Contains(s.Message, "3 entries not counted") {
+		t.Errorf("message %q does not say 3 entries are not counted", s.Message)
+	}
+	if got := Counted(op, nil); len(got) != 0 {
+		t.Errorf("a nil check counted %d entries, want none", len(got))
+	}
+	// With a nil check the writer's own entry still counts.
+	SetMachineResult(op, MachineOperationTarget{Name: "a", NodeName: "na", Phase: OperationSucceeded}, nil)
+	if op.Status.Done != 1 || op.Status.Phase != OperationSucceeded {
+		t.Errorf("own entry alone: done=%d phase %s, want 1 Succeeded", op.Status.Done, op.Status.Phase)
 	}
 }
 
