@@ -63,17 +63,23 @@ func (r *run) fleetLines() [][3]string {
 
 // fleetCell is one size's value of metric; the CPU per agent says when it is within the baseline's noise.
 func (r *run) fleetCell(n int, metric string) string {
-	v, unit, k, ok := r.value(fmt.Sprintf("fleet N=%d: %s", n, metric))
+	return r.sizedCell("fleet", n, metric, fleetCPU, fleetNoise, "the baseline's")
+}
+
+// sizedCell is the value of "<prefix> N=<n>: <metric>"; when metric is cpu, it says whether the value is within the
+// figure noise of the same size (whose is the noise's owner, as "the baseline's").
+func (r *run) sizedCell(prefix string, n int, metric, cpu, noise, whose string) string {
+	v, unit, k, ok := r.value(fmt.Sprintf("%s N=%d: %s", prefix, n, metric))
 	if !ok {
 		return "n/a"
 	}
 	s := format(v, unit)
-	if metric == fleetCPU {
-		if noise, _, _, ok := r.value(fmt.Sprintf("fleet N=%d: %s", n, fleetNoise)); ok {
-			if math.Abs(v) <= noise {
-				s = fmt.Sprintf("below the baseline's noise (%s, noise ±%s)", s, format(noise, unit))
+	if metric == cpu {
+		if bound, _, _, ok := r.value(fmt.Sprintf("%s N=%d: %s", prefix, n, noise)); ok {
+			if math.Abs(v) <= bound {
+				s = fmt.Sprintf("below %s noise (%s, noise ±%s)", whose, s, format(bound, unit))
 			} else {
-				s += " (noise ±" + format(noise, unit) + ")"
+				s += " (noise ±" + format(bound, unit) + ")"
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -80,22 +79,5 @@ func (r *run) rolloutLines() [][3]string {
 
 // rolloutCell is one size's value of metric; the CPU per waiting agent says when it is within the idle fleet's noise.
 func (r *run) rolloutCell(n int, metric string) string {
-	v, unit, k, ok := r.value(fmt.Sprintf("rollout wait N=%d: %s", n, metric))
-	if !ok {
-		return "n/a"
-	}
-	s := format(v, unit)
-	if metric == rolloutCPU {
-		if noise, _, _, ok := r.value(fmt.Sprintf("rollout wait N=%d: %s", n, rolloutNoise)); ok {
-			if math.Abs(v) <= noise {
-				s = fmt.Sprintf("below the idle fleet's noise (%s, noise ±%s)", s, format(noise, unit))
-			} else {
-				s += " (noise ±" + format(noise, unit) + ")"
-			}
-		}
-	}
-	if k > 1 {
-		s += fmt.Sprintf(" (median of %d)", k)
-	}
-	return s
+	return r.sizedCell("rollout wait", n, metric, rolloutCPU, rolloutNoise, "the idle fleet's")
 }
