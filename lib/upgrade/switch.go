@@ -3,21 +3,16 @@ package upgrade
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/lib/unitinstall"
-	"github.com/kubeslot/kubeslot/units"
 )
 
 // installReleaseUnits installs the unit files of the release directory dir
@@ -67,26 +62,8 @@ func installReleaseUnits(ctx context.Context, d *Deps, rec *ownership.Record, di
 // releaseUnits renders the unit templates of release directory dir for
 // this host root.
 func releaseUnits(d *Deps, dir string) (map[string][]byte, error) {
-	udir := filepath.Join(dir, bundle.UnitsDir)
-	ents, err := os.ReadDir(udir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return units.All(units.Vars{Base: d.Root.Base()})
-	}
-	if err != nil {
-		return nil, err
-	}
-	tmpl := map[string][]byte{}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			return nil, fmt.Errorf("%s: %s is not a regular file", udir, e.Name())
-		}
-		b, err := os.ReadFile(filepath.Join(udir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		tmpl[e.Name()] = b
-	}
-	return units.RenderFrom(tmpl, units.Vars{Base: d.Root.Base()})
+	out, _, err := release.RenderUnits(d.Root, dir)
+	return out, err
 }
 
 // handover is how the new release's watcher came to run, for the gate.

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +20,7 @@ import (
 	"github.com/kubeslot/kubeslot/units"
 )
 
-// maxTemplate bounds one unit template read from a release.
+// maxTemplate bounds one unit file read from the host.
 const maxTemplate = 1 << 20
 
 // renderCurrent renders the unit templates of the release current names
@@ -41,24 +39,10 @@ func renderCurrent(root *hostroot.Root) (map[string][]byte, string, error) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return nil, "", fmt.Errorf("%s names %s, which is not a release directory", root.HostPath(hostroot.CurrentLink), path.Join(hostroot.ReleasesDir, rel))
 	}
-	udir := filepath.Join(dir, bundle.UnitsDir)
-	ents, err := os.ReadDir(udir)
-	if errors.Is(err, fs.ErrNotExist) {
-		out, err := units.All(units.Vars{Base: root.Base()})
+	out, builtin, err := release.RenderUnits(root, dir)
+	if builtin {
 		return out, "this binary's templates (" + path.Join(hostroot.ReleasesDir, rel) + " has no units/)", err
 	}
-	if err != nil {
-		return nil, "", err
-	}
-	tmpl := map[string][]byte{}
-	for _, e := range ents {
-		b, err := hostroot.ReadRegular(filepath.Join(udir, e.Name()), maxTemplate)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", root.HostPath(hostroot.ReleasesDir, rel, bundle.UnitsDir, e.Name()), err)
-		}
-		tmpl[e.Name()] = b
-	}
-	out, err := units.RenderFrom(tmpl, units.Vars{Base: root.Base()})
 	return out, path.Join(hostroot.ReleasesDir, rel, bundle.UnitsDir), err
 }
 
