@@ -14,22 +14,10 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostprep/distrotest"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/units"
 )
-
-// distroFlatcarOSRelease is Flatcar's os-release as it ships.
-const distroFlatcarOSRelease = `NAME="Flatcar Container Linux by Kinvolk"
-ID=flatcar
-ID_LIKE=coreos
-VERSION=4081.2.1
-VERSION_ID=4081.2.1
-BUILD_ID=2024-12-12-0034
-SYSEXT_LEVEL=1.0
-PRETTY_NAME="Flatcar Container Linux by Kinvolk 4081.2.1 (Oklo)"
-ANSI_COLOR="38;5;75"
-HOME_URL="https://flatcar.org/"
-`
 
 // distroTrapLog is where the package-tool traps record a call (the host's /run, outside what r.tree lists).
 const distroTrapLog = "/run/package-tool-calls"
@@ -54,10 +42,10 @@ func TestImageBasedHostOnRig(t *testing.T) {
 	}
 	// Flatcar: its os-release in both places (/etc/os-release was Debian's link), no dpkg, traps for the
 	// package tools, machinectl moved aside (missing), then /usr read-only as on an image.
-	if err := r.h.WriteFile("/usr/lib/os-release", []byte(distroFlatcarOSRelease), 0o644); err != nil {
+	if err := r.h.WriteFile("/usr/lib/os-release", []byte(distrotest.Flatcar), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.h.WriteFile("/etc/os-release", []byte(distroFlatcarOSRelease), 0o644); err != nil {
+	if err := r.h.WriteFile("/etc/os-release", []byte(distrotest.Flatcar), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	trap := "#!/bin/sh\necho \"$0 $*\" >>" + distroTrapLog + "\nexit 1\n"

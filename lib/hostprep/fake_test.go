@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kubeslot/kubeslot/lib/hostprep/distrotest"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/testkit"
@@ -221,7 +222,7 @@ func testHost(t *testing.T) (*hostroot.Root, *ownership.Record) {
 func debianHost(t *testing.T, root *hostroot.Root) {
 	t.Helper()
 	mkdir(t, root, "/usr/lib")
-	writeHostFile(t, root, OSReleaseFileUsr, osReleaseDebian12, 0o644)
+	writeHostFile(t, root, OSReleaseFileUsr, distrotest.Debian12, 0o644)
 	mkdir(t, root, "/usr/bin")
 	for _, c := range []string{"dpkg-query", "apt-get"} {
 		writeHostFile(t, root, "/usr/bin/"+c, "#!/bin/sh\nexit 1\n", 0o755)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/hostprep/distrotest"
 )
 
 // stubTools puts rpm and dnf stand-ins first in PATH: rpm knows one
@@ -41,7 +43,7 @@ func calls(t *testing.T, log string) string {
 func TestExecSystemDNF(t *testing.T) {
 	log := stubTools(t)
 	setUsrReadOnly(t, false)
-	sys := ExecSystem{Root: distroHost(t, osReleaseRocky9, dnfTools, false), AllowPrefix: true}
+	sys := ExecSystem{Root: distroHost(t, distrotest.Rocky9, dnfTools, false), AllowPrefix: true}
 	ctx := context.Background()
 	if ok, err := sys.PackageInstalled(ctx, "present"); !ok || err != nil {
 		t.Errorf("present: %v %v", ok, err)
@@ -71,7 +73,7 @@ func TestExecSystemDNF(t *testing.T) {
 func TestExecSystemRefusesPackagesOnImageHost(t *testing.T) {
 	log := stubTools(t)
 	setUsrReadOnly(t, true)
-	sys := ExecSystem{Root: distroHost(t, osReleaseFCOS, []string{"rpm", "rpm-ostree"}, true), AllowPrefix: true}
+	sys := ExecSystem{Root: distroHost(t, distrotest.FCOS, []string{"rpm", "rpm-ostree"}, true), AllowPrefix: true}
 	ctx := context.Background()
 	if _, err := sys.PackageInstalled(ctx, "systemd-container"); err == nil || !strings.Contains(err.Error(), "runs no package tool here") {
 		t.Errorf("PackageInstalled: %v", err)
