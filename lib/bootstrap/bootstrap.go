@@ -42,10 +42,12 @@
 //     complete → the watcher and path units started once the lock is
 //     released.
 //
-// A complete host's re-run (every boot) takes ~0.3 s: it re-applies host
-// preparation, repairs units, links and the slot's nspawn settings from the
-// applied configuration, and changes nothing else. Enable links are written
-// as files (not EnableUnitFiles), so each is journalled before it exists.
+// A complete host's re-run (every boot) re-applies host preparation, runs
+// lib/verify's checks and repairs exactly what they name, each repair (or
+// the reason a finding is left) logged on its own line (repair.go), ensures
+// the slot's lifecycle hooks from the applied configuration, and changes
+// nothing else. Enable links are written as files (not EnableUnitFiles), so
+// each is journalled before it exists.
 //
 // Reports go to the Machine (AgentBootstrapped: Running with the phase,
 // Succeeded, or <Phase>Failed with a message of at most 1 KiB) with the
@@ -71,6 +73,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -151,6 +154,9 @@ type Deps struct {
 	// nothing (unit tests of other logic). Real: ResolveImage.
 	ResolveImage ImageResolver
 	Now          func() time.Time
+	// ConfigFile is the configuration's path, for messages ("" is "the
+	// configuration").
+	ConfigFile string
 }
 
 // sandboxImageSkip is why the sandbox image is not checked on this host
@@ -293,6 +299,9 @@ func admit(d Deps, cfg *config.Config, rec *ownership.Record, err error) (*owner
 	if err == nil {
 		decision, err = ownership.Decide(d.Root, rec, cfg.Machine.Name, cfg.Fingerprint())
 	}
+	if errors.Is(err, ownership.ErrDifferentInstallation) {
+		decision, err = editedConfig(d, cfg, rec, err) // edited.go
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("admission refused, nothing was changed: %w", err)
 	}
@@ -350,59 +359,6 @@ func recordSandbox(d Deps) error {
 	}
 	d.Log.Info("test and sandbox settings recorded for later stages", "settings", fmt.Sprintf("%+v", d.Sandbox))
 	return nil
-}
-
-// repair is the run on a complete host: verify and repair the host
-// preparation, the release, the unit files and their enablement, and the slot's lifecycle hooks, all
-// from the APPLIED configuration (Run then starts what should run). A host
-// in order costs a few file reads and the release's --version checks.
-func repair(ctx context.Context, d Deps, rec *ownership.Record) ([]string, error) {
-	log := d.Log.With("install_id", rec.InstallID)
-	applied, err := state.NewStore(d.Root).ActiveApplied()
-	if err != nil {
-		return nil, fmt.Errorf("complete installation: %w", err)
-	}
-	if applied == nil {
-		return nil, fmt.Errorf("complete installation %s has no active slot in %s: the host root is damaged; reset the host", rec.InstallID, d.Root.HostPath(hostroot.AppliedDir))
-	}
-	// Host preparation again, as DESIGN.md says of the on-boot run: swap the
-	// host's fstab brings back at boot is turned off again. A prepared host
-	// costs a survey and changes nothing.
-	if err := d.Host.Apply(ctx, applied.Config, rec); err != nil {
-		return nil, err
-	}
-	if err := d.Releaser.Ensure(ctx); err != nil {
-		return nil, err
-	}
-	repaired, err := installUnits(d.Root, rec)
-	if err != nil {
-		return repaired, err
-	}
-	mode, err := isolation.AppliedMode(applied)
-	if err != nil {
-		return repaired, err
-	}
-	en, err := enableMachine(d.Root, rec, mode, applied.Slot)
-	if err != nil {
-		return repaired, err
-	}
-	if en {
-		repaired = append(repaired, mode.MachineUnit(applied.Slot)+" enabled")
-	}
-	if len(repaired) > 0 {
-		if err := d.Systemd.Reload(ctx); err != nil {
-			return repaired, err
-		}
-	}
-	_, op, err := d.NewIsolation(applied.Config, rec)
-	if err != nil {
-		return repaired, fmt.Errorf("applied configuration of slot %s: %w", applied.Slot, err)
-	}
-	if err := op.EnsureHooks(ctx); err != nil {
-		return repaired, err
-	}
-	log.Debug("complete installation checked", "slot", applied.Slot, "repaired", repaired)
-	return repaired, nil
 }
 
 // Preflight writes what a run would do and what is missing to w, changing

@@ -120,6 +120,7 @@ func ensureActive(ctx context.Context, d Deps, log *slog.Logger) []string {
 			err = d.Systemd.StartUnit(sctx, name)
 			if err == nil {
 				started = append(started, name+" started")
+				log.Info("repaired", "check", "units-state", "file", name, "field", "ActiveState", "was", active, "did", "started")
 			}
 		}
 		cancel()

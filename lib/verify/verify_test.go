@@ -23,7 +23,7 @@ var year = time.Now().Add(365 * 24 * time.Hour)
 
 func run(t *testing.T, root *hostroot.Root, sd verify.Systemd) *verify.Report {
 	t.Helper()
-	return verify.Run(context.Background(), verify.Deps{Root: root, Systemd: sd})
+	return verify.Run(context.Background(), verify.Deps{Root: root, Systemd: sd, ConfigFile: verify.DefaultConfigFile})
 }
 
 // check returns the named check of rep.
@@ -81,7 +81,7 @@ func TestHealthyIsOKAndChangesNothing(t *testing.T) {
 		t.Fatalf("verdict %s exit %d: %+v", rep.Verdict, rep.ExitCode(), rep)
 	}
 	names := []string{verify.CheckInstallation, verify.CheckApplied, verify.CheckCurrent, verify.CheckLastGood,
-		verify.CheckUnitFiles, verify.CheckUnitsState, verify.CheckMachine, verify.CheckIdentity}
+		verify.CheckUnitFiles, verify.CheckUnitsState, verify.CheckMachine, verify.CheckIdentity, verify.CheckConfig}
 	if len(rep.Checks) != len(names) {
 		t.Fatalf("%d checks, want %d: %+v", len(rep.Checks), len(names), rep.Checks)
 	}
