@@ -209,15 +209,10 @@ func (r *repairer) releaseNamed() string {
 // one there is.
 func (r *repairer) lastGood(rep *verify.Report) {
 	c := find(rep, verify.CheckLastGood)
-	var f verify.Finding
-	switch {
-	case c.Status == verify.Problem:
-		f = c.Findings[0]
-	case c.Status == verify.Skipped && strings.Contains(c.Detail, "does not exist"):
-		f = verify.Finding{File: r.d.Root.HostPath(hostroot.LastGoodLink), Field: "presence", Value: "missing"}
-	default:
+	if c.Status != verify.Problem {
 		return
 	}
+	f := c.Findings[0]
 	if cur := find(rep, verify.CheckCurrent); cur.Status != verify.OK {
 		r.left(verify.CheckLastGood, f, "current does not verify either: there is no good release to name")
 		return
@@ -235,6 +230,30 @@ func (r *repairer) lastGood(rep *verify.Report) {
 		return
 	}
 	r.repaired(verify.CheckLastGood, f, "pointed at the current release "+path.Join(hostroot.ReleasesDir, name))
+}
+
+// ensureLastGood points a missing last-good link at current: the
+// installation's commit (installing-units) makes the release it installed,
+// or the one Ignition laid down, the one to fall back to, as an agent
+// upgrade does for the release it leaves. A link already there is the
+// repair's (lastGood) or the upgrader's.
+func ensureLastGood(root *hostroot.Root, log *slog.Logger) error {
+	base, err := root.Path()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(base, hostroot.LastGoodLink)); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	name, err := release.Current(root)
+	if err != nil {
+		return err
+	}
+	if err := release.SetLastGood(root, name); err != nil {
+		return err
+	}
+	log.Info("last-good set to the installed release", "release", path.Join(hostroot.ReleasesDir, name))
+	return nil
 }
 
 // upgradeUnderWay names the upgrade state file present, "" when none.

@@ -170,14 +170,16 @@ func TestLastGoodNotARelease(t *testing.T) {
 	wantFinding(t, rep, verify.CheckLastGood, "/opt/kubeslot/last-good", "target")
 	onlyProblem(t, rep, verify.CheckLastGood)
 
-	// No link at all: a host whose release Ignition laid down, before its
-	// first agent upgrade.
+	// No link at all: the bootstrap sets it at installation (and its
+	// boot-time run repairs it), so a complete host without one has no
+	// release to fall back to.
 	if err := os.Remove(lg); err != nil {
 		t.Fatal(err)
 	}
 	rep = run(t, root, verifytest.NewSystemd())
-	if c := check(t, rep, verify.CheckLastGood); c.Status != verify.Skipped || rep.Verdict != verify.VerdictOK {
-		t.Errorf("no last-good: %+v, verdict %s", c, rep.Verdict)
+	f := wantFinding(t, rep, verify.CheckLastGood, "/opt/kubeslot/last-good", "presence")
+	if f.Value != "missing" || !strings.Contains(f.Want, "fall back") {
+		t.Errorf("no last-good: %+v", f)
 	}
 }
 
