@@ -229,7 +229,7 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Started = ensureActive(ctx, d, d.Log)
+	res.Started = ensureActive(ctx, d, d.Log, res.Decision == ownership.Complete)
 	switch {
 	case res.Decision != ownership.Complete:
 	case len(res.Repaired)+len(res.Started) > 0:

@@ -394,7 +394,7 @@ func (r *repairer) unitsState(c verify.Result) {
 		switch f.Field {
 		case "UnitFileState":
 			r.reload = true
-			r.repaired(verify.CheckUnitsState, f, "systemd reloaded to read its enablement links")
+			r.repaired(verify.CheckUnitsState, f, "enablement links as unit-files wants them, systemd reloaded")
 		case "ActiveState":
 			r.log.Info("not active: started once the installation lock is released", "check", verify.CheckUnitsState, "file", f.File, "was", f.Value)
 		}
