@@ -32,7 +32,9 @@
 //     the distribution detected and every missing thing.
 //   - The installation lock (busy: 69), then admission through the ownership
 //     record: fresh, resume from the checkpoint, refuse a different
-//     configuration, or (complete) verify and repair.
+//     configuration (on a complete host: unless it differs from the applied
+//     one only in settings the Machine spec governs, edited.go), or
+//     (complete) verify and repair.
 //   - preparing-host (lib/hostprep) → preparing-slot (provision and configure
 //     slot a) → starting-node (start, kubelet healthy, Node Ready within
 //     timeouts.node_ready; systemd-nspawn@a enabled at boot) →
@@ -368,6 +370,9 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	var problems []string
 	fmt.Fprintf(w, "configuration: valid (%s; fingerprint %s)\n", cfg.Summary(), ownership.ShortFingerprint(cfg.Fingerprint()))
 	decision, rec, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint())
+	if errors.Is(err, ownership.ErrDifferentInstallation) {
+		decision, err = editedConfig(d, cfg, rec, err)
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintf(w, "admission: BLOCKED: %v\n", err)
@@ -377,7 +382,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	case decision == ownership.Resume:
 		fmt.Fprintf(w, "admission: resume installation %s from checkpoint %s\n", rec.InstallID, rec.Checkpoint)
 	default:
-		fmt.Fprintf(w, "admission: installation %s is complete: a run verifies and repairs units only\n", rec.InstallID)
+		fmt.Fprintf(w, "admission: installation %s is complete: a run repairs what kubeslot verify names\n", rec.InstallID)
 	}
 	slot := cfg.Isolation.Slots[0]
 	if p, err := d.Root.Machine(slot); err == nil {
