@@ -88,7 +88,7 @@ systemctl disable kubeslot-upgrade.path`)
 			t.Errorf("the bootstrap's journal has no repair line for %s %s %s", b.check, b.file, b.field)
 		}
 	}
-	if rep, code, raw = r.verify(ctx); code != 0 {
+	if _, code, raw = r.verify(ctx); code != 0 {
 		t.Errorf("verify after the repair run: exit %d:\n%s\njournal:\n%s", code, raw, tailLines(j, 40))
 	}
 	for _, l := range strings.Split(j, "\n") {
