@@ -36,7 +36,8 @@ func TestVerifyRepairOnRig(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", script, err, out)
 		}
 	}
-	rep, code, raw := r.verify(ctx)
+	var rep *verify.Report
+	_, code, raw := r.verify(ctx)
 	if code != 0 {
 		t.Fatalf("verify after the bootstrap: exit %d:\n%s", code, raw)
 	}
