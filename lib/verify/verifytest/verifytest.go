@@ -4,7 +4,7 @@
 // manifests, the current and last-good links, the unit files as the
 // current release renders them with their enablement links, the slot's boot
 // link, a node identity and the configuration file; and a fake systemd that says all of it runs.
-// Imported by tests only (lib/verify, cmd/kubeslot).
+// Imported by tests only (lib/verify, lib/bootstrap, cmd/kubeslot).
 package verifytest
 
 import (
