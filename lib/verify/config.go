@@ -13,10 +13,11 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/state"
+	"github.com/kubeslot/kubeslot/units"
 )
 
 // DefaultConfigFile is the configuration the bootstrap unit runs with.
-const DefaultConfigFile = "/etc/kubeslot/config.toml"
+const DefaultConfigFile = units.ConfigPath
 
 // FieldDiff is one setting in which a configuration file differs from the
 // applied configuration, by its TOML key (labels and maps by entry).
