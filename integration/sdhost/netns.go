@@ -205,3 +205,13 @@ func (h *Host) SetNodeIP(ip netip.Addr) error {
 	h.nodeIP, h.opts.NodeIP = ip, ip
 	return nil
 }
+
+// OnNetwork has every later Boot call f with the new boot's network namespace ("/proc/<pid>/ns/net") as soon as the
+// node network is up, before systemd has finished booting: a test can make its forwarders there while units that
+// need them start, as a real host's network is there at boot. f must not call the Host's methods (Boot holds the
+// host's lock); nil removes it.
+func (h *Host) OnNetwork(f func(netns string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onNetwork = f
+}

@@ -152,7 +152,8 @@ var slotRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // .nspawn settings (kernel modules, devices), the kubelet's node address (unless pinned), the node's resolv.conf.
 // Each change is logged; a record of what the node got is left in <base>/state/NodeHostFile.
 func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) {
-	rec := HookRecord{Slot: slot, At: time.Now().UTC()}
+	t0 := time.Now()
+	rec := HookRecord{Slot: slot, At: t0.UTC()}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -198,7 +199,8 @@ func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) 
 	if err := saveHookRecord(d.Root, rec); err != nil {
 		log.Warn("pre-start hook: record not written", "err", err)
 	}
-	log.Info("pre-start hook done", "node_ip", rec.NodeIP, "pinned", rec.Pinned, "resolv_from", rec.Resolv, "kernel", rec.Kernel, "changed", changed)
+	log.Info("pre-start hook done", "node_ip", rec.NodeIP, "pinned", rec.Pinned, "resolv_from", rec.Resolv, "kernel", rec.Kernel, "changed", changed,
+		"took", time.Since(t0).Round(time.Millisecond))
 	return rec, nil
 }
 
