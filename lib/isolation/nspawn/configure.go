@@ -174,21 +174,14 @@ type hostFile struct {
 func (b *Backend) hostFiles(slot string) []hostFile {
 	kvm := b.hostHas(kvmDevice, fs.ModeCharDevice)
 	return []hostFile{
-		{ownership.KindNspawnSettings, settingsPath(slot), b.nspawnSettings(slot, kvm, b.hostHas(modulesDir, fs.ModeDir))},
+		{ownership.KindNspawnSettings, settingsPath(slot), b.nspawnSettings(slot)},
 		{ownership.KindUnit, dropInPath(slot), b.dropIn(slot, kvm)},
 	}
 }
 
 // hostHas reports whether the host has p of the given type (ModeDir,
 // ModeCharDevice).
-func (b *Backend) hostHas(p string, typ fs.FileMode) bool {
-	local, err := b.local(p)
-	if err != nil {
-		return false
-	}
-	fi, err := os.Stat(local)
-	return err == nil && fi.Mode().Type()&typ == typ
-}
+func (b *Backend) hostHas(p string, typ fs.FileMode) bool { return hostHasPath(b.root, p, typ) }
 
 // nspawnSettings is /etc/systemd/nspawn/<slot>.nspawn, which the unit's
 // --settings=override lets win over the unit's command line (-U,
@@ -207,7 +200,11 @@ func (b *Backend) hostHas(p string, typ fs.FileMode) bool {
 //     certificates; the node state directories (containerd's images, a
 //     cluster CNI's files) bound likewise, so a repave pulls nothing again.
 //   - no Volatile=: the rootfs is a plain writable directory.
-func (b *Backend) nspawnSettings(slot string, kvm, modules bool) []byte {
+//   - ResolvConf=off: the pre-start hook writes the node's resolv.conf
+//     (hooks.go), with servers pods can reach.
+//   - last, the host-dependent binds (hostSettings), which the pre-start
+//     hook re-renders before every start.
+func (b *Backend) nspawnSettings(slot string) []byte {
 	var f strings.Builder
 	fmt.Fprintf(&f, `# Written by kubeslot for slot %s; it is rewritten on every configure.
 [Exec]
@@ -215,6 +212,7 @@ Boot=yes
 PrivateUsers=no
 Capability=all
 SystemCallFilter=@keyring bpf
+ResolvConf=off
 
 [Network]
 VirtualEthernet=no
@@ -222,9 +220,6 @@ Private=no
 
 [Files]
 `, slot)
-	if modules {
-		fmt.Fprintf(&f, "BindReadOnly=%s\n", modulesDir)
-	}
 	fmt.Fprintf(&f, "Bind=%s:%s\n", b.identity, nodeconfig.CertDir)
 	if len(b.cfg.Node.PreloadImages) > 0 {
 		fmt.Fprintf(&f, "BindReadOnly=%s:%s\n", b.root.HostPath(hostroot.CacheDir), nodeconfig.CacheMount)
@@ -232,9 +227,7 @@ Private=no
 	for _, d := range b.nodeState() {
 		fmt.Fprintf(&f, "Bind=%s:%s\n", d.host, d.node)
 	}
-	if kvm {
-		fmt.Fprintf(&f, "Bind=%s\n", kvmDevice)
-	}
+	f.WriteString(hostSettings(b.hostHas))
 	return []byte(f.String())
 }
 
@@ -253,6 +246,7 @@ Environment=SYSTEMD_NSPAWN_API_VFS_WRITABLE=network
 	// Whole seconds: systemd's time span syntax differs from Go's.
 	stop := int64(math.Ceil(b.cfg.Timeouts.Stop.Seconds()))
 	fmt.Fprintf(&f, "# timeouts.stop\nTimeoutStopSec=%d\n", stop)
+	f.WriteString(b.preStartHook())
 	if kvm {
 		fmt.Fprintf(&f, "DeviceAllow=%s rw\n", kvmDevice)
 	}
