@@ -115,6 +115,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
+	}
 	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

@@ -125,6 +125,11 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
+	}
 	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, Preflight: f.Upgrade.Preflight, JSON: f.Upgrade.JSON,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log}.Run(ctx)
 }
@@ -137,6 +142,11 @@ func recoverStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO)
 	root, err := f.Root()
 	if err != nil {
 		return exitcode.UsageError(err)
+	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
 	}
 	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Recover: true,
 		Job: upgrade.Job{Stage: name + " recover", LockWait: f.Recover.LockWait}, Stdout: stdio.Stdout, Log: log}.Run(ctx)

@@ -104,6 +104,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 	if err != nil {
 		return err
 	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
+	}
 	return watcher.Command{Root: root, SystemdBus: f.SystemdBus, Kubeconfig: f.Kubeconfig, LockWait: f.LockWait,
 		ReadyAfter: f.ReadyAfter, UpgradeProbation: f.UpgradeProbation, RolloutLease: f.RolloutLease, RolloutPoll: f.RolloutPoll,
 		Getenv: os.Getenv, Log: log, Started: t0, Config: f.Config}.Run(ctx)
