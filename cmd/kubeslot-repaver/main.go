@@ -18,7 +18,8 @@
 // request's policy, or the defaults by hand; --no-drain skips that by hand.
 //
 // Exit codes: 0 done; 1 failed (a rolled-back repave included: the status
-// file says why); 2 usage; 69 deferred (lock busy, bootstrap unfinished).
+// file says why); 2 usage; 69 deferred (lock busy, bootstrap unfinished);
+// 78 the host's layout version is not this release's, nothing changed.
 //
 // Environment for tests and sandboxes only: those of kubeslot-bootstrap
 // (KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,

@@ -15,7 +15,8 @@
 //
 // Exit codes: 0 done, or nothing to reset (no ownership record); 1 failed
 // (the record stays "resetting"; a re-run resumes); 2 usage, or no
-// confirmation; 69 the installation lock stayed busy.
+// confirmation; 69 the installation lock stayed busy; 78 the host's layout
+// version is not this release's (refused before anything, unless --force).
 //
 // Kept on purpose: /etc/kubeslot/config.toml, the operator's input, but
 // without its join token (cluster.bootstrap_token becomes a comment, the

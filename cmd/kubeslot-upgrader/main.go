@@ -19,7 +19,9 @@
 // the last-good release's units, record the failure, restart the watcher.
 //
 // Exit codes: 0 done or nothing to do; 1 failed (refused before the switch,
-// or rolled back: the status or the signal says why); 2 usage; 69 deferred.
+// or rolled back: the status or the signal says why); 2 usage; 69 deferred;
+// 78 the host's layout version is not this release's (recover too: an older
+// last-good must not act on a newer layout), nothing changed.
 //
 // Test hook: KUBESLOT_TEST_PAUSE_AT=<phase> (preflight, download, last-good,
 // unpack, smoke-test, signal, switch, units, restart, health, rollback)
