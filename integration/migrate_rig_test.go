@@ -35,6 +35,11 @@ func TestHostRootMigrationOnRig(t *testing.T) {
 	node := func() string {
 		return show("systemd-nspawn@a.service", "MainPID", "InvocationID", "NRestarts", "ActiveState")
 	}
+	// last-good as an agent upgrade leaves it (a release Ignition laid down has none until the first upgrade), so
+	// that the recovery unit has a release to run after the move.
+	if out, err := r.h.Run(ctx, "ln", "-sfn", "releases/blue", "/opt/kubeslot/last-good"); err != nil {
+		t.Fatalf("last-good: %v\n%s", err, out)
+	}
 	before := node()
 	if !strings.Contains(before, "ActiveState=active") {
 		t.Fatalf("node machine before the move: %s", before)
@@ -85,6 +90,21 @@ func TestHostRootMigrationOnRig(t *testing.T) {
 	// kubeslot verify on the moved installation.
 	if out, err := r.h.Run(ctx, mgNewBase+"/current/kubeslot", "--host-root", mgNewBase, "verify"); err != nil {
 		t.Errorf("kubeslot verify after the move: %v\n%s", err, out)
+	}
+
+	// The rollback path works on the moved tree: the recovery unit runs last-good's upgrader from the new base (a
+	// layout-1 release on a tree still at layout 1) and, current being last-good, changes nothing.
+	watcherPID := show(units.Watcher, "MainPID")
+	if out, err := r.h.Run(ctx, "systemctl", "start", "kubeslot-recovery.service"); err != nil {
+		j, _ := r.h.Journal(ctx, "kubeslot-recovery.service")
+		t.Errorf("recovery unit after the move: %v\n%s\n%s", err, out, tailLines(j, 20))
+	}
+	if res := show("kubeslot-recovery.service", "Result", "ExecMainStatus", "ExecStart"); !strings.Contains(res, "Result=success") ||
+		!strings.Contains(res, "ExecMainStatus=0") || !strings.Contains(res, mgNewBase+"/last-good/kubeslot-upgrader") {
+		t.Errorf("recovery unit after the move: %s", res)
+	}
+	if got := show(units.Watcher, "MainPID"); got != watcherPID {
+		t.Errorf("the recovery unit restarted the watcher with current at last-good: %s, then %s", watcherPID, got)
 	}
 
 	// A repave of the moved installation, by hand (the rig's environment, as its worker drop-ins give it).
