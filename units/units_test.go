@@ -105,6 +105,12 @@ func checkStageUnit(data []byte) (isStage bool, problems []string) {
 			problems = append(problems, fmt.Sprintf("[Service] %s= is %q: must contain %s (exitcode.Deferred)", key, strings.Join(l, " "), deferred))
 		}
 	}
+	// A layout this release does not understand (exit 78) is an operator's
+	// to fix: a restart would only refuse again.
+	unfit := strconv.Itoa(exitcode.HostUnfit)
+	if l := list(opts, "Service", "RestartPreventExitStatus"); !slices.Contains(l, unfit) {
+		problems = append(problems, fmt.Sprintf("[Service] RestartPreventExitStatus= is %q: must contain %s (exitcode.HostUnfit)", strings.Join(l, " "), unfit))
+	}
 	for _, c := range cmds {
 		// The recovery unit alone runs the last good release's upgrader:
 		// current is what it repairs.
@@ -123,7 +129,8 @@ func checkStageUnit(data []byte) (isStage bool, problems []string) {
 	return true, problems
 }
 
-// TestStageUnitsListDeferred pins exitcode.Deferred into every stage unit.
+// TestStageUnitsListDeferred pins exitcode.Deferred into every stage unit,
+// and exitcode.HostUnfit into its RestartPreventExitStatus=.
 func TestStageUnitsListDeferred(t *testing.T) {
 	stages := 0
 	for _, name := range Names() {
@@ -156,11 +163,11 @@ func TestDeferredCheckCatchesBadUnits(t *testing.T) {
 		name, unit string
 		ok         bool
 	}{
-		{"both", "[Service]\n" + exec + "SuccessExitStatus=69\nRestartPreventExitStatus=69\n", true},
-		{"several values and repeated keys", "[Service]\n" + exec + "SuccessExitStatus=1 SIGTERM\nSuccessExitStatus=69\nRestartPreventExitStatus=2 69 SIGKILL\n", true},
-		{"continuation lines", "[Service]\n" + exec + "SuccessExitStatus=3 \\\n  69\nRestartPreventExitStatus=4\\\n 69\n", true},
-		{"command prefix", "[Service]\nExecStart=-@BASE@/current/kubeslot-x --flag\nSuccessExitStatus=69\nRestartPreventExitStatus=69\n", true},
-		{"more prefixes", "[Service]\nExecStart=!!@BASE@/current/kubeslot-x\nExecStartPre=+@BASE@/current/kubeslot-y\nSuccessExitStatus=69\nRestartPreventExitStatus=69\n", true},
+		{"both", "[Service]\n" + exec + "SuccessExitStatus=69\nRestartPreventExitStatus=69 78\n", true},
+		{"several values and repeated keys", "[Service]\n" + exec + "SuccessExitStatus=1 SIGTERM\nSuccessExitStatus=69\nRestartPreventExitStatus=2 69 SIGKILL 78\n", true},
+		{"continuation lines", "[Service]\n" + exec + "SuccessExitStatus=3 \\\n  69\nRestartPreventExitStatus=4\\\n 69 78\n", true},
+		{"command prefix", "[Service]\nExecStart=-@BASE@/current/kubeslot-x --flag\nSuccessExitStatus=69\nRestartPreventExitStatus=69 78\n", true},
+		{"more prefixes", "[Service]\nExecStart=!!@BASE@/current/kubeslot-x\nExecStartPre=+@BASE@/current/kubeslot-y\nSuccessExitStatus=69\nRestartPreventExitStatus=69 78\n", true},
 		{"not a stage", "[Service]\nExecStart=/bin/true\n", true},
 		{"neither", "[Service]\n" + exec, false},
 		{"no RestartPreventExitStatus", "[Service]\n" + exec + "SuccessExitStatus=69\n", false},
@@ -169,6 +176,8 @@ func TestDeferredCheckCatchesBadUnits(t *testing.T) {
 		{"reset by an empty assignment", "[Service]\n" + exec + "SuccessExitStatus=69\nRestartPreventExitStatus=69\nSuccessExitStatus=\n", false},
 		{"169 is not 69", "[Service]\n" + exec + "SuccessExitStatus=169\nRestartPreventExitStatus=69\n", false},
 		{"commented out", "[Service]\n" + exec + "#SuccessExitStatus=69\nRestartPreventExitStatus=69\n", false},
+		{"no 78 (exitcode.HostUnfit)", "[Service]\n" + exec + "SuccessExitStatus=69\nRestartPreventExitStatus=69\n", false},
+		{"78 only in SuccessExitStatus", "[Service]\n" + exec + "SuccessExitStatus=69 78\nRestartPreventExitStatus=69\n", false},
 		{"stage not through current", "[Service]\nExecStart=/usr/bin/kubeslot-x\nSuccessExitStatus=69\nRestartPreventExitStatus=69\n", false},
 	}
 	for _, c := range cases {

@@ -9,7 +9,8 @@
 // different installation owns the host, a phase failed); 2 usage; 69 the
 // installation lock stayed busy (another stage owns the host); 78 the host
 // lacks what kubeslot will not install there (lib/hostprep names it, and
-// how to provide it), nothing changed.
+// how to provide it), or the host's layout version is not this release's
+// (hostroot.CheckLayout), nothing changed.
 //
 // Environment for tests and sandboxes only (see lib/sandbox, lib/bootstrap):
 // KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
@@ -53,10 +54,20 @@ func run(args []string, stdio cli.IO) int {
 	})
 }
 
-// stage loads the configuration and protects its file, before anything
-// on the host is touched, and runs the stage (lib/bootstrap).
+// stage checks the layout version, loads the configuration and protects
+// its file, before anything on the host is touched, and runs the stage
+// (lib/bootstrap).
 func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv func(string) string) error {
 	t0 := time.Now()
+	root, err := f.Root()
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
+	}
 	cfg, err := config.LoadForStage(f.Config)
 	if err != nil {
 		return err
@@ -65,10 +76,6 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	// about by --preflight.
 	if err := bootstrap.ProtectConfig(f.Config, cfg, !f.Preflight, log); err != nil {
 		return err
-	}
-	root, err := f.Root()
-	if err != nil {
-		return exitcode.UsageError(err)
 	}
 	return bootstrap.Command{Root: root, SystemdBus: f.SystemdBus, Config: cfg, ConfigFile: f.Config, Preflight: f.Preflight,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)

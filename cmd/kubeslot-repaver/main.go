@@ -18,7 +18,8 @@
 // request's policy, or the defaults by hand; --no-drain skips that by hand.
 //
 // Exit codes: 0 done; 1 failed (a rolled-back repave included: the status
-// file says why); 2 usage; 69 deferred (lock busy, bootstrap unfinished).
+// file says why); 2 usage; 69 deferred (lock busy, bootstrap unfinished);
+// 78 the host's layout version is not this release's, nothing changed.
 //
 // Environment for tests and sandboxes only: those of kubeslot-bootstrap
 // (KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
@@ -114,6 +115,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	root, err := f.Root()
 	if err != nil {
 		return exitcode.UsageError(err)
+	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
 	}
 	return repave.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, LockWait: f.LockWait,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)

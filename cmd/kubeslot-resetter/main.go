@@ -15,7 +15,8 @@
 //
 // Exit codes: 0 done, or nothing to reset (no ownership record); 1 failed
 // (the record stays "resetting"; a re-run resumes); 2 usage, or no
-// confirmation; 69 the installation lock stayed busy.
+// confirmation; 69 the installation lock stayed busy; 78 the host's layout
+// version is not this release's (refused before anything, unless --force).
 //
 // Kept on purpose: /etc/kubeslot/config.toml, the operator's input, but
 // without its join token (cluster.bootstrap_token becomes a comment, the
@@ -89,6 +90,18 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	root, err := f.Root()
 	if err != nil {
 		return exitcode.UsageError(err)
+	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 unless --force. A reset must stay possible
+	// on a host an older release cannot read (the way out of a layout no
+	// release at hand understands), but only knowingly: the journal and the
+	// base are what this release removes, and a newer layout may keep
+	// things elsewhere that it does not know of.
+	if err := root.CheckLayout(); err != nil {
+		if !f.Force {
+			return fmt.Errorf("%w (kubeslot-resetter --force resets from what the ownership record still says)", err)
+		}
+		log.Warn("resetting a host whose layout this release does not understand (--force)", "err", err.Error())
 	}
 	return reset.Command{Root: root, SystemdBus: f.SystemdBus, Request: request, Yes: f.Yes, DryRun: f.DryRun, Force: f.Force,
 		Resume: f.Resume, LockWait: f.LockWait, PublishWait: f.PublishWait, Getenv: getenv,

@@ -19,7 +19,9 @@
 // the last-good release's units, record the failure, restart the watcher.
 //
 // Exit codes: 0 done or nothing to do; 1 failed (refused before the switch,
-// or rolled back: the status or the signal says why); 2 usage; 69 deferred.
+// or rolled back: the status or the signal says why); 2 usage; 69 deferred;
+// 78 the host's layout version is not this release's (recover too: an older
+// last-good must not act on a newer layout), nothing changed.
 //
 // Test hook: KUBESLOT_TEST_PAUSE_AT=<phase> (preflight, download, last-good,
 // unpack, smoke-test, signal, switch, units, restart, health, rollback)
@@ -125,6 +127,11 @@ func upgradeStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO,
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
+	}
 	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Job: j, Preflight: f.Upgrade.Preflight, JSON: f.Upgrade.JSON,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log}.Run(ctx)
 }
@@ -137,6 +144,11 @@ func recoverStage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO)
 	root, err := f.Root()
 	if err != nil {
 		return exitcode.UsageError(err)
+	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
+		return err
 	}
 	return upgrade.Command{Root: root, SystemdBus: f.SystemdBus, Recover: true,
 		Job: upgrade.Job{Stage: name + " recover", LockWait: f.Recover.LockWait}, Stdout: stdio.Stdout, Log: log}.Run(ctx)

@@ -4,7 +4,8 @@
 // start-up and its supervision included, is lib/watcher's Command; this file
 // only turns flags and environment into its input.
 //
-// Phases, top-down: parse flags → logger → host root → installation lock
+// Phases, top-down: parse flags → logger → host root → layout version
+// (another one: exit 78, nothing done) → installation lock
 // (bounded) → defer (exit 69, no error line) unless the installation is
 // complete or being reset (a boot in the middle of an AgentReset: the
 // watcher publishes its result) → load the active applied configuration (a
@@ -102,6 +103,11 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, t0 time.Time) error 
 	}
 	root, err := f.Root()
 	if err != nil {
+		return err
+	}
+	// The layout check, before anything changes: another layout version
+	// ends the run with exit 78 (hostroot.CheckLayout).
+	if err := root.CheckLayout(); err != nil {
 		return err
 	}
 	return watcher.Command{Root: root, SystemdBus: f.SystemdBus, Kubeconfig: f.Kubeconfig, LockWait: f.LockWait,

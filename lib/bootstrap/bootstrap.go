@@ -268,6 +268,7 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	res := &Result{}
 	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: Stage, Wait: cfg.Timeouts.Lock.Duration, WaitName: "timeouts.lock",
 		Admit: func(rec *ownership.Record, err error) (*ownership.Record, error) {
+			rec, err = migrateLegacy(ctx, d, rec, err)
 			rec, res.Decision, err = admit(d, cfg, rec, err)
 			return rec, err
 		}, Log: d.Log})
