@@ -39,7 +39,7 @@ func TestRunMovesInstallationFromOtherBase(t *testing.T) {
 	if res.Decision != ownership.Complete || res.InstallID != first.InstallID {
 		t.Errorf("run at the new base: %+v, want the moved installation %s, complete", res, first.InstallID)
 	}
-	if got := f.Calls(); !slices.Equal(got, []string{"hostprep@complete", "release@complete", "hooks@complete"}) {
+	if got := f.Calls(); !slices.Equal(got, []string{"hostprep@complete", "hooks@complete"}) {
 		t.Errorf("calls of the migrating run: %v, want only a complete host's checks (the node never restarted)", got)
 	}
 	if _, err := os.Lstat(filepath.Join(f.root.Prefix(), hostroot.DefaultBase)); !errors.Is(err, fs.ErrNotExist) {
