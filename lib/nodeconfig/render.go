@@ -299,6 +299,13 @@ func containerdTOML(cfg *config.Config, opts Options) string {
 	if snapshotter == "" {
 		snapshotter = "overlayfs"
 	}
+	// The NVIDIA device plugin expects the toolkit's runtime as the
+	// default (as its docs set it up), not behind a RuntimeClass.
+	defaultRuntime, nvidia := "", ""
+	if opts.NVIDIARuntime != "" {
+		defaultRuntime = "\n    default_runtime_name = \"nvidia\""
+		nvidia = nvidiaRuntime(opts.NVIDIARuntime, opts.CgroupProfile() == CgroupsSystemd)
+	}
 	binDir, template := CNIBinDir, ""
 	switch cniMode(cfg, opts) {
 	case config.CNICluster:
@@ -321,7 +328,7 @@ state = "/run/containerd"
   enable_selinux = false
   restrict_oom_score_adj = %t
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = %q
+    snapshotter = %q%s
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q%s
@@ -331,8 +338,19 @@ state = "/run/containerd"
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       SystemdCgroup = %t
-`, ContainerdRoot, cfg.Node.Sandbox(), opts.RestrictOOMScoreAdj, snapshotter, binDir, CNIConfDir, template,
-		RegistryConfigDir, opts.CgroupProfile() == CgroupsSystemd)
+%s`, ContainerdRoot, cfg.Node.Sandbox(), opts.RestrictOOMScoreAdj, snapshotter, defaultRuntime, binDir, CNIConfDir, template,
+		RegistryConfigDir, opts.CgroupProfile() == CgroupsSystemd, nvidia)
+}
+
+// nvidiaRuntime is containerd's runtime entry for the NVIDIA container
+// toolkit's runtime, with the cgroup driver of the profile.
+func nvidiaRuntime(binary string, systemdCgroup bool) string {
+	return fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+      BinaryName = %q
+      SystemdCgroup = %t
+`, binary, systemdCgroup)
 }
 
 // cniLoopback lets the CRI report NetworkReady (so the Node goes Ready)

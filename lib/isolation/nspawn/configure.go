@@ -37,6 +37,11 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		return err
 	}
 	log := b.log.With("slot", slot)
+	// Before anything is written: a device asked for and missing fails here.
+	devs, err := b.devices()
+	if err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
 	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return err
@@ -51,6 +56,11 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
 	opts := b.node
+	opts.NVIDIARuntime = devs.nvidiaRuntime(rootfs)
+	if devs.nvidia && opts.NVIDIARuntime == "" {
+		log.Warn("the node image has no NVIDIA container toolkit: containerd keeps runc, so pods get the GPU device nodes from the device plugin but not the driver's libraries",
+			"runtime", nodeconfig.NVIDIARuntimeBinary)
+	}
 	if opts.Preload, err = b.ensurePreloads(ctx); err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
@@ -88,7 +98,8 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		}
 	}
 	changed = append(changed, hostChanged...)
-	log.Info("slot configured", "changed", changed, "cgroups", b.node.CgroupProfile().Note())
+	log.Info("slot configured", "changed", changed, "cgroups", b.node.CgroupProfile().Note(),
+		"devices", devs.nodes, "driver_files", len(devs.readOnly))
 	if len(changed) > 0 {
 		if _, err := b.d.Systemd.Machine(ctx, slot); err == nil {
 			log.Warn("the node of this slot is running: the changes apply when it next starts", "changed", changed)
@@ -170,13 +181,18 @@ type hostFile struct {
 	data []byte
 }
 
-// hostFiles renders the .nspawn settings and the unit drop-in of slot.
-func (b *Backend) hostFiles(slot string) []hostFile {
+// hostFiles renders the .nspawn settings and the unit drop-in of slot,
+// each ending with the lines of [node.devices] (devices.go).
+func (b *Backend) hostFiles(slot string) ([]hostFile, error) {
 	kvm := b.hostHas(kvmDevice, fs.ModeCharDevice)
-	return []hostFile{
-		{ownership.KindNspawnSettings, settingsPath(slot), b.nspawnSettings(slot, kvm, b.hostHas(modulesDir, fs.ModeDir))},
-		{ownership.KindUnit, dropInPath(slot), b.dropIn(slot, kvm)},
+	devs, err := b.devices()
+	if err != nil {
+		return nil, err
 	}
+	return []hostFile{
+		{ownership.KindNspawnSettings, settingsPath(slot), append(b.nspawnSettings(slot, kvm, b.hostHas(modulesDir, fs.ModeDir)), devs.settings()...)},
+		{ownership.KindUnit, dropInPath(slot), append(b.dropIn(slot, kvm), devs.dropIn()...)},
+	}, nil
 }
 
 // hostHas reports whether the host has p of the given type (ModeDir,
@@ -282,7 +298,11 @@ func (b *Backend) writeHostFiles(slot string) (changed []string, dropIn bool, er
 			return changed, dropIn, err
 		}
 	}
-	for _, f := range b.hostFiles(slot) {
+	files, err := b.hostFiles(slot)
+	if err != nil {
+		return changed, dropIn, err
+	}
+	for _, f := range files {
 		ok, err := b.writeHostFile(f)
 		if err != nil {
 			return changed, dropIn, err
