@@ -474,4 +474,15 @@ func TestRenderNVIDIARuntime(t *testing.T) {
 		nv.Options["SystemdCgroup"] != true || ctd.Runtimes["runc"].Type == "" {
 		t.Errorf("nvidia runtime: %+v\n%s", ctd, data)
 	}
+	files := render(t, cfg, Options{NVIDIARuntime: NVIDIARuntimeBinary})
+	unit, ok := files[NVIDIALdconfigUnitPath]
+	if !ok || !strings.Contains(string(unit.Data), "\nExecStart=/sbin/ldconfig -X\n") || !strings.Contains(string(unit.Data), "\n"+servingCondition) {
+		t.Errorf("ldconfig unit:\n%s", unit.Data)
+	}
+	if dropIn := string(files[ContainerdDropIn].Data); !strings.Contains(dropIn, "Wants="+NVIDIALdconfigUnit+"\nAfter="+NVIDIALdconfigUnit+"\n") {
+		t.Errorf("containerd does not wait for the ldconfig unit:\n%s", dropIn)
+	}
+	if _, ok := render(t, cfg, Options{})[NVIDIALdconfigUnitPath]; ok {
+		t.Error("ldconfig unit written without the NVIDIA runtime")
+	}
 }

@@ -50,6 +50,10 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 	if cniMode(cfg, opts) == config.CNICluster {
 		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", CNISeedUnit)
 	}
+	if opts.NVIDIARuntime != "" {
+		files = append(files, File{NVIDIALdconfigUnitPath, []byte(nvidiaLdconfigUnit), 0o644})
+		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", NVIDIALdconfigUnit)
+	}
 	if opts.CgroupV1Writable {
 		files = append(files, File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644})
 		fmt.Fprintf(&ctdDeps, "Requires=%[1]s\nAfter=%[1]s\n", CgroupRWUnit)
@@ -340,17 +344,6 @@ state = "/run/containerd"
       SystemdCgroup = %t
 %s`, ContainerdRoot, cfg.Node.Sandbox(), opts.RestrictOOMScoreAdj, snapshotter, defaultRuntime, binDir, CNIConfDir, template,
 		RegistryConfigDir, opts.CgroupProfile() == CgroupsSystemd, nvidia)
-}
-
-// nvidiaRuntime is containerd's runtime entry for the NVIDIA container
-// toolkit's runtime, with the cgroup driver of the profile.
-func nvidiaRuntime(binary string, systemdCgroup bool) string {
-	return fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-      BinaryName = %q
-      SystemdCgroup = %t
-`, binary, systemdCgroup)
 }
 
 // cniLoopback lets the CRI report NetworkReady (so the Node goes Ready)

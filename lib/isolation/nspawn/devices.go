@@ -62,7 +62,9 @@ func (b *Backend) devices() (deviceSet, error) {
 			return s, fmt.Errorf("node.devices.paths[%d] %q: the host has no such device node (char or block): "+
 				"load its driver or remove it from the list", i, p)
 		}
-		s.nodes = append(s.nodes, p)
+		if p != kvmDevice { // configure.go's own lines pass it already
+			s.nodes = append(s.nodes, p)
+		}
 	}
 	if !d.NVIDIA() {
 		return s, nil
