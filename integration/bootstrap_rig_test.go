@@ -63,6 +63,10 @@ type bsRig struct {
 	// watcherEnv and nodeReady are bsOptions'.
 	watcherEnv []string
 	nodeReady  string
+	// fwd and unroute are what connect forwarded and the removal of its egress route (a reboot's new namespace
+	// needs both again: TestHooksOnRig).
+	fwd     []string
+	unroute func()
 }
 
 // bsOptions shape a bootstrap rig's host.
@@ -91,6 +95,8 @@ type bsOptions struct {
 	// (the test's temp dir) bound into the host, instead of the host's tmpfs disk: a real host's binaries are file
 	// pages of a disk, which the kernel can drop, and the idle watcher's resident memory is measured on that path.
 	DiskBase bool
+	// Env edits the sandbox environment the rig made (TestHooksOnRig: no pinned node IP).
+	Env func(env []string) []string
 }
 
 // bsReleaseDir is the release tree in the rig's mirror: <dir>/v<version>/bin/linux/<arch>/kubelet.
@@ -204,6 +210,9 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 			bootstrap.EnvCgroupV1Writable + "=1",
 		}
 	}
+	if o.Env != nil {
+		r.env = o.Env(r.env)
+	}
 	r.layDown(ctx)
 	return r
 }
@@ -261,6 +270,7 @@ func (r *bsRig) connect(addrs []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(remove)
+	r.fwd, r.unroute = addrs, remove
 }
 
 // layDown writes what `kubeslot ignition` lays down, and the rig's drop-in.

@@ -70,6 +70,6 @@ func stage(ctx context.Context, f *flags, log *slog.Logger, stdio cli.IO, getenv
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	return bootstrap.Command{Root: root, SystemdBus: f.SystemdBus, Config: cfg, Preflight: f.Preflight,
+	return bootstrap.Command{Root: root, SystemdBus: f.SystemdBus, Config: cfg, ConfigFile: f.Config, Preflight: f.Preflight,
 		Getenv: getenv, Stdout: stdio.Stdout, Log: log, Started: t0}.Run(ctx)
 }

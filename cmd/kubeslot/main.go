@@ -1,10 +1,12 @@
 // Command kubeslot is the CLI for people: it prints and checks
 // configurations and shows what a host's installation looks like. It changes
-// nothing on the host; the stage binaries do that.
+// nothing on the host; the stage binaries do that (one exception, hidden: the
+// node machine's pre-start hook, `node-hook`, which systemd runs).
 package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
@@ -21,12 +23,14 @@ type flags struct {
 	Cluster  clusterCmd  `cmd:"" help:"Install kubeslot's cluster API (CRDs, agent RBAC, admission policies) into a cluster, or remove it."`
 	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
 	Bundle   bundleCmd   `cmd:"" help:"Build a release bundle: the binaries, unit templates and a manifest in one tarball."`
+	NodeHook nodeHookCmd `cmd:"" name:"node-hook" hidden:"" help:"Run by the node machine's unit (not by people): lifecycle hooks of a slot's node."`
 }
 
 // env is what every command's Run receives from kong.
 type env struct {
 	globals *cli.Globals
 	io      cli.IO
+	log     *slog.Logger
 }
 
 func main() { os.Exit(run(os.Args[1:], cli.StdIO())) }
@@ -42,5 +46,5 @@ func run(args []string, stdio cli.IO) int {
 		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
 		return exitcode.Usage
 	}
-	return cli.Exit(log, ctx.Run(&env{globals: &f.Globals, io: stdio}))
+	return cli.Exit(log, ctx.Run(&env{globals: &f.Globals, io: stdio, log: log}))
 }

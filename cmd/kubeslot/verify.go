@@ -16,6 +16,7 @@ import (
 type verifyCmd struct {
 	Output    string `short:"o" help:"Output format: text or json." enum:"text,json" default:"text"`
 	NoSystemd bool   `help:"Skip the checks that ask systemd (units' state, the node machine); they are reported skipped."`
+	Config    string `help:"The configuration the bootstrap unit runs with, as a host path (under --root-prefix); empty skips the config check." default:"/etc/kubeslot/config.toml"`
 }
 
 // Run checks the installation (lib/verify) and exits 0 when all is well,
@@ -26,7 +27,7 @@ func (c verifyCmd) Run(e *env) error {
 		return err
 	}
 	ctx := context.Background()
-	d := verify.Deps{Root: root}
+	d := verify.Deps{Root: root, ConfigFile: c.Config}
 	if c.NoSystemd {
 		d.NoSystemd = "--no-systemd"
 	} else {

@@ -175,3 +175,43 @@ func sameNetNS(f *os.File, path string) (bool, error) {
 	}
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino, nil
 }
+
+// SetNodeIP gives a NodeNetwork host another node address from its next Boot on, as a DHCP server might hand a real
+// host a new lease across a reboot; the host must be powered off (or killed). The address is checked and claimed as
+// Options.NodeIP is; the old one is released. Nothing outside the host's own namespace changes.
+func (h *Host) SetNodeIP(ip netip.Addr) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || (h.inst != nil && !h.inst.exited()) {
+		return fmt.Errorf("sdhost: host %s: SetNodeIP needs a powered-off host", h.opts.Name)
+	}
+	o := h.opts
+	o.NodeIP = ip
+	if err := checkNodeNetwork(o); err != nil {
+		return err
+	}
+	if !ip.IsValid() {
+		return fmt.Errorf("sdhost: host %s: SetNodeIP: want an address", h.opts.Name)
+	}
+	nodeIPs.mu.Lock()
+	defer nodeIPs.mu.Unlock()
+	if other, ok := nodeIPs.inUse[ip]; ok && other != h.opts.Name {
+		return fmt.Errorf("sdhost: host %s: NodeIP %s is already host %s's", h.opts.Name, ip, other)
+	}
+	if nodeIPs.inUse[h.nodeIP] == h.opts.Name {
+		delete(nodeIPs.inUse, h.nodeIP)
+	}
+	nodeIPs.inUse[ip] = h.opts.Name
+	h.nodeIP, h.opts.NodeIP = ip, ip
+	return nil
+}
+
+// OnNetwork has every later Boot call f with the new boot's network namespace ("/proc/<pid>/ns/net") as soon as the
+// node network is up, before systemd has finished booting: a test can make its forwarders there while units that
+// need them start, as a real host's network is there at boot. f must not call the Host's methods (Boot holds the
+// host's lock); nil removes it.
+func (h *Host) OnNetwork(f func(netns string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onNetwork = f
+}

@@ -50,3 +50,31 @@ func TestHostNodeIPsAreDistinct(t *testing.T) {
 		t.Errorf("released %v not reused: got %v", a.NodeIP(), e.NodeIP())
 	}
 }
+
+func TestSetNodeIP(t *testing.T) {
+	h := &Host{opts: Options{Name: "s", NodeNetwork: true}}
+	o := &Host{opts: Options{Name: "o", NodeNetwork: true, NodeIP: netip.MustParseAddr("10.213.201.2")}}
+	for _, x := range []*Host{h, o} {
+		if err := x.claimNodeIP(); err != nil {
+			t.Fatal(err)
+		}
+		defer x.releaseNodeIP()
+	}
+	old := h.NodeIP()
+	if err := h.SetNodeIP(o.NodeIP()); err == nil {
+		t.Error("took another host's address")
+	}
+	if err := h.SetNodeIP(netip.MustParseAddr("8.8.8.8")); err == nil {
+		t.Error("took a public address")
+	}
+	next := netip.MustParseAddr("10.213.202.2")
+	if err := h.SetNodeIP(next); err != nil || h.NodeIP() != next {
+		t.Fatalf("SetNodeIP: %v, now %v", err, h.NodeIP())
+	}
+	// The old address is free again.
+	f := &Host{opts: Options{Name: "f", NodeNetwork: true, NodeIP: old}}
+	if err := f.claimNodeIP(); err != nil {
+		t.Errorf("old address not released: %v", err)
+	}
+	f.releaseNodeIP()
+}

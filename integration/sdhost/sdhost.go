@@ -110,6 +110,8 @@ type Host struct {
 	unlock   func() // releases the leakcheck share taken by Start
 	bootSeen int
 	nodeIP   netip.Addr // NodeNetwork: claimed by prepare, released by Stop
+	// onNetwork is OnNetwork's callback.
+	onNetwork func(netns string)
 }
 
 const (
@@ -292,6 +294,9 @@ func (h *Host) Boot(ctx context.Context) error {
 	if err := h.setupNodeNetwork(inst); err != nil {
 		inst.kill(killBound)
 		return err
+	}
+	if h.onNetwork != nil && !h.opts.SharedNetwork {
+		h.onNetwork(fmt.Sprintf("/proc/%d/ns/net", inst.pid))
 	}
 	if err := h.waitRunning(ctx, inst); err != nil {
 		inst.kill(killBound)

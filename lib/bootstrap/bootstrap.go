@@ -32,7 +32,9 @@
 //     the distribution detected and every missing thing.
 //   - The installation lock (busy: 69), then admission through the ownership
 //     record: fresh, resume from the checkpoint, refuse a different
-//     configuration, or (complete) verify and repair.
+//     configuration (on a complete host: unless it differs from the applied
+//     one only in settings the Machine spec governs, edited.go), or
+//     (complete) verify and repair.
 //   - preparing-host (lib/hostprep) → preparing-slot (provision and configure
 //     slot a) → starting-node (start, kubelet healthy, Node Ready within
 //     timeouts.node_ready; systemd-nspawn@a enabled at boot) →
@@ -42,10 +44,12 @@
 //     complete → the watcher and path units started once the lock is
 //     released.
 //
-// A complete host's re-run (every boot) takes ~0.3 s: it re-applies host
-// preparation, repairs units, links and the slot's nspawn settings from the
-// applied configuration, and changes nothing else. Enable links are written
-// as files (not EnableUnitFiles), so each is journalled before it exists.
+// A complete host's re-run (every boot) re-applies host preparation, runs
+// lib/verify's checks and repairs exactly what they name, each repair (or
+// the reason a finding is left) logged on its own line (repair.go), ensures
+// the slot's lifecycle hooks from the applied configuration, and changes
+// nothing else. Enable links are written as files (not EnableUnitFiles), so
+// each is journalled before it exists.
 //
 // Reports go to the Machine (AgentBootstrapped: Running with the phase,
 // Succeeded, or <Phase>Failed with a message of at most 1 KiB) with the
@@ -71,6 +75,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -151,6 +156,9 @@ type Deps struct {
 	// nothing (unit tests of other logic). Real: ResolveImage.
 	ResolveImage ImageResolver
 	Now          func() time.Time
+	// ConfigFile is the configuration's path, for messages ("" is "the
+	// configuration").
+	ConfigFile string
 }
 
 // sandboxImageSkip is why the sandbox image is not checked on this host
@@ -223,7 +231,7 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Started = ensureActive(ctx, d, d.Log)
+	res.Started = ensureActive(ctx, d, d.Log, res.Decision == ownership.Complete)
 	switch {
 	case res.Decision != ownership.Complete:
 	case len(res.Repaired)+len(res.Started) > 0:
@@ -293,6 +301,9 @@ func admit(d Deps, cfg *config.Config, rec *ownership.Record, err error) (*owner
 	if err == nil {
 		decision, err = ownership.Decide(d.Root, rec, cfg.Machine.Name, cfg.Fingerprint())
 	}
+	if errors.Is(err, ownership.ErrDifferentInstallation) {
+		decision, err = editedConfig(d, cfg, rec, err) // edited.go
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("admission refused, nothing was changed: %w", err)
 	}
@@ -352,59 +363,6 @@ func recordSandbox(d Deps) error {
 	return nil
 }
 
-// repair is the run on a complete host: verify and repair the host
-// preparation, the release, the unit files and their enablement, and the slot's lifecycle hooks, all
-// from the APPLIED configuration (Run then starts what should run). A host
-// in order costs a few file reads and the release's --version checks.
-func repair(ctx context.Context, d Deps, rec *ownership.Record) ([]string, error) {
-	log := d.Log.With("install_id", rec.InstallID)
-	applied, err := state.NewStore(d.Root).ActiveApplied()
-	if err != nil {
-		return nil, fmt.Errorf("complete installation: %w", err)
-	}
-	if applied == nil {
-		return nil, fmt.Errorf("complete installation %s has no active slot in %s: the host root is damaged; reset the host", rec.InstallID, d.Root.HostPath(hostroot.AppliedDir))
-	}
-	// Host preparation again, as DESIGN.md says of the on-boot run: swap the
-	// host's fstab brings back at boot is turned off again. A prepared host
-	// costs a survey and changes nothing.
-	if err := d.Host.Apply(ctx, applied.Config, rec); err != nil {
-		return nil, err
-	}
-	if err := d.Releaser.Ensure(ctx); err != nil {
-		return nil, err
-	}
-	repaired, err := installUnits(d.Root, rec)
-	if err != nil {
-		return repaired, err
-	}
-	mode, err := isolation.AppliedMode(applied)
-	if err != nil {
-		return repaired, err
-	}
-	en, err := enableMachine(d.Root, rec, mode, applied.Slot)
-	if err != nil {
-		return repaired, err
-	}
-	if en {
-		repaired = append(repaired, mode.MachineUnit(applied.Slot)+" enabled")
-	}
-	if len(repaired) > 0 {
-		if err := d.Systemd.Reload(ctx); err != nil {
-			return repaired, err
-		}
-	}
-	_, op, err := d.NewIsolation(applied.Config, rec)
-	if err != nil {
-		return repaired, fmt.Errorf("applied configuration of slot %s: %w", applied.Slot, err)
-	}
-	if err := op.EnsureHooks(ctx); err != nil {
-		return repaired, err
-	}
-	log.Debug("complete installation checked", "slot", applied.Slot, "repaired", repaired)
-	return repaired, nil
-}
-
 // Preflight writes what a run would do and what is missing to w, changing
 // nothing (no lock, no layout). It returns an error when the run could not
 // proceed: admission refused or a host preparation step blocked.
@@ -412,6 +370,9 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	var problems []string
 	fmt.Fprintf(w, "configuration: valid (%s; fingerprint %s)\n", cfg.Summary(), ownership.ShortFingerprint(cfg.Fingerprint()))
 	decision, rec, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint())
+	if errors.Is(err, ownership.ErrDifferentInstallation) {
+		decision, err = editedConfig(d, cfg, rec, err)
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintf(w, "admission: BLOCKED: %v\n", err)
@@ -421,7 +382,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	case decision == ownership.Resume:
 		fmt.Fprintf(w, "admission: resume installation %s from checkpoint %s\n", rec.InstallID, rec.Checkpoint)
 	default:
-		fmt.Fprintf(w, "admission: installation %s is complete: a run verifies and repairs units only\n", rec.InstallID)
+		fmt.Fprintf(w, "admission: installation %s is complete: a run repairs what kubeslot verify names\n", rec.InstallID)
 	}
 	slot := cfg.Isolation.Slots[0]
 	if p, err := d.Root.Machine(slot); err == nil {

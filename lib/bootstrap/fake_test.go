@@ -14,9 +14,12 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
+	"github.com/kubeslot/kubeslot/lib/verify/verifytest"
+	"os"
 	"strings"
 )
 
@@ -182,7 +185,26 @@ func (c fakeCluster) Report(_ context.Context, _ *config.Config, r Report) {
 
 type fakeReleaser struct{ f *fakes }
 
-func (r fakeReleaser) Ensure(context.Context) error { return r.f.call("release") }
+// Ensure lays a release down in blue (binaries, unit templates, manifest)
+// with current and last-good on it, as lib/release.Ensure does, when
+// current names no release directory.
+func (r fakeReleaser) Ensure(context.Context) error {
+	if err := r.f.call("release"); err != nil {
+		return err
+	}
+	if name, err := release.Current(r.f.root); err == nil {
+		if dir, err := release.Dir(r.f.root, name); err == nil {
+			if _, err := os.Stat(dir); err == nil {
+				return nil
+			}
+		}
+	}
+	verifytest.Release(r.f.t, r.f.root, release.First, true)
+	if err := release.SetCurrent(r.f.root, release.First); err != nil {
+		return err
+	}
+	return release.SetLastGood(r.f.root, release.First)
+}
 
 // testConfig is a valid configuration for machine, with short lock and
 // node-ready timeouts. Its CA is testkit.SharedCA: a machine's

@@ -220,11 +220,15 @@ func waitHealthy(ctx context.Context, b isolation.Backend, slot string) error {
 	}
 }
 
-// installUnits installs the release and the unit files, then commits: the
+// installUnits installs the release (current, and last-good on it when
+// there is none) and the unit files, then commits: the
 // applied configuration of the slot and applied/active, only now that the
 // node passed verification.
 func (r *runner) installUnits(ctx context.Context) error {
 	if err := r.d.Releaser.Ensure(ctx); err != nil {
+		return err
+	}
+	if err := ensureLastGood(r.d.Root, r.log); err != nil {
 		return err
 	}
 	changed, err := installUnits(r.d.Root, r.rec)

@@ -20,6 +20,8 @@ type Command struct {
 	Root       *hostroot.Root
 	SystemdBus string // --systemd-bus; "" is the host's systemd
 	Config     *config.Config
+	// ConfigFile is the configuration's path (--config), for messages.
+	ConfigFile string
 	// Preflight reports what a run would do and changes nothing.
 	Preflight bool
 	// Getenv reads the sandbox settings' overrides (sandbox.Load) and the
@@ -55,6 +57,7 @@ func (c Command) Run(ctx context.Context) error {
 		Sandbox:      sb,
 		ResolveImage: ResolveImage,
 		Releases:     kuberelease.Pinner{Root: root},
+		ConfigFile:   c.ConfigFile,
 	}
 	if c.Preflight {
 		return Preflight(ctx, d, c.Config, c.Stdout)

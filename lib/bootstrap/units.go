@@ -99,8 +99,9 @@ func vendorUnit(root *hostroot.Root, name string) string {
 // (except the bootstrap itself, which is this run): the watcher and the
 // path units. Best effort: a unit that does not start is logged; it is
 // enabled, and the next boot's run tries again. A release without the
-// watcher unit is logged as such.
-func ensureActive(ctx context.Context, d Deps, log *slog.Logger) []string {
+// watcher unit is logged as such. On a complete host (repair) each start
+// is logged as the repair of what verify's units-state check names.
+func ensureActive(ctx context.Context, d Deps, log *slog.Logger, repair bool) []string {
 	all, err := renderedUnits(d.Root)
 	if err != nil {
 		log.Warn("render units", "err", err)
@@ -120,6 +121,11 @@ func ensureActive(ctx context.Context, d Deps, log *slog.Logger) []string {
 			err = d.Systemd.StartUnit(sctx, name)
 			if err == nil {
 				started = append(started, name+" started")
+				if repair {
+					log.Info("repaired", "check", "units-state", "file", name, "field", "ActiveState", "was", active, "did", "started")
+				} else {
+					log.Info("unit started", "unit", name)
+				}
 			}
 		}
 		cancel()

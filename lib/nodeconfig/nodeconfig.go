@@ -114,6 +114,15 @@ const (
 	NodeTargetDropIn = "/etc/systemd/system/multi-user.target.d/kubeslot.conf"
 )
 
+// NodeIPEnv is the kubelet unit's environment variable holding
+// "--node-ip=<address>" when no node IP is pinned (Options.NodeIP): the
+// nspawn backend's pre-start hook writes it into NodeIPDropIn before every
+// node start, from the host's address at that moment.
+const (
+	NodeIPEnv    = "KUBESLOT_NODE_IP_ARG"
+	NodeIPDropIn = "/etc/systemd/system/" + KubeletUnit + ".d/10-kubeslot-node-ip.conf"
+)
+
 // servingCondition gates a node unit on ServingFile.
 const servingCondition = "ConditionPathExists=" + ServingFile + "\n"
 

@@ -249,6 +249,10 @@ func kubeletUnit(node, labels string, opts Options) string {
 	}
 	if opts.NodeIP != "" {
 		args = append(args, "--node-ip="+opts.NodeIP)
+	} else {
+		// The host's address as the pre-start hook found it at this start
+		// (NodeIPDropIn); empty, the kubelet picks one itself.
+		args = append(args, "$"+NodeIPEnv)
 	}
 	if labels != "" {
 		args = append(args, "--node-labels="+labels)

@@ -132,12 +132,13 @@ func hasFile(fs []Finding, file string) bool {
 func checkRelease(root *hostroot.Root, name, link, arch string) Result {
 	linkPath := root.HostPath(link)
 	if link == hostroot.LastGoodLink {
-		// Only the first agent upgrade makes last-good on a host whose
-		// release Ignition laid down (release.Ensure keeps a usable
-		// current as it is): no link yet is that state, not damage.
+		// The bootstrap sets last-good at installation (a release Ignition
+		// laid down included) and its boot-time run repairs it: without
+		// it the recovery unit has no release to fall back to.
 		if base, err := root.Path(); err == nil {
 			if _, err := os.Lstat(filepath.Join(base, link)); errors.Is(err, fs.ErrNotExist) {
-				return Result{Name: name, Status: Skipped, Detail: linkPath + " does not exist yet: the first agent upgrade sets it (a release laid down by Ignition starts without one)"}
+				return result(name, []Finding{{File: linkPath, Field: "presence", Value: "missing",
+					Want: "a link to the release to fall back to (the bootstrap sets it at installation and at boot)"}}, "")
 			}
 		}
 	}

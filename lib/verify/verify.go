@@ -3,14 +3,16 @@
 // release renders them, those units enabled and running, the current and
 // last-good releases intact against their manifests, the applied
 // configuration and its checksums, the active slot's node machine running,
-// and a node identity whose client certificate has not expired. Each check
+// a node identity whose client certificate has not expired, and a
+// configuration file that still describes the installation. Each check
 // is a named Result (ok, problem with file, field and value, or skipped with
 // why); the Report's verdict maps to the exit code of `kubeslot verify`.
 //
 // Read only, always: no lock is taken (a reader, like kubeslot status, needs
 // none: every file it reads is replaced whole), nothing is written, repaired
-// or started. The boot-time repair of what verify names is not here (issue
-// 21 item 2, second part). Imported by cmd/kubeslot only.
+// or started. The boot-time repair of what verify names is lib/bootstrap's
+// (repair.go), which runs these checks and acts on their findings.
+// Imported by cmd/kubeslot and lib/bootstrap.
 package verify
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
 // Status is one check's outcome.
@@ -57,6 +60,7 @@ const (
 	CheckUnitsState   = "units-state"
 	CheckMachine      = "machine"
 	CheckIdentity     = "node-identity"
+	CheckConfig       = "config"
 )
 
 // Finding is one thing wrong: the file (a host path, or a unit's or
@@ -130,6 +134,9 @@ type Deps struct {
 	// Arch is the architecture releases must be for; "" means this
 	// binary's.
 	Arch string
+	// ConfigFile is the host path of the configuration the bootstrap unit
+	// runs with (DefaultConfigFile); "" skips the config check.
+	ConfigFile string
 }
 
 // callTimeout bounds one systemd or machined call.
@@ -150,7 +157,7 @@ func Run(ctx context.Context, d Deps) *Report {
 		r.CannotVerify = append(r.CannotVerify, why)
 	}
 	if inst.Status != OK {
-		for _, n := range []string{CheckApplied, CheckCurrent, CheckLastGood, CheckUnitFiles, CheckUnitsState, CheckMachine, CheckIdentity} {
+		for _, n := range []string{CheckApplied, CheckCurrent, CheckLastGood, CheckUnitFiles, CheckUnitsState, CheckMachine, CheckIdentity, CheckConfig} {
 			r.Checks = append(r.Checks, Result{Name: n, Status: Skipped, Detail: "the installation check did not pass"})
 		}
 		r.finish()
@@ -176,6 +183,9 @@ func Run(ctx context.Context, d Deps) *Report {
 		r.addLive(m, err)
 	}
 	r.Checks = append(r.Checks, checkIdentity(d.Root, d.Now()))
+	if rec, err := ownership.Load(d.Root); err == nil && rec != nil {
+		r.Checks = append(r.Checks, checkConfig(d.Root, d.ConfigFile, rec, active))
+	}
 	r.finish()
 	return r
 }

@@ -23,7 +23,7 @@ var year = time.Now().Add(365 * 24 * time.Hour)
 
 func run(t *testing.T, root *hostroot.Root, sd verify.Systemd) *verify.Report {
 	t.Helper()
-	return verify.Run(context.Background(), verify.Deps{Root: root, Systemd: sd})
+	return verify.Run(context.Background(), verify.Deps{Root: root, Systemd: sd, ConfigFile: verify.DefaultConfigFile})
 }
 
 // check returns the named check of rep.
@@ -81,7 +81,7 @@ func TestHealthyIsOKAndChangesNothing(t *testing.T) {
 		t.Fatalf("verdict %s exit %d: %+v", rep.Verdict, rep.ExitCode(), rep)
 	}
 	names := []string{verify.CheckInstallation, verify.CheckApplied, verify.CheckCurrent, verify.CheckLastGood,
-		verify.CheckUnitFiles, verify.CheckUnitsState, verify.CheckMachine, verify.CheckIdentity}
+		verify.CheckUnitFiles, verify.CheckUnitsState, verify.CheckMachine, verify.CheckIdentity, verify.CheckConfig}
 	if len(rep.Checks) != len(names) {
 		t.Fatalf("%d checks, want %d: %+v", len(rep.Checks), len(names), rep.Checks)
 	}
@@ -170,14 +170,16 @@ func TestLastGoodNotARelease(t *testing.T) {
 	wantFinding(t, rep, verify.CheckLastGood, "/opt/kubeslot/last-good", "target")
 	onlyProblem(t, rep, verify.CheckLastGood)
 
-	// No link at all: a host whose release Ignition laid down, before its
-	// first agent upgrade.
+	// No link at all: the bootstrap sets it at installation (and its
+	// boot-time run repairs it), so a complete host without one has no
+	// release to fall back to.
 	if err := os.Remove(lg); err != nil {
 		t.Fatal(err)
 	}
 	rep = run(t, root, verifytest.NewSystemd())
-	if c := check(t, rep, verify.CheckLastGood); c.Status != verify.Skipped || rep.Verdict != verify.VerdictOK {
-		t.Errorf("no last-good: %+v, verdict %s", c, rep.Verdict)
+	f := wantFinding(t, rep, verify.CheckLastGood, "/opt/kubeslot/last-good", "presence")
+	if f.Value != "missing" || !strings.Contains(f.Want, "fall back") {
+		t.Errorf("no last-good: %+v", f)
 	}
 }
 

@@ -61,6 +61,7 @@ func (l *loop) inputs() (Inputs, error) {
 		}
 	}
 	in.Applied, in.AppliedErr = l.store.ActiveApplied()
+	l.checkNodeAddr(&in, node)
 	for _, k := range requests.Kinds() {
 		p, err := l.dir.Pending(k)
 		if errors.Is(err, requests.ErrInvalid) {

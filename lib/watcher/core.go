@@ -33,6 +33,13 @@ type coreNode struct {
 
 type coreNodeStatus struct {
 	NodeInfo coreNodeInfo `json:"nodeInfo,omitempty"`
+	// Addresses are checked against the host's (nodeaddr.go).
+	Addresses []coreNodeAddress `json:"addresses,omitempty"`
+}
+
+type coreNodeAddress struct {
+	Type    string `json:"type"`
+	Address string `json:"address"`
 }
 
 type coreNodeInfo struct {
@@ -42,6 +49,7 @@ type coreNodeInfo struct {
 // DeepCopyObject makes coreNode a runtime.Object.
 func (n *coreNode) DeepCopyObject() runtime.Object {
 	out := &coreNode{TypeMeta: n.TypeMeta, Status: n.Status}
+	out.Status.Addresses = append([]coreNodeAddress(nil), n.Status.Addresses...)
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out
 }

@@ -59,6 +59,9 @@ type Inputs struct {
 	// HooksErr is why the active slot's lifecycle hooks could not be
 	// ensured at start ("" when they were).
 	HooksErr string
+	// NodeAddrErr is what the post-start check found wrong with the Node's
+	// address (nodeaddr.go); "" when nothing.
+	NodeAddrErr string
 	// Checks say, by operation name, which entries of its status.machines
 	// count (targets.go); an operation without one counts none.
 	Checks map[string]func(v1alpha1.MachineOperationTarget) bool
@@ -216,7 +219,7 @@ func Decide(in Inputs) []Action {
 		d.write(r)
 	}
 	conds := []metav1.Condition{repave}
-	hooksBad := specErr == nil && in.HooksErr != ""
+	hooksBad := specErr == nil && (in.HooksErr != "" || in.NodeAddrErr != "")
 	if c, ok := healthCondition(in, m, specErr); ok {
 		conds = append(conds, c)
 	}
@@ -405,6 +408,8 @@ func healthCondition(in Inputs, m *v1alpha1.Machine, specErr error) (metav1.Cond
 	case in.HooksErr != "":
 		return cond(v1alpha1.ConditionDegraded, true, ReasonHooksFailed,
 			"the lifecycle hooks of slot "+in.Applied.Slot+" could not be ensured at watcher start (the node keeps running; restart kubeslot-watcher to retry): "+in.HooksErr, m.Generation), true
+	case in.NodeAddrErr != "":
+		return cond(v1alpha1.ConditionDegraded, true, ReasonNodeAddress, in.NodeAddrErr, m.Generation), true
 	}
 	return cond(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonHealthy, "", m.Generation), true
 }

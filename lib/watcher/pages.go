@@ -25,7 +25,11 @@ import (
 // mappings out (MADV_PAGEOUT, Linux 5.4): what it still runs comes back on
 // first use, from the page cache or the disk, and the rest leaves memory
 // (issue 19, item 4). Pages another process maps too are left alone by the
-// kernel.
+// kernel. The mappings are marked random access first (MADV_RANDOM): a page
+// that comes back is read alone, without the readahead window around it,
+// so the fault-around that follows finds no neighbours in the page cache
+// to map (on the rig: 10 MiB of the binary resident when idle, 6.6 MiB with
+// it).
 
 // ReleaseAfter is how long after the first sync the start-up pages are
 // released: the first decision (registration, a status write) is over by
@@ -65,6 +69,12 @@ func releaseImagePages() (int, error) {
 		lo, hi, ok := imageMapping(sc.Text(), exe)
 		if !ok {
 			continue
+		}
+		// Random access first: a page the idle watcher runs again is then
+		// read alone, not with the readahead window around it, which the
+		// fault-around would map too.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_RANDOM); errno != 0 {
+			return total, fmt.Errorf("madvise(MADV_RANDOM) %#x-%#x of %s: %w", lo, hi, exe, errno)
 		}
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_PAGEOUT); errno != 0 {
 			return total, fmt.Errorf("madvise(MADV_PAGEOUT) %#x-%#x of %s: %w", lo, hi, exe, errno)

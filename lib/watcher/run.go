@@ -89,6 +89,9 @@ type loop struct {
 	// logged once until it changes or the action succeeds.
 	failures int
 	reported map[string]string
+	// lastAddrErr is the post-start address check's last finding (logged
+	// when it changes).
+	lastAddrErr string
 	// slots holds this agent's rollout slots; slotTimer decides again
 	// when the next attempt for one is due (rollout.go).
 	slots     *rollout.Keeper

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,30 +182,31 @@ type hostFile struct {
 	data []byte
 }
 
-// hostFiles renders the .nspawn settings and the unit drop-in of slot,
-// each ending with the lines of [node.devices] (devices.go).
+// hostFiles renders the .nspawn settings and the unit drop-in of slot, with
+// the lines of [node.devices] (devices.go): in the settings before the
+// host-dependent block, which the pre-start hook replaces (hooks.go); at
+// the end of the drop-in.
 func (b *Backend) hostFiles(slot string) ([]hostFile, error) {
 	kvm := b.hostHas(kvmDevice, fs.ModeCharDevice)
 	devs, err := b.devices()
 	if err != nil {
 		return nil, err
 	}
+	settings := b.nspawnSettings(slot)
+	at := bytes.Index(settings, []byte(hostBlockMarker))
+	if at < 0 {
+		at = len(settings)
+	}
+	settings = slices.Insert(settings, at, devs.settings()...)
 	return []hostFile{
-		{ownership.KindNspawnSettings, settingsPath(slot), append(b.nspawnSettings(slot, kvm, b.hostHas(modulesDir, fs.ModeDir)), devs.settings()...)},
+		{ownership.KindNspawnSettings, settingsPath(slot), settings},
 		{ownership.KindUnit, dropInPath(slot), append(b.dropIn(slot, kvm), devs.dropIn()...)},
 	}, nil
 }
 
 // hostHas reports whether the host has p of the given type (ModeDir,
 // ModeCharDevice).
-func (b *Backend) hostHas(p string, typ fs.FileMode) bool {
-	local, err := b.local(p)
-	if err != nil {
-		return false
-	}
-	fi, err := os.Stat(local)
-	return err == nil && fi.Mode().Type()&typ == typ
-}
+func (b *Backend) hostHas(p string, typ fs.FileMode) bool { return hostHasPath(b.root, p, typ) }
 
 // nspawnSettings is /etc/systemd/nspawn/<slot>.nspawn, which the unit's
 // --settings=override lets win over the unit's command line (-U,
@@ -223,7 +225,11 @@ func (b *Backend) hostHas(p string, typ fs.FileMode) bool {
 //     certificates; the node state directories (containerd's images, a
 //     cluster CNI's files) bound likewise, so a repave pulls nothing again.
 //   - no Volatile=: the rootfs is a plain writable directory.
-func (b *Backend) nspawnSettings(slot string, kvm, modules bool) []byte {
+//   - ResolvConf=off: the pre-start hook writes the node's resolv.conf
+//     (hooks.go), with servers pods can reach.
+//   - last, the host-dependent binds (hostSettings), which the pre-start
+//     hook re-renders before every start.
+func (b *Backend) nspawnSettings(slot string) []byte {
 	var f strings.Builder
 	fmt.Fprintf(&f, `# Written by kubeslot for slot %s; it is rewritten on every configure.
 [Exec]
@@ -231,6 +237,7 @@ Boot=yes
 PrivateUsers=no
 Capability=all
 SystemCallFilter=@keyring bpf
+ResolvConf=off
 
 [Network]
 VirtualEthernet=no
@@ -238,9 +245,6 @@ Private=no
 
 [Files]
 `, slot)
-	if modules {
-		fmt.Fprintf(&f, "BindReadOnly=%s\n", modulesDir)
-	}
 	fmt.Fprintf(&f, "Bind=%s:%s\n", b.identity, nodeconfig.CertDir)
 	if len(b.cfg.Node.PreloadImages) > 0 {
 		fmt.Fprintf(&f, "BindReadOnly=%s:%s\n", b.root.HostPath(hostroot.CacheDir), nodeconfig.CacheMount)
@@ -248,9 +252,7 @@ Private=no
 	for _, d := range b.nodeState() {
 		fmt.Fprintf(&f, "Bind=%s:%s\n", d.host, d.node)
 	}
-	if kvm {
-		fmt.Fprintf(&f, "Bind=%s\n", kvmDevice)
-	}
+	f.WriteString(hostSettings(b.hostHas))
 	return []byte(f.String())
 }
 
@@ -269,6 +271,7 @@ Environment=SYSTEMD_NSPAWN_API_VFS_WRITABLE=network
 	// Whole seconds: systemd's time span syntax differs from Go's.
 	stop := int64(math.Ceil(b.cfg.Timeouts.Stop.Seconds()))
 	fmt.Fprintf(&f, "# timeouts.stop\nTimeoutStopSec=%d\n", stop)
+	f.WriteString(b.preStartHook())
 	if kvm {
 		fmt.Fprintf(&f, "DeviceAllow=%s rw\n", kvmDevice)
 	}

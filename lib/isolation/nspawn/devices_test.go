@@ -44,8 +44,8 @@ func TestDevicePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	settings := e.read("/etc/systemd/nspawn/a.nspawn")
-	if !strings.Contains(settings, "\nBind=/dev/kubeslot-test0\n") {
-		t.Errorf("a.nspawn lacks the device:\n%s", settings)
+	if at := strings.Index(settings, "\nBind=/dev/kubeslot-test0\n"); at < 0 || at > strings.Index(settings, hostBlockMarker) {
+		t.Errorf("a.nspawn lacks the device, or has it in the block the pre-start hook replaces:\n%s", settings)
 	}
 	dropIn := e.read("/etc/systemd/system/systemd-nspawn@a.service.d/kubeslot.conf")
 	if !strings.Contains(dropIn, "\nDeviceAllow=/dev/kubeslot-test0 rw\n") {

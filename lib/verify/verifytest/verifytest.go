@@ -3,8 +3,8 @@
 // bootstrap's record and applied configuration, two releases with
 // manifests, the current and last-good links, the unit files as the
 // current release renders them with their enablement links, the slot's boot
-// link and a node identity; and a fake systemd that says all of it runs.
-// Imported by tests only (lib/verify, cmd/kubeslot).
+// link, a node identity and the configuration file; and a fake systemd that says all of it runs.
+// Imported by tests only (lib/verify, lib/bootstrap, cmd/kubeslot).
 package verifytest
 
 import (
@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/nodeidentity"
@@ -58,7 +59,18 @@ func Healthy(t testing.TB, certNotAfter time.Time) *hostroot.Root {
 	must(t, os.MkdirAll(filepath.Dir(local), 0o755))
 	must(t, os.Symlink("/usr/lib/systemd/system/"+link.Unit, local))
 	Identity(t, root, time.Now().Add(-time.Hour), certNotAfter)
+	ConfigFile(t, root, config.Example())
 	return root
+}
+
+// ConfigFile writes data as /etc/kubeslot/config.toml (0600), the file the
+// bootstrap unit runs with.
+func ConfigFile(t testing.TB, root *hostroot.Root, data []byte) {
+	t.Helper()
+	local, err := root.Resolve("/etc/kubeslot")
+	must(t, err)
+	must(t, os.MkdirAll(local, 0o755))
+	must(t, os.WriteFile(filepath.Join(local, "config.toml"), data, 0o600))
 }
 
 // Release writes release directory name: stand-in binaries, the unit
