@@ -187,6 +187,7 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 	admin := adminAPI(t, cp)
 
 	m := testMachine("api-valid", "api-valid.example.com")
+	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA, Paths: []v1alpha1.DevicePath{"/dev/fuse", "/dev/dri/renderD128"}}
 	got, err := admin.CreateMachine(ctx, m)
 	if err != nil {
 		t.Fatalf("a valid Machine was refused: %v", err)
@@ -308,6 +309,24 @@ func TestAPIInvalidObjectsRejected(t *testing.T) {
 		{"drain timeout action", func(m *v1alpha1.Machine) {
 			m.Spec.Disruption = &v1alpha1.Disruption{OnDrainTimeout: "Later"}
 		}, []string{"spec.disruption.onDrainTimeout", "Fail", "Force"}},
+		// spec.node.devices (issue 21 item 4): the kind, paths under /dev, no repeats, a bounded list.
+		{"devices gpus", func(m *v1alpha1.Machine) { m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: "AMD"} },
+			[]string{"spec.node.devices.gpus", "None", "NVIDIA"}},
+		{"device outside /dev", func(m *v1alpha1.Machine) {
+			m.Spec.Node.Devices = &v1alpha1.Devices{Paths: []v1alpha1.DevicePath{"/etc/shadow"}}
+		}, []string{"spec.node.devices.paths[0]", "must be a device node under /dev"}},
+		{"device path with ..", func(m *v1alpha1.Machine) {
+			m.Spec.Node.Devices = &v1alpha1.Devices{Paths: []v1alpha1.DevicePath{"/dev/fuse", "/dev/../etc/shadow"}}
+		}, []string{"spec.node.devices.paths[1]", "no '.' or '..' parts"}},
+		{"device twice", func(m *v1alpha1.Machine) {
+			m.Spec.Node.Devices = &v1alpha1.Devices{Paths: []v1alpha1.DevicePath{"/dev/fuse", "/dev/fuse"}}
+		}, []string{"spec.node.devices.paths[1]", "Duplicate value"}},
+		{"too many devices", func(m *v1alpha1.Machine) {
+			m.Spec.Node.Devices = &v1alpha1.Devices{}
+			for i := range 33 {
+				m.Spec.Node.Devices.Paths = append(m.Spec.Node.Devices.Paths, v1alpha1.DevicePath(fmt.Sprintf("/dev/d%d", i)))
+			}
+		}, []string{"spec.node.devices.paths", "must have at most 32 items"}},
 		{"machine name", func(m *v1alpha1.Machine) { m.Name = "api.bad.name" },
 			[]string{"metadata.name must be the host's machine name"}},
 	}

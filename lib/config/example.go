@@ -143,6 +143,19 @@ mode = "cluster"
 # cpu = "100m"
 # memory = "256Mi"
 
+# Host devices passed into the node (/dev/kvm always is, when present). A
+# Machine's spec.node.devices replaces gpus and paths; a change repaves.
+[node.devices]
+# "nvidia": bind the host's NVIDIA device nodes and driver libraries and
+# binaries (read-only) into the node; configure fails, naming what is
+# missing, when the host has no driver loaded. "none" (default): no GPUs.
+# gpus = "nvidia"
+# Further device nodes (char or block) under /dev, bound and allowed
+# read-write; each must exist on the host.
+# paths = ["/dev/fuse"]
+# Where the NVIDIA driver's libraries are (these are the defaults).
+# nvidia_driver_dirs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
+
 # The watcher's Prometheus metrics (off unless listen is set; read when the
 # watcher starts: systemctl restart kubeslot-watcher after a change). Not a
 # node setting: changing it never repaves the node.

@@ -34,6 +34,8 @@ type Node struct {
 	// among them). Each is verified by its sha256, kept in the artifact
 	// cache and imported again on each start of a new slot.
 	PreloadImages []PreloadImage `toml:"preload_images" json:"preload_images,omitempty"`
+	// Devices are host devices passed into the node (GPUs, device nodes).
+	Devices Devices `toml:"devices" json:"devices,omitzero"`
 }
 
 // PreloadImage is one image to import into the node's containerd.
@@ -91,6 +93,7 @@ func (n Node) Sandbox() string {
 var reservable = []string{"cpu", "memory", "ephemeral-storage", "pid"}
 
 func (v *validator) node(n *Node) {
+	v.devices(&n.Devices)
 	if n.CNI.Mode != "" && !slices.Contains(CNIModes, n.CNI.Mode) {
 		v.fail([]string{"node", "cni", "mode"}, quote(n.CNI.Mode), "must be one of %s", quoteList(CNIModes))
 	}

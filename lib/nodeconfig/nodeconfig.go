@@ -146,6 +146,11 @@ const (
 
 // Options are the node settings that do not come from the configuration
 // file. The zero value is the production default.
+// NVIDIARuntimeBinary is where the NVIDIA container toolkit's packages
+// install its runtime (a runc wrapper that adds the GPUs and driver files
+// a container asks for through NVIDIA_VISIBLE_DEVICES).
+const NVIDIARuntimeBinary = "/usr/bin/nvidia-container-runtime"
+
 type Options struct {
 	// KubeletPort and HealthzPort: 0 means the defaults.
 	KubeletPort, HealthzPort int
@@ -162,6 +167,12 @@ type Options struct {
 	// configuration installs a containerd artifact) instead of using the
 	// rootfs's own.
 	OwnContainerd bool
+	// NVIDIARuntime is the node path of the NVIDIA container toolkit's
+	// runtime (NVIDIARuntimeBinary) when [node.devices] gpus is "nvidia"
+	// and the node image has it: containerd then runs pods through it by
+	// default, so a container the device plugin gives a GPU gets the
+	// driver's libraries too. "" leaves runc alone.
+	NVIDIARuntime string
 
 	// The test rig's compromises, each from the sandbox record
 	// (lib/sandbox); a production host sets none of them.

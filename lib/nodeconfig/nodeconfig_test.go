@@ -443,3 +443,46 @@ func TestServingGatesTheNodeUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderNVIDIARuntime: with the toolkit's runtime in the image,
+// containerd gets an "nvidia" runtime and makes it the default (the device
+// plugin's documented setup); without it, the config names no such runtime.
+func TestRenderNVIDIARuntime(t *testing.T) {
+	cfg := testConfig(t, testkit.CA(t), "")
+	plain := string(render(t, cfg, Options{})[ContainerdConfig].Data)
+	if strings.Contains(plain, "nvidia") {
+		t.Errorf("containerd config names nvidia without the option:\n%s", plain)
+	}
+	data := render(t, cfg, Options{NVIDIARuntime: NVIDIARuntimeBinary})[ContainerdConfig].Data
+	var doc struct {
+		Plugins map[string]struct {
+			Containerd struct {
+				Default  string `toml:"default_runtime_name"`
+				Runtimes map[string]struct {
+					Type    string `toml:"runtime_type"`
+					Options map[string]any
+				}
+			}
+		}
+	}
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("containerd config: %v\n%s", err, data)
+	}
+	ctd := doc.Plugins["io.containerd.grpc.v1.cri"].Containerd
+	nv, ok := ctd.Runtimes["nvidia"]
+	if ctd.Default != "nvidia" || !ok || nv.Type != "io.containerd.runc.v2" || nv.Options["BinaryName"] != NVIDIARuntimeBinary ||
+		nv.Options["SystemdCgroup"] != true || ctd.Runtimes["runc"].Type == "" {
+		t.Errorf("nvidia runtime: %+v\n%s", ctd, data)
+	}
+	files := render(t, cfg, Options{NVIDIARuntime: NVIDIARuntimeBinary})
+	unit, ok := files[NVIDIALdconfigUnitPath]
+	if !ok || !strings.Contains(string(unit.Data), "\nExecStart=/sbin/ldconfig -X\n") || !strings.Contains(string(unit.Data), "\n"+servingCondition) {
+		t.Errorf("ldconfig unit:\n%s", unit.Data)
+	}
+	if dropIn := string(files[ContainerdDropIn].Data); !strings.Contains(dropIn, "Wants="+NVIDIALdconfigUnit+"\nAfter="+NVIDIALdconfigUnit+"\n") {
+		t.Errorf("containerd does not wait for the ldconfig unit:\n%s", dropIn)
+	}
+	if _, ok := render(t, cfg, Options{})[NVIDIALdconfigUnitPath]; ok {
+		t.Error("ldconfig unit written without the NVIDIA runtime")
+	}
+}

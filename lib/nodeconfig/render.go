@@ -50,6 +50,10 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 	if cniMode(cfg, opts) == config.CNICluster {
 		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", CNISeedUnit)
 	}
+	if opts.NVIDIARuntime != "" {
+		files = append(files, File{NVIDIALdconfigUnitPath, []byte(nvidiaLdconfigUnit), 0o644})
+		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", NVIDIALdconfigUnit)
+	}
 	if opts.CgroupV1Writable {
 		files = append(files, File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644})
 		fmt.Fprintf(&ctdDeps, "Requires=%[1]s\nAfter=%[1]s\n", CgroupRWUnit)
@@ -303,6 +307,13 @@ func containerdTOML(cfg *config.Config, opts Options) string {
 	if snapshotter == "" {
 		snapshotter = "overlayfs"
 	}
+	// The NVIDIA device plugin expects the toolkit's runtime as the
+	// default (as its docs set it up), not behind a RuntimeClass.
+	defaultRuntime, nvidia := "", ""
+	if opts.NVIDIARuntime != "" {
+		defaultRuntime = "\n    default_runtime_name = \"nvidia\""
+		nvidia = nvidiaRuntime(opts.NVIDIARuntime, opts.CgroupProfile() == CgroupsSystemd)
+	}
 	binDir, template := CNIBinDir, ""
 	switch cniMode(cfg, opts) {
 	case config.CNICluster:
@@ -325,7 +336,7 @@ state = "/run/containerd"
   enable_selinux = false
   restrict_oom_score_adj = %t
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = %q
+    snapshotter = %q%s
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q%s
@@ -335,8 +346,8 @@ state = "/run/containerd"
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       SystemdCgroup = %t
-`, ContainerdRoot, cfg.Node.Sandbox(), opts.RestrictOOMScoreAdj, snapshotter, binDir, CNIConfDir, template,
-		RegistryConfigDir, opts.CgroupProfile() == CgroupsSystemd)
+%s`, ContainerdRoot, cfg.Node.Sandbox(), opts.RestrictOOMScoreAdj, snapshotter, defaultRuntime, binDir, CNIConfDir, template,
+		RegistryConfigDir, opts.CgroupProfile() == CgroupsSystemd, nvidia)
 }
 
 // cniLoopback lets the CRI report NetworkReady (so the Node goes Ready)

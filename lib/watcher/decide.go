@@ -514,6 +514,7 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, er
 	if n.SandboxImage != "" {
 		c.Node.SandboxImage = n.SandboxImage
 	}
+	desiredDevices(&c.Node.Devices, n.Devices)
 	// The repaver looks the kubelet up again for the desired version.
 	c.Artifacts.KubeletPinned = nil
 	if r := n.KubernetesRelease; r != nil {
@@ -554,6 +555,8 @@ func specPaths(s string) string {
 		"rootfs.sha256", "spec.node.rootfs.sha256",
 		"artifacts.", "spec.node.artifacts.",
 		"node.sandbox_image", "spec.node.sandboxImage",
+		"node.devices.gpus", "spec.node.devices.gpus",
+		"node.devices.paths", "spec.node.devices.paths",
 		"kubernetes.release.mirror", "spec.node.kubernetesRelease.mirror",
 		"kubernetes.release.ca_pem", "spec.node.kubernetesRelease.caPEM",
 	).Replace(s)

@@ -549,3 +549,40 @@ func TestAppliedSummaryRoundTrips(t *testing.T) {
 		t.Errorf("the summary changes through the API:\n%+v\n%+v", s, &back)
 	}
 }
+
+// TestDesiredDevices: the Machine's devices replace the host's GPUs and
+// paths (so the fingerprint changes and the host repaves), absent keeps
+// them, and a bad path is refused naming the spec field and the value.
+func TestDesiredDevices(t *testing.T) {
+	a := applied(t)
+	a.Config.Node.Devices.NVIDIADriverDirs = []string{"/opt/nvidia/lib"}
+	m := NewMachine("m1", node, a)
+	same, err := Desired(a.Config, &m.Spec.Node)
+	if err != nil || same.Fingerprint() != a.Config.Fingerprint() {
+		t.Fatalf("no spec devices: %v, fingerprint changed %v", err, err == nil && same.Fingerprint() != a.Config.Fingerprint())
+	}
+	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA, Paths: []v1alpha1.DevicePath{"/dev/fuse"}}
+	d, err := Desired(a.Config, &m.Spec.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Node.Devices.NVIDIA() || len(d.Node.Devices.Paths) != 1 || d.Node.Devices.Paths[0] != "/dev/fuse" ||
+		d.Node.Devices.DriverDirs()[0] != "/opt/nvidia/lib" {
+		t.Errorf("desired devices %+v", d.Node.Devices)
+	}
+	if d.Fingerprint() == a.Config.Fingerprint() {
+		t.Error("spec devices leave the fingerprint: the host would not repave")
+	}
+	if a.Config.Node.Devices.GPUs != "" || a.Config.Node.Devices.Paths != nil {
+		t.Error("Desired changed the applied configuration")
+	}
+	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNone}
+	if d, err := Desired(a.Config, &m.Spec.Node); err != nil || d.Node.Devices.NVIDIA() {
+		t.Errorf("gpus None: %v %+v", err, d)
+	}
+	m.Spec.Node.Devices = &v1alpha1.Devices{Paths: []v1alpha1.DevicePath{"/dev/../etc/shadow"}}
+	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.devices.paths[0]") ||
+		!strings.Contains(err.Error(), "/dev/../etc/shadow") {
+		t.Errorf("bad device path: %v", err)
+	}
+}

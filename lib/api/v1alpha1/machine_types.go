@@ -219,7 +219,52 @@ type NodeConfig struct {
 	//
 	// +optional
 	KubernetesRelease *KubernetesRelease `json:"kubernetesRelease,omitempty"`
+
+	// Devices are the host devices passed into the node beyond /dev/kvm
+	// (always passed when the host has it). Absent means what the host's
+	// bootstrap configuration says ([node.devices]); present, it replaces
+	// that. The node advertises them to pods through device plugins the
+	// cluster runs (e.g. NVIDIA's k8s-device-plugin DaemonSet).
+	//
+	// +optional
+	Devices *Devices `json:"devices,omitempty"`
 }
+
+// Devices are host devices a Machine passes into its node.
+type Devices struct {
+	// GPUs is None or NVIDIA: bind the host's NVIDIA device nodes
+	// (/dev/nvidia*, /dev/nvidia-caps/*) and the driver's libraries and
+	// binaries (read-only) into the node. A host without a loaded driver
+	// fails the repave, naming what is missing.
+	//
+	// +optional
+	// +kubebuilder:validation:Enum=None;NVIDIA
+	GPUs GPUKind `json:"gpus,omitempty"`
+
+	// Paths are further device nodes (char or block) under /dev, bound at
+	// the same path and allowed read-write, e.g. /dev/fuse. Each must exist
+	// on the host.
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	Paths []DevicePath `json:"paths,omitempty"`
+}
+
+// GPUKind says which GPUs a node gets.
+type GPUKind string
+
+// GPU kinds.
+const (
+	GPUsNone   GPUKind = "None"
+	GPUsNVIDIA GPUKind = "NVIDIA"
+)
+
+// DevicePath is a device node under /dev.
+//
+// +kubebuilder:validation:MaxLength=255
+// +kubebuilder:validation:XValidation:rule="self.matches('^/dev(/[A-Za-z0-9_.+-]+)+$') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..')",message="must be a device node under /dev: letters, digits, '/', '_', '.', '+' and '-', no '.' or '..' parts, e.g. /dev/fuse"
+type DevicePath string
 
 // KubernetesRelease is a mirror laid out like the upstream release
 // downloads: <mirror>/v<version>/bin/linux/<arch>/kubelet, with the file's

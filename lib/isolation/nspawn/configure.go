@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,11 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		return err
 	}
 	log := b.log.With("slot", slot)
+	// Before anything is written: a device asked for and missing fails here.
+	devs, err := b.devices()
+	if err != nil {
+		return fmt.Errorf("configure slot %s: %w", slot, err)
+	}
 	rootfs, err := b.slotDir(rootfsPath(slot))
 	if err != nil {
 		return err
@@ -51,6 +57,11 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
 	opts := b.node
+	opts.NVIDIARuntime = devs.nvidiaRuntime(rootfs)
+	if devs.nvidia && opts.NVIDIARuntime == "" {
+		log.Warn("the node image has no NVIDIA container toolkit: containerd keeps runc, so pods get the GPU device nodes from the device plugin but not the driver's libraries",
+			"runtime", nodeconfig.NVIDIARuntimeBinary)
+	}
 	if opts.Preload, err = b.ensurePreloads(ctx); err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}
@@ -88,7 +99,8 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 		}
 	}
 	changed = append(changed, hostChanged...)
-	log.Info("slot configured", "changed", changed, "cgroups", b.node.CgroupProfile().Note())
+	log.Info("slot configured", "changed", changed, "cgroups", b.node.CgroupProfile().Note(),
+		"devices", devs.nodes, "driver_files", len(devs.readOnly))
 	if len(changed) > 0 {
 		if _, err := b.d.Systemd.Machine(ctx, slot); err == nil {
 			log.Warn("the node of this slot is running: the changes apply when it next starts", "changed", changed)
@@ -170,13 +182,26 @@ type hostFile struct {
 	data []byte
 }
 
-// hostFiles renders the .nspawn settings and the unit drop-in of slot.
-func (b *Backend) hostFiles(slot string) []hostFile {
+// hostFiles renders the .nspawn settings and the unit drop-in of slot, with
+// the lines of [node.devices] (devices.go): in the settings before the
+// host-dependent block, which the pre-start hook replaces (hooks.go); at
+// the end of the drop-in.
+func (b *Backend) hostFiles(slot string) ([]hostFile, error) {
 	kvm := b.hostHas(kvmDevice, fs.ModeCharDevice)
-	return []hostFile{
-		{ownership.KindNspawnSettings, settingsPath(slot), b.nspawnSettings(slot)},
-		{ownership.KindUnit, dropInPath(slot), b.dropIn(slot, kvm)},
+	devs, err := b.devices()
+	if err != nil {
+		return nil, err
 	}
+	settings := b.nspawnSettings(slot)
+	at := bytes.Index(settings, []byte(hostBlockMarker))
+	if at < 0 {
+		at = len(settings)
+	}
+	settings = slices.Insert(settings, at, devs.settings()...)
+	return []hostFile{
+		{ownership.KindNspawnSettings, settingsPath(slot), settings},
+		{ownership.KindUnit, dropInPath(slot), append(b.dropIn(slot, kvm), devs.dropIn()...)},
+	}, nil
 }
 
 // hostHas reports whether the host has p of the given type (ModeDir,
@@ -276,7 +301,11 @@ func (b *Backend) writeHostFiles(slot string) (changed []string, dropIn bool, er
 			return changed, dropIn, err
 		}
 	}
-	for _, f := range b.hostFiles(slot) {
+	files, err := b.hostFiles(slot)
+	if err != nil {
+		return changed, dropIn, err
+	}
+	for _, f := range files {
 		ok, err := b.writeHostFile(f)
 		if err != nil {
 			return changed, dropIn, err
