@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -487,94 +486,6 @@ func cond(typ string, status bool, reason, msg string, gen int64) metav1.Conditi
 func degraded(reason, msg string) Action {
 	return Action{Type: ReportMachine, Phase: v1alpha1.MachineDegraded,
 		Conditions: []metav1.Condition{cond(v1alpha1.ConditionDegraded, true, reason, msg, 0)}}
-}
-
-// Desired lays the Machine's node configuration over the applied one: the
-// Kubernetes version, rootfs, labels and taints come from the spec, and each
-// artifact the spec overrides. The result is validated like a bootstrap
-// configuration; errors name the spec field and value.
-func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, error) {
-	if applied == nil {
-		return nil, errors.New("no applied configuration")
-	}
-	c := clone(applied)
-	c.Kubernetes.Version = n.KubernetesVersion
-	c.RootFS = config.RootFS{Source: string(n.RootFS.Source), SHA256: string(n.RootFS.SHA256)}
-	c.Kubernetes.Labels = nil
-	for k, v := range n.Labels {
-		if c.Kubernetes.Labels == nil {
-			c.Kubernetes.Labels = map[string]string{}
-		}
-		c.Kubernetes.Labels[k] = string(v)
-	}
-	c.Kubernetes.Taints = nil
-	for _, t := range n.Taints {
-		c.Kubernetes.Taints = append(c.Kubernetes.Taints, string(t))
-	}
-	if n.SandboxImage != "" {
-		c.Node.SandboxImage = n.SandboxImage
-	}
-	desiredDevices(&c.Node.Devices, n.Devices)
-	// The repaver looks the kubelet up again for the desired version.
-	c.Artifacts.KubeletPinned = nil
-	if r := n.KubernetesRelease; r != nil {
-		c.Kubernetes.Release = config.Release{Mirror: string(r.Mirror), CAPEM: r.CAPEM}
-		if n.Artifacts == nil || n.Artifacts.Kubelet == nil {
-			// The spec picks the mirror: a kubelet file the host's
-			// configuration named is not the spec's version's.
-			c.Artifacts.Kubelet = config.Artifact{}
-		}
-	}
-	if a := n.Artifacts; a != nil {
-		if a.Kubelet != nil {
-			c.Artifacts.Kubelet = config.Artifact{URL: string(a.Kubelet.URL), SHA256: string(a.Kubelet.SHA256)}
-		}
-		for _, o := range []struct {
-			src *v1alpha1.Artifact
-			dst **config.Artifact
-		}{{a.Containerd, &c.Artifacts.Containerd}, {a.Runc, &c.Artifacts.Runc}, {a.CNIPlugins, &c.Artifacts.CNIPlugins}} {
-			if o.src != nil {
-				*o.dst = &config.Artifact{URL: string(o.src.URL), SHA256: string(o.src.SHA256)}
-			}
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s", specPaths(err.Error()))
-	}
-	return c, nil
-}
-
-// specPaths renames configuration keys to the Machine spec fields they came
-// from, so the message names what an admin can change.
-func specPaths(s string) string {
-	return strings.NewReplacer(
-		"kubernetes.version", "spec.node.kubernetesVersion",
-		"kubernetes.labels", "spec.node.labels",
-		"kubernetes.taints", "spec.node.taints",
-		"rootfs.source", "spec.node.rootfs.source",
-		"rootfs.sha256", "spec.node.rootfs.sha256",
-		"artifacts.", "spec.node.artifacts.",
-		"node.sandbox_image", "spec.node.sandboxImage",
-		"node.devices.gpus", "spec.node.devices.gpus",
-		"node.devices.paths", "spec.node.devices.paths",
-		"kubernetes.release.mirror", "spec.node.kubernetesRelease.mirror",
-		"kubernetes.release.ca_pem", "spec.node.kubernetesRelease.caPEM",
-	).Replace(s)
-}
-
-func clone(c *config.Config) *config.Config {
-	out := *c
-	out.Kubernetes.Labels = maps.Clone(c.Kubernetes.Labels)
-	out.Kubernetes.Taints = slices.Clone(c.Kubernetes.Taints)
-	out.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
-	out.Isolation.Slots = slices.Clone(c.Isolation.Slots)
-	for _, p := range []**config.Artifact{&out.Artifacts.KubeletPinned, &out.Artifacts.Containerd, &out.Artifacts.Runc, &out.Artifacts.CNIPlugins} {
-		if *p != nil {
-			a := **p
-			*p = &a
-		}
-	}
-	return &out
 }
 
 // NewMachine is the Machine a host registers when it has none: named name,
