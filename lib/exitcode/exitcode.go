@@ -24,8 +24,9 @@ const (
 	Deferred = 69
 	// HostUnfit is EX_CONFIG from sysexits.h: the host lacks something
 	// kubeslot needs and will not provide itself (software missing on an
-	// image-based host, a package it may not install), so the stage stopped
-	// before changing anything. Not Deferred: nothing triggers it again, and
+	// image-based host, a package it may not install), or holds what this
+	// release cannot read (an installation in another layout version), so
+	// the stage stopped before changing anything. Not Deferred: nothing triggers it again, and
 	// nothing will change until an operator changes the host. Not Failure:
 	// a retry cannot help, so units list it in RestartPreventExitStatus=.
 	HostUnfit = 78
