@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path"
@@ -104,24 +103,6 @@ func HostNodeAddr() (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("host address %v: not an IP address", ip)
 	}
 	return a.Unmap(), nil
-}
-
-// HostAddrs are all addresses of the host's interfaces (the post-start check: the Node's addresses must be among
-// them).
-func HostAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
 }
 
 // HookRecord is what the last pre-start hook gave the node (<base>/state/NodeHostFile): the post-start check
