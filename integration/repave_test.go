@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,7 +215,7 @@ func TestRepaveOnRig(t *testing.T) {
 	// kill left are not raced by the resume, then started again: its PathExists= fires for the state file.
 	want := "b"
 	flip := map[string]string{"a": "b", "b": "a"}
-	for i, phase := range []string{"prepare", "standby", "drain", "switch", "start", "verify", "commit", "uncordon", "clean"} {
+	for i, phase := range []string{"prepare", "standby", "drain", "switch", "runtime", "start", "verify", "commit", "uncordon", "clean"} {
 		unit := fmt.Sprintf("rig-repaver-%d", i)
 		// The target's kubelet may have posted its status before the kill (verify): the new heartbeat is newer
 		// than the start of the interrupted run, and the kubelet does not post again for minutes.
@@ -239,9 +240,23 @@ func TestRepaveOnRig(t *testing.T) {
 				t.Errorf("old node %s before the switch: kubelet, containerd %q, want active", want, got)
 			}
 		}
+		switch phase { // the handover: the old node quiesced at switch, its machine stopping; the target's runtime
+		case "runtime":
+			// The machine may be gone already: then systemctl -M cannot reach it.
+			if got := nodeUnitStates(ctx, r.h, want); slices.Contains(strings.Fields(got), "active") {
+				t.Errorf("old node %s after the switch: kubelet, containerd %q, want neither active", want, got)
+			}
+			if got := nodeUnitStates(ctx, r.h, flip[want]); got != "inactive inactive" {
+				t.Errorf("warm target %s before runtime: kubelet, containerd %q, want inactive", flip[want], got)
+			}
+		case "start":
+			if got := nodeUnitStates(ctx, r.h, flip[want]); got != "inactive active" {
+				t.Errorf("target %s before start: kubelet, containerd %q, want containerd alone", flip[want], got)
+			}
+		}
 		// Killed after the drain and before the uncordon, the Node is cordoned by kubeslot: the resume keeps it so
 		// until the target is committed, then uncordons it.
-		cordoned := map[string]bool{"switch": true, "start": true, "verify": true, "commit": true, "uncordon": true}[phase]
+		cordoned := map[string]bool{"switch": true, "runtime": true, "start": true, "verify": true, "commit": true, "uncordon": true}[phase]
 		if n, err := r.admin.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{}); err != nil {
 			t.Errorf("kill -9 at %s: get Node: %v", phase, err)
 		} else if cordoned != (n.Spec.Unschedulable && n.Annotations[drain.Annotation] != "") {

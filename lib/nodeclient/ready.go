@@ -10,14 +10,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 )
 
-// WaitReady polls the Node until it is Ready as posted by a kubelet
-// that started at since or later (any Ready when since is zero), bounded by
-// ctx.
+// WaitReady waits until the Node is Ready as posted by a kubelet that
+// started at since or later (any Ready when since is zero), bounded by ctx.
+// It reads the Node and its Lease, then watches the Node from what it
+// read, so a new status is seen as it is posted (the wait is inside a
+// node's downtime); a watch that ends or is refused falls back to reading
+// again after readyPoll.
 //
 // Node status times have whole seconds, so a status posted in the same
 // second as since may be the new kubelet's or the old one's last. The
@@ -28,48 +33,45 @@ import (
 // apiserver, and the Ready status is not from before its second. (Requiring
 // a heartbeat strictly after since's second, as before, missed the new
 // kubelet's first status when it came within that second; the next one can
-// be minutes away, nodeStatusReportFrequency.)
+// be minutes away, nodeStatusReportFrequency.) A node may not watch its
+// Lease (the Node authorizer), so the Lease is read again while the Node
+// alone would do.
 func (c *Client) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
-	node := cfg.Machine.NodeName
-	last := "no node identity yet"
 	t0 := time.Now()
-	var cs *kubernetes.Clientset
 	for {
-		if cs == nil {
-			rc, err := c.RESTConfig(cfg)
-			if err == nil {
-				cs, err = kubernetes.NewForConfig(rc)
-			}
-			if err != nil {
-				last = err.Error()
-			}
+		rc, err := c.RESTConfig(cfg)
+		var cs *kubernetes.Clientset
+		if err == nil {
+			cs, err = kubernetes.NewForConfig(rc)
 		}
-		if cs != nil {
-			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			var lease *coordinationv1.Lease
-			if err == nil && !since.IsZero() {
-				lease, err = cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
-				if apierrors.IsNotFound(err) {
-					lease, err = nil, nil
-				}
+		if err == nil {
+			return waitReady(ctx, cs, cfg, since, t0)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last: no node identity yet: %v", context.Cause(ctx), err)
+		case <-time.After(readyPoll(time.Since(t0))):
+		}
+	}
+}
+
+// waitReady is WaitReady with a client, since t0.
+func waitReady(ctx context.Context, cs kubernetes.Interface, cfg *config.Config, since, t0 time.Time) error {
+	node := cfg.Machine.NodeName
+	for {
+		w := readyWait{cs: cs, cfg: cfg, node: node, since: since}
+		ok, last, err := w.read(ctx)
+		if ok {
+			return nil
+		}
+		if err == nil {
+			if ok, last = w.watch(ctx, last); ok {
+				return nil
 			}
-			switch {
-			case err == nil:
-				ok, why := NodeReadySince(n, lease, since)
-				if ok {
-					return nil
-				}
-				last = why
-				if msg, fatal := bridgeWithoutPodCIDR(cfg, n, why, time.Now()); msg != "" {
-					if fatal {
-						return errors.New(msg)
-					}
-					last = msg
-				}
-			case apierrors.IsNotFound(err):
-				last = "Node " + node + " not registered yet"
-			default:
-				last = err.Error()
+		} else {
+			var fatal bool
+			if last, fatal = w.fatal(err); fatal {
+				return errors.New(last)
 			}
 		}
 		select {
@@ -80,9 +82,147 @@ func (c *Client) WaitReady(ctx context.Context, cfg *config.Config, since time.T
 	}
 }
 
-// readyPoll is WaitReady's pause after waiting for elapsed: 100 ms at
-// first (the wait is inside a node's downtime, and a healthy kubelet posts
-// Ready within a second), then 500 ms (two GETs a poll for as long as
+// readyWait is one reading of WaitReady and the watch after it.
+type readyWait struct {
+	cs    kubernetes.Interface
+	cfg   *config.Config
+	node  string
+	since time.Time
+	n     *corev1.Node
+	lease *coordinationv1.Lease
+}
+
+// errNotReady is a reading's why when the Node is there but not Ready
+// as asked; fatal says the bridge-mode verdict.
+type errNotReady struct {
+	why   string
+	fatal bool
+}
+
+func (e *errNotReady) Error() string { return e.why }
+
+// read gets the Node and, with a since, its Lease, and decides. err is
+// nil when the Node was read (a watch can start from it).
+func (w *readyWait) read(ctx context.Context) (bool, string, error) {
+	n, err := w.cs.CoreV1().Nodes().Get(ctx, w.node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, "Node " + w.node + " not registered yet", err
+	}
+	if err != nil {
+		return false, err.Error(), err
+	}
+	w.n = n
+	if err := w.readLease(ctx); err != nil {
+		return false, err.Error(), err
+	}
+	ok, why := w.decide()
+	if msg, fatal := bridgeWithoutPodCIDR(w.cfg, n, why, time.Now()); !ok && msg != "" {
+		if fatal {
+			return false, msg, &errNotReady{why: msg, fatal: true}
+		}
+		why = msg
+	}
+	return ok, why, nil
+}
+
+func (w *readyWait) readLease(ctx context.Context) error {
+	if w.since.IsZero() {
+		return nil
+	}
+	lease, err := w.cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, w.node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	w.lease = lease
+	return nil
+}
+
+func (w *readyWait) decide() (bool, string) { return NodeReadySince(w.n, w.lease, w.since) }
+
+// fatal is WaitReady's last message for a failed reading, and whether
+// the wait must give up.
+func (w *readyWait) fatal(err error) (string, bool) {
+	var nr *errNotReady
+	if errors.As(err, &nr) {
+		return nr.why, nr.fatal
+	}
+	return err.Error(), false
+}
+
+// watchBound ends one watch; WaitReady reads again and watches anew.
+const watchBound = time.Minute
+
+// leaseRecheck is how often the Lease is read again while the Node's
+// status counts but the Lease does not yet (it cannot be watched).
+const leaseRecheck = 20 * time.Millisecond
+
+// watch follows the Node from the version read until it is Ready as
+// asked, the watch ends, or ctx is done; it returns the last why.
+func (w *readyWait) watch(ctx context.Context, why string) (bool, string) {
+	wctx, cancel := context.WithTimeout(ctx, watchBound)
+	defer cancel()
+	nw, err := w.cs.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", w.node).String(), ResourceVersion: w.n.ResourceVersion})
+	if err != nil {
+		return false, why + " (watch: " + err.Error() + ")"
+	}
+	defer nw.Stop()
+	var recheck <-chan time.Time
+	for {
+		select {
+		case ev, open := <-nw.ResultChan():
+			if !open {
+				return false, why
+			}
+			n, isNode := ev.Object.(*corev1.Node)
+			if !isNode || ev.Type == watch.Error || ev.Type == watch.Deleted {
+				return false, why
+			}
+			w.n = n
+		case <-recheck:
+			if err := w.readLease(wctx); err != nil {
+				return false, why + " (lease: " + err.Error() + ")"
+			}
+		case <-wctx.Done():
+			return false, why
+		}
+		var ok bool
+		if ok, why = w.decide(); ok {
+			return true, ""
+		}
+		if msg, fatal := bridgeWithoutPodCIDR(w.cfg, w.n, why, time.Now()); msg != "" {
+			if why = msg; fatal {
+				return false, why // read again, and give up there
+			}
+		}
+		recheck = nil
+		if w.statusCounts() {
+			recheck = time.After(leaseRecheck)
+		}
+	}
+}
+
+// statusCounts reports whether the Node's Ready status alone would do:
+// only the Lease keeps the wait going.
+func (w *readyWait) statusCounts() bool {
+	ok, _ := NodeReadySince(w.n, nil, time.Time{})
+	if !ok || w.since.IsZero() {
+		return false
+	}
+	for _, c := range w.n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return !c.LastHeartbeatTime.Time.Before(w.since.Truncate(time.Second))
+		}
+	}
+	return false
+}
+
+// readyPoll is WaitReady's pause after waiting for elapsed, when a watch
+// could not follow the Node: 100 ms at first (the wait is inside a node's
+// downtime), then 500 ms (two GETs a poll for as long as
 // timeouts.node_ready).
 func readyPoll(elapsed time.Duration) time.Duration {
 	if elapsed < 5*time.Second {

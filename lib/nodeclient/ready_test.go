@@ -1,13 +1,21 @@
 package nodeclient
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kubeslot/kubeslot/lib/config"
 )
 
 // TestNodeReadySince: a Ready status counts from the kubelet's start
@@ -46,6 +54,75 @@ func TestNodeReadySince(t *testing.T) {
 		ok, why := NodeReadySince(c.n, c.l, c.since)
 		if ok != c.ok || !strings.Contains(why, c.why) {
 			t.Errorf("%s: %v %q, want %v %q", c.name, ok, why, c.ok, c.why)
+		}
+	}
+}
+
+// TestWaitReadyFollowsTheNode: the wait reads the Node once and then sees
+// the new kubelet's Ready status through its watch, not by reading again;
+// the Lease, which a node may not watch, is read again until it counts.
+func TestWaitReadyFollowsTheNode(t *testing.T) {
+	since := time.Now().Add(-time.Minute)
+	old := metav1.NewTime(since.Add(-time.Hour))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: old}}}}
+	renew := metav1.NewMicroTime(since.Add(-time.Hour))
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Namespace: corev1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}
+	cs := fake.NewClientset(node, lease)
+	var nodeGets, leaseGets atomic.Int32
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		nodeGets.Add(1)
+		return false, nil, nil
+	})
+	cs.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		leaseGets.Add(1)
+		return false, nil, nil
+	})
+	var watches atomic.Int32
+	cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watches.Add(1)
+		return false, nil, nil
+	})
+	cfg := &config.Config{Machine: config.Machine{NodeName: "worker-1"}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- waitReady(ctx, cs, cfg, since, time.Now()) }()
+
+	// The new kubelet posts Ready, then renews its Lease a little later.
+	waitFor(t, func() bool { return watches.Load() == 1 })
+	time.Sleep(10 * time.Millisecond) // the fake registers the watch after its reactors
+	n := node.DeepCopy()
+	n.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return leaseGets.Load() >= 2 })
+	select {
+	case err := <-done:
+		t.Fatalf("ready before the Lease was renewed: %v", err)
+	default:
+	}
+	l := lease.DeepCopy()
+	now := metav1.NowMicro()
+	l.Spec.RenewTime = &now
+	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeGets.Load(); got != 1 {
+		t.Errorf("the Node was read %d times, want once (then watched)", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
 		}
 	}
 }

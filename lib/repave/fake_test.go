@@ -111,7 +111,7 @@ func (b *fakeBackend) Provision(ctx context.Context, slot string) error {
 func (b *fakeBackend) KubeletVersion(ctx context.Context, slot string) (string, error) {
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
-	if !b.h.running[slot] {
+	if !b.h.booted[slot] { // a warm machine answers too
 		return "", fmt.Errorf("the node of slot %s is not running", slot)
 	}
 	return b.h.binary[slot], nil
@@ -157,6 +157,32 @@ func (b *fakeBackend) Stop(ctx context.Context, slot string) error {
 	b.h.mu.Lock()
 	defer b.h.mu.Unlock()
 	b.h.running[slot], b.h.booted[slot] = false, false
+	return nil
+}
+
+// Quiesce stops the node's services: it no longer serves; its machine
+// goes down at the next Stop.
+func (b *fakeBackend) Quiesce(ctx context.Context, slot string) error {
+	if err := b.h.do("quiesce", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	b.h.running[slot] = false
+	return nil
+}
+
+// StartRuntime boots the slot's machine; its kubelet is not running yet.
+func (b *fakeBackend) StartRuntime(ctx context.Context, slot string) error {
+	if err := b.h.do("runtime", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	if !b.h.provisioned[slot] {
+		return fmt.Errorf("runtime %s: not provisioned", slot)
+	}
+	b.h.booted[slot] = true
 	return nil
 }
 

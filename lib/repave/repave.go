@@ -110,8 +110,9 @@ const (
 	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
 	Standby  Phase = "standby"  // boot the target's machine warm (no containerd, no kubelet); the node keeps serving
 	Drain    Phase = "drain"    // cordon the Node, evict its pods (lib/drain); the node keeps serving
-	Switch   Phase = "switch"   // stop the old node gracefully
-	Start    Phase = "start"    // start containerd and the kubelet in the target (booting it first if it is not)
+	Switch   Phase = "switch"   // stop the old node's kubelet and containerd; its machine's stop is queued
+	Runtime  Phase = "runtime"  // start the target's containerd while the old machine goes down
+	Start    Phase = "start"    // the old machine gone, start the target's kubelet (booting it first if it is not)
 	Verify   Phase = "verify"   // kubelet healthy, Node Ready as posted by that kubelet
 	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
 	Uncordon Phase = "uncordon" // the Node schedulable again, if kubeslot cordoned it
@@ -127,7 +128,7 @@ const (
 
 // Phases lists the forward phases in order.
 func Phases() []Phase {
-	return []Phase{Prepare, Standby, Drain, Switch, Start, Verify, Commit, Uncordon, Clean}
+	return []Phase{Prepare, Standby, Drain, Switch, Runtime, Start, Verify, Commit, Uncordon, Clean}
 }
 
 // allPhases are the forward phases, the rollback's and the restart's.
@@ -170,6 +171,9 @@ type State struct {
 	// SwitchAt is when the old node began to stop: the start of the node
 	// downtime.
 	SwitchAt time.Time `json:"switchAt,omitzero"`
+	// ReadyAt is when verify saw the target's Node Ready: the end of the
+	// node downtime.
+	ReadyAt time.Time `json:"readyAt,omitzero"`
 	// Warning is what went wrong without undoing anything (a forced
 	// drain, the Node's labels not updated, the Node not uncordoned); it
 	// ends up in the final status.
@@ -367,12 +371,13 @@ func (d *Deps) oldBackend(st *State) (isolation.Backend, error) {
 	return b, err
 }
 
-// waitNode waits for slot's kubelet health and then the Node Ready as
-// posted by that kubelet (a heartbeat since it started: never the status
-// the old slot's kubelet, or an earlier run of this one, left), together
-// bounded by cfg's timeouts.node_ready. Taking the floor from the running
-// kubelet rather than from a time this process noted makes a resumed wait
-// (after a kill or a reboot, with the kubelet already up) finish too.
+// waitNode waits for slot's kubelet health and the Node Ready as posted by
+// that kubelet (a heartbeat since it started: never the status the old
+// slot's kubelet, or an earlier run of this one, left), together bounded by
+// cfg's timeouts.node_ready. The two waits run side by side, both inside
+// the downtime. Taking the floor from the running kubelet rather than from
+// a time this process noted makes a resumed wait (after a kill or a reboot,
+// with the kubelet already up) finish too.
 func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {
 	bound := cfg.Timeouts.NodeReady.Duration
 	if bound <= 0 {
@@ -381,21 +386,39 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 	wctx, cancel := context.WithTimeoutCause(ctx, bound,
 		fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
 	defer cancel()
-	var since time.Time
+	since, err := d.retry(wctx, func() (time.Time, error) { return b.KubeletStartedAt(wctx, slot) })
+	if err != nil {
+		return fmt.Errorf("kubelet of slot %s never started: %w", slot, err)
+	}
+	d.Log.Info("kubelet started; waiting for its health and Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
+	healthy := make(chan error, 1)
+	go func() {
+		_, err := d.retry(wctx, func() (time.Time, error) { return time.Time{}, b.KubeletHealthy(wctx, slot) })
+		healthy <- err
+	}()
+	if err := d.Cluster.WaitReady(wctx, cfg, since); err != nil {
+		cancel()
+		<-healthy
+		return err
+	}
+	if err := <-healthy; err != nil {
+		return fmt.Errorf("kubelet of slot %s never healthy: %w", slot, err)
+	}
+	return nil
+}
+
+// retry calls f every poll until it succeeds or ctx is done; the error
+// then names ctx's cause and f's last failure.
+func (d *Deps) retry(ctx context.Context, f func() (time.Time, error)) (time.Time, error) {
 	for {
-		err := b.KubeletHealthy(wctx, slot)
+		v, err := f()
 		if err == nil {
-			since, err = b.KubeletStartedAt(wctx, slot)
-		}
-		if err == nil {
-			break
+			return v, nil
 		}
 		select {
-		case <-wctx.Done():
-			return fmt.Errorf("kubelet of slot %s never healthy: %w; last: %v", slot, context.Cause(wctx), err)
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
 		case <-time.After(d.poll()):
 		}
 	}
-	d.Log.Info("kubelet healthy; waiting for its Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
-	return d.Cluster.WaitReady(wctx, cfg, since)
 }

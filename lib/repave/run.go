@@ -72,10 +72,8 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 		return d.finish(st, requests.Failed, msg, st.From, down, fmt.Errorf("%w: %s", ErrRolledBack, msg))
 	case err == nil:
 		var down time.Duration
-		for _, p := range st.Phases {
-			if p.Name == string(Verify) {
-				down = p.StartedAt.Add(p.Duration).Sub(st.SwitchAt)
-			}
+		if !st.ReadyAt.IsZero() {
+			down = st.ReadyAt.Sub(st.SwitchAt)
 		}
 		msg := fmt.Sprintf("repaved from slot %s to slot %s", st.From, st.To)
 		if st.Warning != "" {
@@ -117,7 +115,7 @@ func (d *Deps) finish(st *State, phase requests.Phase, msg, active string, down 
 }
 
 // table is the repave's phases: the forward chain to clean, then the
-// rollback that a failure in switch, start or verify goes to. Each run gets
+// rollback that a failure in switch, runtime, start or verify goes to. Each run gets
 // the backend of the target's mode.
 func (d *Deps) table(st *State, log *slog.Logger) []transition.Phase {
 	rollBack := func(_ context.Context, err error) {
@@ -137,8 +135,9 @@ func (d *Deps) table(st *State, log *slog.Logger) []transition.Phase {
 		ph(Prepare, "provision and configure the target slot", d.prepare),
 		ph(Standby, "boot the target's machine warm", d.standby).FailingTo(string(Rollback), rollBack),
 		ph(Drain, "cordon the node, evict its pods", d.drainOld).FailingTo(string(Rollback), rollBack),
-		ph(Switch, "stop the old node", d.switchOld).FailingTo(string(Rollback), rollBack),
-		ph(Start, "start the target's node", d.start).FailingTo(string(Rollback), rollBack),
+		ph(Switch, "stop the old node's kubelet and containerd", d.switchOld).FailingTo(string(Rollback), rollBack),
+		ph(Runtime, "start the target's containerd as the old machine stops", d.runtime).FailingTo(string(Rollback), rollBack),
+		ph(Start, "start the target's kubelet", d.start).FailingTo(string(Rollback), rollBack),
 		ph(Verify, "wait for the target's node", d.verify).FailingTo(string(Rollback), rollBack),
 		ph(Commit, "commit the target slot", d.commit),
 		ph(Uncordon, "make the node schedulable again", d.uncordon),
@@ -187,11 +186,17 @@ func (d *Deps) prepare(ctx context.Context, st *State, _ isolation.Backend) erro
 // kubelet stop and a kubelet start, not a machine boot. The target is not
 // enabled at host boot: a power cut from here to commit boots the old slot
 // alone, and the resume boots the target again (or start does, cold).
+// The kubelet binary's release is checked here, on the warm machine: a
+// wrong one fails before the old node is touched.
 func (d *Deps) standby(ctx context.Context, st *State, target isolation.Backend) error {
-	return target.Boot(ctx, st.To)
+	if err := target.Boot(ctx, st.To); err != nil {
+		return err
+	}
+	return d.checkBinary(ctx, target, st.Desired, st.To)
 }
 
-// switchOld stops the old node; the downtime starts here, once.
+// switchOld stops the old node's kubelet and containerd and queues its
+// machine's stop (Quiesce); the downtime starts here, once.
 func (d *Deps) switchOld(ctx context.Context, st *State, _ isolation.Backend) error {
 	if st.SwitchAt.IsZero() {
 		st.SwitchAt = d.now().UTC()
@@ -203,12 +208,29 @@ func (d *Deps) switchOld(ctx context.Context, st *State, _ isolation.Backend) er
 	if err != nil {
 		return err
 	}
-	return old.Stop(ctx, st.From)
+	return old.Quiesce(ctx, st.From)
 }
 
-// start starts the target. After a power cut the old node may run again
-// (its machine is enabled at boot until commit): stopping it is a no-op
-// otherwise, and two nodes must never share the kubelet's ports.
+// runtime starts the target's containerd (and its preload) while the old
+// node's machine shuts down: the old containerd is stopped, so the shared
+// containerd state is free, and no pod starts before the kubelet does.
+// After a power cut the old node may serve again (its machine is enabled at
+// boot until commit): Quiesce is a no-op otherwise.
+func (d *Deps) runtime(ctx context.Context, st *State, target isolation.Backend) error {
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return err
+	}
+	if err := old.Quiesce(ctx, st.From); err != nil {
+		return err
+	}
+	return target.StartRuntime(ctx, st.To)
+}
+
+// start waits until the old node's machine is gone (its pods' network
+// namespaces and addresses with it, before the target's pods get theirs;
+// two kubelets must never share the node's ports), then starts the target's
+// kubelet.
 func (d *Deps) start(ctx context.Context, st *State, target isolation.Backend) error {
 	old, err := d.oldBackend(st)
 	if err != nil {
@@ -220,11 +242,14 @@ func (d *Deps) start(ctx context.Context, st *State, target isolation.Backend) e
 	return target.Start(ctx, st.To)
 }
 
+// verify waits for the target's node; the downtime ends when it is Ready
+// (ReadyAt), before the release its Node reports is checked.
 func (d *Deps) verify(ctx context.Context, st *State, target isolation.Backend) error {
 	if err := d.waitNode(ctx, target, st.Desired, st.To); err != nil {
 		return err
 	}
-	return d.checkVersion(ctx, target, st.Desired, st.To)
+	st.ReadyAt = d.now().UTC()
+	return d.checkNodeVersion(ctx, st.Desired)
 }
 
 func (d *Deps) commit(ctx context.Context, st *State, _ isolation.Backend) error {

@@ -38,12 +38,13 @@ func (d *Deps) checkSkew(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// checkVersion makes sure the slot runs the Kubernetes release cfg asks
-// for, before anything is committed: the binary in the slot says so, and
-// so does the Node its kubelet registered (issue 22, item 2). A mirror that
+// checkBinary and checkNodeVersion make sure the slot runs the Kubernetes
+// release cfg asks for, before anything is committed: the binary in the
+// slot says so (at standby, before the old node stops), and so does the
+// Node its kubelet registered (at verify) (issue 22, item 2). A mirror that
 // serves another release's binary under a version's path, or an explicit
-// artifacts.kubelet of another release, fails here and is rolled back.
-func (d *Deps) checkVersion(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {
+// artifacts.kubelet of another release, fails there and is rolled back.
+func (d *Deps) checkBinary(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {
 	want := cfg.Kubernetes.Version
 	bin, err := b.KubeletVersion(ctx, slot)
 	if err != nil {
@@ -52,6 +53,13 @@ func (d *Deps) checkVersion(ctx context.Context, b isolation.Backend, cfg *confi
 	if !kuberelease.SameRelease(bin, want) {
 		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes version %s was asked for (check artifacts.kubelet or the release mirror)", slot, bin, want)
 	}
+	return nil
+}
+
+// checkNodeVersion checks the release the Node reports, once its new
+// kubelet has posted its status.
+func (d *Deps) checkNodeVersion(ctx context.Context, cfg *config.Config) error {
+	want := cfg.Kubernetes.Version
 	node, err := d.Cluster.KubeletVersion(ctx, cfg)
 	if err != nil {
 		//lint:ignore ST1005 Node is the Kubernetes kind, named as kubectl names it
@@ -61,7 +69,7 @@ func (d *Deps) checkVersion(ctx context.Context, b isolation.Backend, cfg *confi
 		//lint:ignore ST1005 as above
 		return fmt.Errorf("Node %s reports kubelet %s, but kubernetes version %s was asked for", cfg.Machine.NodeName, node, want)
 	}
-	d.Log.Info("kubelet version verified", "slot", slot, "version", want, "node", node)
+	d.Log.Info("kubelet version verified", "version", want, "node", node)
 	return nil
 }
 

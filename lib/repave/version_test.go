@@ -46,15 +46,21 @@ func TestVersionSkewRefusedBeforeAnything(t *testing.T) {
 }
 
 // A slot whose kubelet binary is another release than asked for (a mirror
-// serving the wrong file under a version's path) fails verify and is
-// rolled back; the previous version keeps running.
+// serving the wrong file under a version's path) fails standby, on the warm
+// machine, and is rolled back before the old node stopped: no downtime.
 func TestWrongKubeletBinaryRolledBack(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	r.requestVersion(t, 2, "1.37.0")
 	r.h.servedVersion = "1.37.2"
 	s, err := execute(t, r, Job{Kind: requests.Repave})
-	checkRolledBack(t, r, s, err, "the kubelet binary in slot b reports 1.37.2, but kubernetes version 1.37.0 was asked for")
+	if !errors.Is(err, ErrRolledBack) || s.Phase != requests.Failed || s.ActiveSlot != "a" || s.Downtime != 0 ||
+		!strings.Contains(s.Message, "failed in standby: the kubelet binary in slot b reports 1.37.2, but kubernetes version 1.37.0 was asked for") {
+		t.Fatalf("%v %+v, want rolled back from standby with no downtime", err, s)
+	}
+	if got := r.h.count("quiesce:a"); got != 0 {
+		t.Errorf("the old node was quiesced %d times", got)
+	}
 	if r.h.pins != 1 {
 		t.Errorf("%d pins, want 1", r.h.pins)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -41,28 +42,46 @@ func isNoMachine(err error) bool { return errors.Is(err, hostapi.ErrNoMachine) }
 // kubelet are skipped by their condition, so it can boot while the old
 // slot's node still serves (the repave's standby). Boot on a running node
 // only waits for it.
-func (b *Backend) Boot(ctx context.Context, slot string) error { return b.bring(ctx, slot, false) }
+func (b *Backend) Boot(ctx context.Context, slot string) error { return b.bring(ctx, slot, bootOnly) }
+
+// StartRuntime boots slot's node (Boot), marks the slot as serving and
+// starts containerd and the units ordered before the kubelet (the preload),
+// not the kubelet: the repave's handover starts them while the old node's
+// machine goes down (Quiesce stopped its containerd, so the shared state
+// directory is free). Start later starts the kubelet.
+func (b *Backend) StartRuntime(ctx context.Context, slot string) error {
+	return b.bring(ctx, slot, runtimeOnly)
+}
 
 // Start boots slot's node (Boot), marks the slot as serving and starts
 // containerd and the kubelet inside. The mark and the rendered
 // nodeconfig.NodeTargetDropIn make later boots start them by themselves.
 // Start on a running node (a warm one too) only makes sure both are started.
-func (b *Backend) Start(ctx context.Context, slot string) error { return b.bring(ctx, slot, true) }
+func (b *Backend) Start(ctx context.Context, slot string) error { return b.bring(ctx, slot, serving) }
 
-// bring is Boot, and with serve Start, within timeouts.node_ready.
-func (b *Backend) bring(ctx context.Context, slot string, serve bool) error {
+// bringMode is how far bring takes a node.
+type bringMode int
+
+const (
+	bootOnly    bringMode = iota // booted, warm
+	runtimeOnly                  // serving, containerd and the preload started
+	serving                      // serving, the kubelet started too
+)
+
+// bring is Boot, StartRuntime or Start (mode), within timeouts.node_ready.
+func (b *Backend) bring(ctx context.Context, slot string, mode bringMode) error {
 	t0 := time.Now()
 	ctx, cancel, err := b.bootBound(ctx, slot)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	state, err := b.boot(ctx, slot)
+	state, err := b.boot(ctx, slot, mode)
 	if err != nil {
 		return err
 	}
 	booted := time.Since(t0)
-	if !serve {
+	if mode == bootOnly {
 		b.log.Info("node booted", "slot", slot, "state", state, "took", booted.Round(time.Millisecond))
 		return nil
 	}
@@ -70,13 +89,35 @@ func (b *Backend) bring(ctx context.Context, slot string, serve bool) error {
 		return fmt.Errorf("start slot %s: %w", slot, err)
 	}
 	// Enabled by the rendered nodeconfig.NodeTargetDropIn: a start only.
-	out, err := b.Exec(ctx, slot, "systemctl", "start", nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit)
-	if err != nil {
-		return fmt.Errorf("start slot %s: start containerd and kubelet in the node: %w\n%s", slot, err, b.nodeJournal(ctx, slot))
+	units, what := []string{nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit}, "containerd and kubelet"
+	if mode == runtimeOnly {
+		units, what = []string{nodeconfig.ContainerdUnit}, "containerd"
+		if ok, err := b.hasPreload(slot); err != nil {
+			return fmt.Errorf("start slot %s: %w", slot, err)
+		} else if ok {
+			units, what = append(units, nodeconfig.PreloadUnit), "containerd and the preload"
+		}
 	}
-	b.log.Info("node started", "slot", slot, "state", state, "boot", booted.Round(time.Millisecond),
+	out, err := b.Exec(ctx, slot, append([]string{"systemctl", "start"}, units...)...)
+	if err != nil {
+		return fmt.Errorf("start slot %s: start %s in the node: %w\n%s", slot, what, err, b.nodeJournal(ctx, slot))
+	}
+	b.log.Info("node started", "slot", slot, "units", what, "state", state, "boot", booted.Round(time.Millisecond),
 		"total", time.Since(t0).Round(time.Millisecond), "systemctl", strings.TrimSpace(string(out)))
 	return nil
+}
+
+// hasPreload reports whether slot's configuration rendered the preload unit.
+func (b *Backend) hasPreload(slot string) (bool, error) {
+	rootfs, err := b.slotDir(rootfsPath(slot))
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Stat(filepath.Join(rootfs, nodeconfig.PreloadUnitPath))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // bootBound checks that slot can boot (configured, provisioned from this
@@ -104,7 +145,26 @@ func (b *Backend) bootBound(ctx context.Context, slot string) (context.Context, 
 
 // boot starts the machine's unit and waits until the node has booted, within
 // ctx (bootBound's); it returns the node systemd's state.
-func (b *Backend) boot(ctx context.Context, slot string) (string, error) {
+func (b *Backend) boot(ctx context.Context, slot string, mode bringMode) (string, error) {
+	active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot))
+	if err != nil {
+		return "", fmt.Errorf("start slot %s: %w", slot, err)
+	}
+	switch {
+	case active == "deactivating":
+		// A machine whose stop Quiesce queued goes down first: a start job
+		// would replace the stop job while its shutdown goes on.
+		if err := b.Stop(ctx, slot); err != nil {
+			return "", fmt.Errorf("start slot %s: wait for its stop: %w", slot, err)
+		}
+	case active == "active" && mode != bootOnly:
+		// Booted before (the standby's Boot waited for it): machined's word
+		// saves entering the node inside the downtime; the systemctl start
+		// that follows fails on a node whose systemd is going down.
+		if m, err := b.d.Systemd.Machine(ctx, slot); err == nil && m.State == "running" && m.Leader > 0 {
+			return "running", nil
+		}
+	}
 	// A node that failed before would otherwise stay failed in listings.
 	if err := b.d.Systemd.ResetFailed(ctx, unitName(slot)); err != nil {
 		b.log.Warn("could not reset the failed state of the node unit", "slot", slot, "err", err)
@@ -193,28 +253,84 @@ func (b *Backend) nodeJournal(ctx context.Context, slot string) string {
 	return "node journal:\n" + string(out)
 }
 
-// Stop stops slot's node gracefully: the kubelet, then containerd (one
-// systemctl call: the kubelet is ordered after containerd, so it stops
-// first), then the machine through its unit, which shuts the node's systemd
-// down. If that fails or takes longer than timeouts.stop (plus a margin),
-// the machine is terminated through machined. A node that does not run is
-// fine.
+// Quiesce stops the kubelet and containerd inside slot's node and queues
+// the machine's stop without waiting for it: the first half of a repave's
+// handover. The node's pods and addresses go with its machine, which Stop
+// waits for before another kubelet starts; meanwhile another slot's
+// containerd may start (StartRuntime), as the shared containerd state is
+// free. If the node's services cannot be stopped, Quiesce falls back to
+// Stop: two containerds on one state directory wait for each other's lock
+// forever. A node that does not run, or is going down already, is fine.
+func (b *Backend) Quiesce(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	log := b.log.With("slot", slot)
+	t0 := time.Now()
+	// The unit first: machined calls a machine that is shutting down
+	// running until it is gone.
+	active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot))
+	if err != nil {
+		return fmt.Errorf("quiesce slot %s: %w", slot, err)
+	}
+	if active == "inactive" || active == "failed" || active == "deactivating" {
+		return nil
+	}
+	m, err := b.d.Systemd.Machine(ctx, slot)
+	if err != nil && !isNoMachine(err) {
+		return fmt.Errorf("quiesce slot %s: %w", slot, err)
+	}
+	if err == nil && m.State == "running" {
+		if err := b.stopServices(ctx, slot); err != nil {
+			log.Warn("could not stop kubelet and containerd inside the node; stopping the whole node first", "err", err)
+			return b.Stop(ctx, slot)
+		}
+	}
+	if err := b.d.Systemd.QueueStop(ctx, unitName(slot)); err != nil {
+		return fmt.Errorf("quiesce slot %s: %w", slot, err)
+	}
+	// Until systemd runs the job the unit is still active, and a second
+	// Quiesce (the runtime phase's) would enter the node again for nothing.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		if active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot)); err != nil || active != "active" {
+			break
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return fmt.Errorf("quiesce slot %s: %w", slot, err)
+		}
+	}
+	log.Info("node quiesced; its machine is stopping", "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// stopServices stops the kubelet, then containerd, inside slot's running
+// node (one systemctl call: the kubelet is ordered after containerd, so it
+// stops first), bounded by timeouts.stop (at most innerStopBound).
+func (b *Backend) stopServices(ctx context.Context, slot string) error {
+	ctx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
+	defer cancel()
+	_, err := b.Exec(ctx, slot, "systemctl", "stop", nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
+	return err
+}
+
+// Stop stops slot's node gracefully: the kubelet and containerd
+// (stopServices), then the machine through its unit, which shuts the
+// node's systemd down. If that fails or takes longer than timeouts.stop
+// (plus a margin), the machine is terminated through machined. A node that
+// does not run is fine; one that Quiesce left stopping is waited for.
 func (b *Backend) Stop(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err
 	}
 	log := b.log.With("slot", slot)
 	t0 := time.Now()
-	_, err := b.d.Systemd.Machine(ctx, slot)
+	m, err := b.d.Systemd.Machine(ctx, slot)
 	running := err == nil
 	if err != nil && !isNoMachine(err) {
 		return fmt.Errorf("stop slot %s: %w", slot, err)
 	}
-	if running {
-		ictx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
-		_, err := b.Exec(ictx, slot, "systemctl", "stop", nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
-		cancel()
-		if err != nil {
+	if running && m.State == "running" {
+		if err := b.stopServices(ctx, slot); err != nil {
 			log.Warn("could not stop kubelet and containerd inside the node; stopping the machine anyway", "err", err)
 		}
 	}
