@@ -217,7 +217,8 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	// What the node cannot do without, before anything (the lock included)
 	// is created on a fresh host. Read-only, so outside the lock: admission
 	// is decided again under it.
-	if decision, _, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint()); err == nil && decision == ownership.Fresh {
+	if decision, _, err := ownership.Admit(d.Root, cfg.Machine.Name, cfg.Fingerprint()); err == nil && decision == ownership.Fresh &&
+		movingFrom(d) == "" {
 		if err := checkHostFresh(ctx, d, cfg); err != nil {
 			return nil, err
 		}
@@ -378,6 +379,8 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	case err != nil:
 		fmt.Fprintf(w, "admission: BLOCKED: %v\n", err)
 		problems = append(problems, "admission")
+	case decision == ownership.Fresh && movingFrom(d) != "":
+		fmt.Fprintf(w, "admission: change: the installation at %s would be moved to %s, then verified and repaired\n", movingFrom(d), d.Root.Base())
 	case decision == ownership.Fresh:
 		fmt.Fprintf(w, "admission: fresh installation of machine %q in %s\n", cfg.Machine.Name, d.Root.Base())
 	case decision == ownership.Resume:

@@ -9,6 +9,18 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
+// movingFrom is the base of an installation the next run would move here
+// (migrate.FindLegacy), read without the lock: such a host is not fresh,
+// so the checks of a fresh host do not apply. "" when there is none, or
+// when it cannot be told (admission decides again under the lock).
+func movingFrom(d Deps) string {
+	from, err := migrate.FindLegacy(d.Root)
+	if err != nil {
+		return ""
+	}
+	return from
+}
+
 // migrateLegacy runs in admission, under the installation lock, before the
 // record is decided on: when this host's installation lives at another
 // base than the one this run was given (migrate.FindLegacy: the installed

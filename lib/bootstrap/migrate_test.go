@@ -32,7 +32,16 @@ func TestRunMovesInstallationFromOtherBase(t *testing.T) {
 	}
 	f.root = to
 	f.reset()
-	res, err := Run(t.Context(), f.deps(), cfg)
+	// Not a fresh host: preflight names the move, and the checks of a
+	// fresh host (here a sandbox image no registry serves) do not stop it.
+	d := f.deps()
+	var out strings.Builder
+	if err := Preflight(t.Context(), d, cfg, &out); !strings.Contains(out.String(),
+		"admission: change: the installation at "+hostroot.DefaultBase+" would be moved to "+newBase) {
+		t.Errorf("preflight before the move (%v):\n%s", err, out.String())
+	}
+	d.ResolveImage = (&fakeRegistry{}).resolve
+	res, err := Run(t.Context(), d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
