@@ -8,6 +8,7 @@
 package atomicfile
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -49,6 +50,16 @@ func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return SyncDir(dir)
+}
+
+// WriteJSON atomically replaces path with v as indented JSON and a final
+// newline (WriteFile): the shape of every state file kubeslot keeps.
+func WriteJSON(path string, v any, perm fs.FileMode) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	return WriteFile(path, append(b, '\n'), perm)
 }
 
 // CopyFile atomically replaces dst with a copy of src, created with perm

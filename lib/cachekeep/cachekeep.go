@@ -22,7 +22,6 @@
 package cachekeep
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -134,18 +133,18 @@ func repaveDesired(root *hostroot.Root) (*config.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("repave state: %w", err)
-	}
 	var st struct {
 		Desired *config.Config `json:"desired"`
 	}
-	if err := json.Unmarshal(b, &st); err != nil || st.Desired == nil {
+	err = hostroot.ReadJSON(p, state.MaxChecksummed, &st)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if errors.Is(err, hostroot.ErrNotJSON) || (err == nil && st.Desired == nil) {
 		return nil, fmt.Errorf("repave state %s: no desired configuration to keep the artifacts of (%v)", p, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("repave state: %w", err)
 	}
 	return st.Desired, nil
 }

@@ -11,7 +11,6 @@ package migrate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,16 +93,16 @@ func loadState(root *hostroot.Root) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := hostroot.ReadRegular(p, maxState)
+	var st State
+	err = hostroot.ReadJSON(p, maxState, &st)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if errors.Is(err, hostroot.ErrNotJSON) {
+		return nil, fmt.Errorf("%w: the migration checkpoint is damaged", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	var st State
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w: the migration checkpoint is damaged", p, err)
 	}
 	if st.Kind == "" || st.From == "" || st.To == "" {
 		return nil, fmt.Errorf("%s: kind, from and to must be set: the migration checkpoint is damaged", p)
@@ -117,11 +116,7 @@ func saveState(root *hostroot.Root, st State) error {
 	if err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
+	return atomicfile.WriteJSON(p, st, 0o600)
 }
 
 func removeState(root *hostroot.Root) error {

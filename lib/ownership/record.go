@@ -334,11 +334,7 @@ func Save(root *hostroot.Root, r *Record) error {
 	if r.Journal == nil {
 		r.Journal = []Change{}
 	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("save ownership record %s: %w", p, err)
-	}
-	return atomicfile.WriteFile(p, append(data, '\n'), recordMode)
+	return atomicfile.WriteJSON(p, r, recordMode)
 }
 
 // Remove deletes the record durably; the host is then owned by no

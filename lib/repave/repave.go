@@ -83,7 +83,6 @@ package repave
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -197,16 +196,16 @@ func LoadState(root *hostroot.Root) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := hostroot.ReadRegular(p, state.MaxChecksummed)
+	var st State
+	err = hostroot.ReadJSON(p, state.MaxChecksummed, &st)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if errors.Is(err, hostroot.ErrNotJSON) {
+		return nil, fmt.Errorf("repave state %w; remove it only after checking which slot runs", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("repave state: %w", err)
-	}
-	var st State
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("repave state %s: not valid JSON: %v; remove it only after checking which slot runs", p, err)
 	}
 	if !st.Phase.Valid() || st.From == "" || st.To == "" || st.From == st.To || st.Desired == nil || st.RequestID == "" {
 		return nil, fmt.Errorf("repave state %s: phase %q, from %q, to %q, request %q: incomplete or invalid", p, st.Phase, st.From, st.To, st.RequestID)
@@ -219,12 +218,8 @@ func saveState(root *hostroot.Root, st *State) error {
 	if err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode repave state: %w", err)
-	}
-	if err := atomicfile.WriteFile(p, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("repave state %s: %w", p, err)
+	if err := atomicfile.WriteJSON(p, st, 0o600); err != nil {
+		return fmt.Errorf("repave state: %w", err)
 	}
 	return nil
 }

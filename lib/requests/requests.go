@@ -47,7 +47,6 @@
 package requests
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -255,26 +254,14 @@ func readJSON(p string, v any) error {
 	// No-follow and regular only: a link in requests/ or state/ must not
 	// lead a worker (root) to read a file outside the host root, and a FIFO
 	// must not hang it.
-	b, err := hostroot.ReadRegular(p, maxFile)
-	if errors.Is(err, hostroot.ErrTooLarge) || errors.Is(err, hostroot.ErrNotRegular) {
-		return fmt.Errorf("%w: %w", err, errContent)
+	err := hostroot.ReadJSON(p, maxFile, v)
+	if errors.Is(err, hostroot.ErrTooLarge) || errors.Is(err, hostroot.ErrNotRegular) || errors.Is(err, hostroot.ErrNotJSON) {
+		return fmt.Errorf("read %w: %w", err, errContent)
 	}
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("read %s: not valid JSON: %v: %w", p, err, errContent)
-	}
-	return nil
+	return err
 }
 
-func writeJSON(p string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", p, err)
-	}
-	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
-}
+func writeJSON(p string, v any) error { return atomicfile.WriteJSON(p, v, 0o600) }
 
 // ErrInvalid marks a request file no worker can use: not JSON, too large,
 // not a request of its file's kind, or missing what its kind needs. Such a

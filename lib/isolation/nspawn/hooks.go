@@ -18,7 +18,6 @@ package nspawn
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -326,11 +325,7 @@ func saveHookRecord(root *hostroot.Root, rec HookRecord) error {
 	if err := os.MkdirAll(path.Dir(p), 0o700); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
+	return atomicfile.WriteJSON(p, rec, 0o600)
 }
 
 // LoadHookRecord reads the last pre-start hook's record; found is false without one.
@@ -339,17 +334,11 @@ func LoadHookRecord(root *hostroot.Root) (rec HookRecord, found bool, err error)
 	if err != nil {
 		return rec, false, err
 	}
-	b, err := hostroot.ReadRegular(p, 64<<10)
+	err = hostroot.ReadJSON(p, 64<<10, &rec)
 	if errors.Is(err, fs.ErrNotExist) {
 		return rec, false, nil
 	}
-	if err != nil {
-		return rec, false, err
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, false, fmt.Errorf("%s: %w", p, err)
-	}
-	return rec, true, nil
+	return rec, err == nil, err
 }
 
 // preStartHook is the drop-in's ExecStartPre= line: the current release's `kubeslot node-hook pre-start`. A release

@@ -23,7 +23,6 @@ package nspawn
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -321,11 +320,7 @@ func (b *Backend) provisionOverlay(ctx context.Context, slot string, src fetched
 	if err := os.Mkdir(filepath.Join(partial, layerWork), 0o700); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(layerRecord{Stamp: stamp, Artifacts: key, BuiltAt: time.Now().UTC()}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.WriteFile(filepath.Join(partial, layerRecordName), append(data, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(partial, layerRecordName), layerRecord{Stamp: stamp, Artifacts: key, BuiltAt: time.Now().UTC()}, 0o600); err != nil {
 		return err
 	}
 	if err := atomicfile.Rename(partial, final); err != nil {

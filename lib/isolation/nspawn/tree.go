@@ -88,11 +88,7 @@ func (b *Backend) cleanTree(ctx context.Context, digest, tarball string) (string
 	}
 	err = unpackFile(ctx, tarball, filepath.Join(staging, treeRootfs), unpack.Options{Log: b.log, RequireEmpty: true})
 	if err == nil {
-		var data []byte
-		data, err = json.MarshalIndent(treeStamp{RootFS: digest, BuiltAt: time.Now().UTC()}, "", "  ")
-		if err == nil {
-			err = atomicfile.WriteFile(filepath.Join(staging, treeMarker), append(data, '\n'), 0o600)
-		}
+		err = atomicfile.WriteJSON(filepath.Join(staging, treeMarker), treeStamp{RootFS: digest, BuiltAt: time.Now().UTC()}, 0o600)
 	}
 	if err == nil {
 		err = atomicfile.Rename(staging, dir)
