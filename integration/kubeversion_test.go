@@ -99,8 +99,8 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 	})
 	r.checkVersions(ctx, cur)
 
-	// 3. The mirror serves the current release's binary as v<wrong>: caught at verify, rolled back to slot b.
-	t3 := time.Now()
+	// 3. The mirror serves the current release's binary as v<wrong>: caught at standby, on the warm machine, and
+	// rolled back before the node on slot b was touched: no downtime, its pods keep running.
 	gen = r.updateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = wrong })
 	s = r.waitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 8*time.Minute)
 	r.logStatus("repave onto a wrong binary for "+wrong, s)
@@ -108,12 +108,15 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 		!strings.Contains(s.Message, "reports "+cur+", but kubernetes version "+wrong) {
 		t.Errorf("repave to %s with the wrong binary: %s on %s %q, want Failed, rolled back, naming both versions", wrong, s.Phase, s.ActiveSlot, s.Message)
 	}
+	if s.Downtime != 0 || !strings.Contains(s.Message, "failed in standby") {
+		t.Errorf("repave to %s with the wrong binary: downtime %s, %q: want it refused at standby, the node never stopped", wrong, s.Downtime, s.Message)
+	}
 	if r.srv.Hits(tree(wrong)+".sha256") == 0 {
 		// (The binary itself may come from the artifact cache: it is the current release's file, by digest.)
 		t.Error("the mirror was never asked for the wrong version's checksum: the check proved nothing")
 	}
 	r.checkVersions(ctx, cur)
-	p.waitPods(ctx, ns, t3, 4*time.Minute)
+	p.waitPods(ctx, ns, time.Time{}, 4*time.Minute)
 }
 
 // kubeletRelease is the release a kubelet binary reports.

@@ -124,6 +124,8 @@ func TestPodsOnRig(t *testing.T) {
 	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's kubelet journal, to see where time goes
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))
+		ja, _ := r.h.Run(ctx, "journalctl", "-u", "systemd-nspawn@a.service", "--no-pager", "-q", "-o", "short-precise", "-n", "120")
+		t.Logf("old machine a (host journal):\n%s", ja)
 		out, _ := r.h.Run(ctx, "journalctl", "-M", "b", "--no-pager", "-q", "-o", "short-precise")
 		var keep []string
 		for _, l := range strings.Split(string(out), "\n") {

@@ -137,12 +137,6 @@ func (b fakeBackend) Configure(_ context.Context, slot string) error {
 func (b fakeBackend) Boot(_ context.Context, slot string) error  { return b.f.call("boot=" + slot) }
 func (b fakeBackend) Start(_ context.Context, slot string) error { return b.f.call("start=" + slot) }
 func (b fakeBackend) Stop(_ context.Context, slot string) error  { return b.f.call("stop=" + slot) }
-func (b fakeBackend) Quiesce(_ context.Context, slot string) error {
-	return b.f.call("quiesce=" + slot)
-}
-func (b fakeBackend) StartRuntime(_ context.Context, slot string) error {
-	return b.f.call("runtime=" + slot)
-}
 func (b fakeBackend) Remove(_ context.Context, slot string) error {
 	return b.f.call("remove=" + slot)
 }

@@ -104,17 +104,9 @@ type Backend interface {
 	// Start boots the slot's node (Boot), marks the slot as the serving
 	// one and starts containerd and the kubelet inside.
 	Start(ctx context.Context, slot string) error
-	// StartRuntime is Start without the kubelet: the node boots, is marked
-	// serving and starts containerd and what the kubelet waits for, while
-	// another slot's machine may still be going down.
-	StartRuntime(ctx context.Context, slot string) error
 	// Stop stops kubelet, containerd, then the node, gracefully and
 	// bounded; a node that does not run is fine.
 	Stop(ctx context.Context, slot string) error
-	// Quiesce stops the node's kubelet and containerd and queues the
-	// node's stop without waiting for it (Stop waits): a handover's first
-	// half. A node that does not run is fine.
-	Quiesce(ctx context.Context, slot string) error
 	// Remove deletes the slot's rootfs and host-side settings; absent is
 	// fine. It refuses while the node runs.
 	Remove(ctx context.Context, slot string) error

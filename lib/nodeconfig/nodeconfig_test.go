@@ -398,7 +398,7 @@ func TestRenderedUnitsEscapeDollars(t *testing.T) {
 		}
 		units++
 		for _, l := range strings.Split(string(f.Data), "\n") {
-			if !strings.HasPrefix(l, "ExecStart=") {
+			if !strings.HasPrefix(l, "ExecStart") { // ExecStart= and ExecStartPre=
 				continue
 			}
 			if rest := strings.ReplaceAll(l, "$$", ""); strings.Contains(rest, "$") {
@@ -408,6 +408,12 @@ func TestRenderedUnitsEscapeDollars(t *testing.T) {
 	}
 	if units < 4 {
 		t.Errorf("only %d units rendered", units)
+	}
+	// The empty cgroups of the last node's containers go right before the
+	// kubelet, not with containerd's remount: in a handover containerd
+	// starts while the old node's containers still run.
+	if !strings.Contains(string(files[KubeletUnitPath].Data), cgroupV1CleanPre) || strings.Contains(string(files[CgroupRWUnitPath].Data), "rmdir") {
+		t.Errorf("the cgroup clean-up is not the kubelet's ExecStartPre=:\n%s\n%s", files[KubeletUnitPath].Data, files[CgroupRWUnitPath].Data)
 	}
 	dropIn := string(files[ContainerdDropIn].Data)
 	for _, w := range []string{"Wants=" + CNISeedUnit, "Requires=" + CgroupRWUnit, "After=" + CgroupRWUnit} {

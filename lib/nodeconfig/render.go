@@ -265,6 +265,10 @@ func kubeletUnit(node, labels string, opts Options) string {
 	if len(opts.Preload) > 0 {
 		preload = "Wants=" + PreloadUnit + "\nAfter=" + PreloadUnit + "\n"
 	}
+	pre := ""
+	if opts.CgroupV1Writable {
+		pre = cgroupV1CleanPre
+	}
 	return fmt.Sprintf(`# Written by kubeslot; it is rewritten on every configure.
 [Unit]
 Description=kubelet (kubeslot node)
@@ -273,7 +277,7 @@ After=%[1]s
 %[5]s%[4]sStartLimitIntervalSec=0
 
 [Service]
-ExecStart=%[2]s
+%[6]sExecStart=%[2]s
 # The OOM watcher opens /dev/kmsg and fails hard without it; the real one
 # needs CAP_SYSLOG, which a node may lack. /dev/null opens, seeks and reads
 # EOF: the kubelet just gets no kernel OOM events.
@@ -284,7 +288,7 @@ RestartSec=2s
 
 [Install]
 WantedBy=multi-user.target
-`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload, servingCondition)
+`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload, servingCondition, pre)
 }
 
 // cniLoopbackMode is the CNI mode of Options.LoopbackCNI (not a [node.cni]
@@ -411,11 +415,16 @@ Before=` + ContainerdUnit + `
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/bin/sh -euc 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do if [ -d /sys/fs/cgroup/$$c ]; then mount -o remount,bind,rw /sys/fs/cgroup/$$c; fi; done'
-# The host's v1 controllers outlive a node: empty cgroups of the last node's
-# containers would keep the kubelet's cAdvisor retrying them for half a
-# minute before the node turns Ready. Remove the empty ones (rmdir refuses
-# the others).
-ExecStart=/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
+`
+
+// cgroupV1CleanPre is the kubelet's ExecStartPre= with writable shared v1
+// controllers (Options.CgroupV1Writable): the host's v1 controllers outlive
+// a node, and empty cgroups of the last node's containers would keep the
+// kubelet's cAdvisor retrying them for half a minute before the node turns
+// Ready. It removes the empty ones (rmdir refuses the others) right before
+// the kubelet, which a repave starts only once the old node's machine is
+// gone; containerd starts earlier, beside that machine's shutdown.
+const cgroupV1CleanPre = `ExecStartPre=-/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
 `
 
 // preloadUnit imports the listed image archives into containerd's k8s.io

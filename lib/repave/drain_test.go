@@ -79,7 +79,7 @@ func TestDrainKillResume(t *testing.T) {
 	if err != nil || s.Phase != requests.Succeeded {
 		t.Fatalf("%+v, %v", s, err)
 	}
-	if got, want := r.h.callList(), "provision:b configure:b warm:b evict:web quiesce:a quiesce:a runtime:b stop:a start:b boot:b uncordon:node1 remove:a"; got != want {
+	if got, want := r.h.callList(), "provision:b configure:b warm:b evict:web stop:a stop:a start:b boot:b uncordon:node1 remove:a"; got != want {
 		t.Errorf("calls %q, want %q", got, want)
 	}
 }

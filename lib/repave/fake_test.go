@@ -160,32 +160,6 @@ func (b *fakeBackend) Stop(ctx context.Context, slot string) error {
 	return nil
 }
 
-// Quiesce stops the node's services: it no longer serves; its machine
-// goes down at the next Stop.
-func (b *fakeBackend) Quiesce(ctx context.Context, slot string) error {
-	if err := b.h.do("quiesce", slot); err != nil {
-		return err
-	}
-	b.h.mu.Lock()
-	defer b.h.mu.Unlock()
-	b.h.running[slot] = false
-	return nil
-}
-
-// StartRuntime boots the slot's machine; its kubelet is not running yet.
-func (b *fakeBackend) StartRuntime(ctx context.Context, slot string) error {
-	if err := b.h.do("runtime", slot); err != nil {
-		return err
-	}
-	b.h.mu.Lock()
-	defer b.h.mu.Unlock()
-	if !b.h.provisioned[slot] {
-		return fmt.Errorf("runtime %s: not provisioned", slot)
-	}
-	b.h.booted[slot] = true
-	return nil
-}
-
 func (b *fakeBackend) Remove(ctx context.Context, slot string) error {
 	if err := b.h.do("remove", slot); err != nil {
 		return err

@@ -109,9 +109,8 @@ const (
 	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
 	Standby  Phase = "standby"  // boot the target's machine warm (no containerd, no kubelet); the node keeps serving
 	Drain    Phase = "drain"    // cordon the Node, evict its pods (lib/drain); the node keeps serving
-	Switch   Phase = "switch"   // stop the old node's kubelet and containerd; its machine's stop is queued
-	Runtime  Phase = "runtime"  // start the target's containerd while the old machine goes down
-	Start    Phase = "start"    // the old machine gone, start the target's kubelet (booting it first if it is not)
+	Switch   Phase = "switch"   // stop the old node gracefully
+	Start    Phase = "start"    // start containerd and the kubelet in the target (booting it first if it is not)
 	Verify   Phase = "verify"   // kubelet healthy, Node Ready as posted by that kubelet
 	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
 	Uncordon Phase = "uncordon" // the Node schedulable again, if kubeslot cordoned it
@@ -127,7 +126,7 @@ const (
 
 // Phases lists the forward phases in order.
 func Phases() []Phase {
-	return []Phase{Prepare, Standby, Drain, Switch, Runtime, Start, Verify, Commit, Uncordon, Clean}
+	return []Phase{Prepare, Standby, Drain, Switch, Start, Verify, Commit, Uncordon, Clean}
 }
 
 // allPhases are the forward phases, the rollback's and the restart's.

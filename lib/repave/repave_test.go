@@ -69,7 +69,7 @@ func TestRepaveOrder(t *testing.T) {
 	if !slices.Equal(seen, Phases()) {
 		t.Errorf("phases %v, want %v", seen, Phases())
 	}
-	want := "provision:b configure:b warm:b cordon:node1 evict:web quiesce:a quiesce:a runtime:b stop:a start:b boot:b uncordon:node1 remove:a"
+	want := "provision:b configure:b warm:b cordon:node1 evict:web stop:a stop:a start:b boot:b uncordon:node1 remove:a"
 	if got := r.h.callList(); got != want {
 		t.Errorf("calls %q, want %q", got, want)
 	}
@@ -206,7 +206,7 @@ func TestRollbackOnStartFailure(t *testing.T) {
 	for _, p := range s.Phases {
 		names = append(names, p.Name)
 	}
-	if want := []string{"prepare", "standby", "drain", "switch", "runtime", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
+	if want := []string{"prepare", "standby", "drain", "switch", "start", "rollback", "rollback-verify"}; !slices.Equal(names, want) {
 		t.Errorf("status phases %q, want %q", names, want)
 	}
 }

@@ -58,8 +58,8 @@ func TestWrongKubeletBinaryRolledBack(t *testing.T) {
 		!strings.Contains(s.Message, "failed in standby: the kubelet binary in slot b reports 1.37.2, but kubernetes version 1.37.0 was asked for") {
 		t.Fatalf("%v %+v, want rolled back from standby with no downtime", err, s)
 	}
-	if got := r.h.count("quiesce:a"); got != 0 {
-		t.Errorf("the old node was quiesced %d times", got)
+	if got := r.h.count("stop:a"); got != 0 {
+		t.Errorf("the old node was stopped %d times", got)
 	}
 	if r.h.pins != 1 {
 		t.Errorf("%d pins, want 1", r.h.pins)

@@ -149,20 +149,6 @@ func (c *Client) StopUnit(ctx context.Context, name string) error {
 	return waitJob(ctx, "stop", name, ch)
 }
 
-// QueueStop queues a stop job (mode "replace") and returns once systemd
-// has queued it; a unit systemd does not know is stopped already.
-func (c *Client) QueueStop(ctx context.Context, name string) error {
-	cn, err := c.get(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = cn.sd.StopUnitContext(ctx, name, "replace", nil)
-	if err != nil && !isNoSuchUnit(err) {
-		return fmt.Errorf("stop %s: %w", name, err)
-	}
-	return nil
-}
-
 // waitJob waits for a queued job's result, bounded by ctx. go-systemd
 // delivers the result on ch when systemd signals JobRemoved.
 func waitJob(ctx context.Context, what, name string, ch <-chan string) error {

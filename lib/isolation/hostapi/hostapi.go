@@ -42,9 +42,6 @@ type Systemd interface {
 	// the result. A unit systemd does not know is stopped already.
 	StartUnit(ctx context.Context, name string) error
 	StopUnit(ctx context.Context, name string) error
-	// QueueStop queues a stop job (mode "replace") and returns without
-	// waiting for it; systemd carries it out even if the caller dies.
-	QueueStop(ctx context.Context, name string) error
 	// Reload is a daemon-reload; it returns once systemd has reloaded.
 	Reload(ctx context.Context) error
 	// UnitState returns the unit's ActiveState and SubState ("inactive",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,15 +43,6 @@ func isNoMachine(err error) bool { return errors.Is(err, hostapi.ErrNoMachine) }
 // only waits for it.
 func (b *Backend) Boot(ctx context.Context, slot string) error { return b.bring(ctx, slot, bootOnly) }
 
-// StartRuntime boots slot's node (Boot), marks the slot as serving and
-// starts containerd and the units ordered before the kubelet (the preload),
-// not the kubelet: the repave's handover starts them while the old node's
-// machine goes down (Quiesce stopped its containerd, so the shared state
-// directory is free). Start later starts the kubelet.
-func (b *Backend) StartRuntime(ctx context.Context, slot string) error {
-	return b.bring(ctx, slot, runtimeOnly)
-}
-
 // Start boots slot's node (Boot), marks the slot as serving and starts
 // containerd and the kubelet inside. The mark and the rendered
 // nodeconfig.NodeTargetDropIn make later boots start them by themselves.
@@ -63,12 +53,11 @@ func (b *Backend) Start(ctx context.Context, slot string) error { return b.bring
 type bringMode int
 
 const (
-	bootOnly    bringMode = iota // booted, warm
-	runtimeOnly                  // serving, containerd and the preload started
-	serving                      // serving, the kubelet started too
+	bootOnly bringMode = iota // booted, warm
+	serving                   // serving: containerd and the kubelet started
 )
 
-// bring is Boot, StartRuntime or Start (mode), within timeouts.node_ready.
+// bring is Boot or Start (mode), within timeouts.node_ready.
 func (b *Backend) bring(ctx context.Context, slot string, mode bringMode) error {
 	t0 := time.Now()
 	ctx, cancel, err := b.bootBound(ctx, slot)
@@ -89,35 +78,13 @@ func (b *Backend) bring(ctx context.Context, slot string, mode bringMode) error 
 		return fmt.Errorf("start slot %s: %w", slot, err)
 	}
 	// Enabled by the rendered nodeconfig.NodeTargetDropIn: a start only.
-	units, what := []string{nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit}, "containerd and kubelet"
-	if mode == runtimeOnly {
-		units, what = []string{nodeconfig.ContainerdUnit}, "containerd"
-		if ok, err := b.hasPreload(slot); err != nil {
-			return fmt.Errorf("start slot %s: %w", slot, err)
-		} else if ok {
-			units, what = append(units, nodeconfig.PreloadUnit), "containerd and the preload"
-		}
-	}
-	out, err := b.Exec(ctx, slot, append([]string{"systemctl", "start"}, units...)...)
+	out, err := b.Exec(ctx, slot, "systemctl", "start", nodeconfig.ContainerdUnit, nodeconfig.KubeletUnit)
 	if err != nil {
-		return fmt.Errorf("start slot %s: start %s in the node: %w\n%s", slot, what, err, b.nodeJournal(ctx, slot))
+		return fmt.Errorf("start slot %s: start containerd and kubelet in the node: %w\n%s", slot, err, b.nodeJournal(ctx, slot))
 	}
-	b.log.Info("node started", "slot", slot, "units", what, "state", state, "boot", booted.Round(time.Millisecond),
+	b.log.Info("node started", "slot", slot, "state", state, "boot", booted.Round(time.Millisecond),
 		"total", time.Since(t0).Round(time.Millisecond), "systemctl", strings.TrimSpace(string(out)))
 	return nil
-}
-
-// hasPreload reports whether slot's configuration rendered the preload unit.
-func (b *Backend) hasPreload(slot string) (bool, error) {
-	rootfs, err := b.slotDir(rootfsPath(slot))
-	if err != nil {
-		return false, err
-	}
-	_, err = os.Stat(filepath.Join(rootfs, nodeconfig.PreloadUnitPath))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // bootBound checks that slot can boot (configured, provisioned from this
@@ -152,8 +119,8 @@ func (b *Backend) boot(ctx context.Context, slot string, mode bringMode) (string
 	}
 	switch {
 	case active == "deactivating":
-		// A machine whose stop Quiesce queued goes down first: a start job
-		// would replace the stop job while its shutdown goes on.
+		// A machine on its way down goes first: a start job would replace
+		// the stop job while its shutdown goes on.
 		if err := b.Stop(ctx, slot); err != nil {
 			return "", fmt.Errorf("start slot %s: wait for its stop: %w", slot, err)
 		}
@@ -253,56 +220,6 @@ func (b *Backend) nodeJournal(ctx context.Context, slot string) string {
 	return "node journal:\n" + string(out)
 }
 
-// Quiesce stops the kubelet and containerd inside slot's node and queues
-// the machine's stop without waiting for it: the first half of a repave's
-// handover. The node's pods and addresses go with its machine, which Stop
-// waits for before another kubelet starts; meanwhile another slot's
-// containerd may start (StartRuntime), as the shared containerd state is
-// free. If the node's services cannot be stopped, Quiesce falls back to
-// Stop: two containerds on one state directory wait for each other's lock
-// forever. A node that does not run, or is going down already, is fine.
-func (b *Backend) Quiesce(ctx context.Context, slot string) error {
-	if err := b.checkSlot(slot); err != nil {
-		return err
-	}
-	log := b.log.With("slot", slot)
-	t0 := time.Now()
-	// The unit first: machined calls a machine that is shutting down
-	// running until it is gone.
-	active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot))
-	if err != nil {
-		return fmt.Errorf("quiesce slot %s: %w", slot, err)
-	}
-	if active == "inactive" || active == "failed" || active == "deactivating" {
-		return nil
-	}
-	m, err := b.d.Systemd.Machine(ctx, slot)
-	if err != nil && !isNoMachine(err) {
-		return fmt.Errorf("quiesce slot %s: %w", slot, err)
-	}
-	if err == nil && m.State == "running" {
-		if err := b.stopServices(ctx, slot); err != nil {
-			log.Warn("could not stop kubelet and containerd inside the node; stopping the whole node first", "err", err)
-			return b.Stop(ctx, slot)
-		}
-	}
-	if err := b.d.Systemd.QueueStop(ctx, unitName(slot)); err != nil {
-		return fmt.Errorf("quiesce slot %s: %w", slot, err)
-	}
-	// Until systemd runs the job the unit is still active, and a second
-	// Quiesce (the runtime phase's) would enter the node again for nothing.
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-		if active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot)); err != nil || active != "active" {
-			break
-		}
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return fmt.Errorf("quiesce slot %s: %w", slot, err)
-		}
-	}
-	log.Info("node quiesced; its machine is stopping", "took", time.Since(t0).Round(time.Millisecond))
-	return nil
-}
-
 // stopServices stops the kubelet, then containerd, inside slot's running
 // node (one systemctl call: the kubelet is ordered after containerd, so it
 // stops first), bounded by timeouts.stop (at most innerStopBound).
@@ -317,7 +234,7 @@ func (b *Backend) stopServices(ctx context.Context, slot string) error {
 // (stopServices), then the machine through its unit, which shuts the
 // node's systemd down. If that fails or takes longer than timeouts.stop
 // (plus a margin), the machine is terminated through machined. A node that
-// does not run is fine; one that Quiesce left stopping is waited for.
+// does not run is fine; one that is stopping is waited for.
 func (b *Backend) Stop(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err

@@ -133,9 +133,6 @@ func (f *Systemd) StopUnit(_ context.Context, name string) error {
 	return nil
 }
 
-// QueueStop implements hostapi.Systemd: the stop is done at once.
-func (f *Systemd) QueueStop(ctx context.Context, name string) error { return f.StopUnit(ctx, name) }
-
 // Reload implements hostapi.Systemd.
 func (f *Systemd) Reload(context.Context) error {
 	f.mu.Lock()
