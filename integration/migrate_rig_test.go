@@ -6,6 +6,7 @@ package integration
 
 import (
 	"context"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,9 @@ import (
 	"github.com/kubeslot/kubeslot/units"
 )
 
-const mgNewBase = "/opt/kubeslot-moved"
+// mgNewBase's parent does not exist on the rig host: the move makes it, and
+// the reset removes it.
+const mgNewBase = "/opt/moved/kubeslot"
 
 func TestHostRootMigrationOnRig(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
@@ -124,7 +127,7 @@ func TestHostRootMigrationOnRig(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "kubeslot removed from this host") {
 		t.Fatalf("reset after the move: %v\n%s", err, tailLines(string(out), 40))
 	}
-	for _, p := range append([]string{mgNewBase, "/var/lib/machines/b", "/etc/systemd/nspawn/b.nspawn"}, rsGone...) {
+	for _, p := range append([]string{mgNewBase, path.Dir(mgNewBase), "/var/lib/machines/b", "/etc/systemd/nspawn/b.nspawn"}, rsGone...) {
 		if out, err := r.h.Run(ctx, "test", "!", "-e", p); err != nil {
 			t.Errorf("%s still there after the reset: %s", p, out)
 		}

@@ -60,6 +60,10 @@ const (
 	// RepaveStateFile is the repave transition in StateDir (lib/repave);
 	// named here because lib/cachekeep reads what it still needs.
 	RepaveStateFile = "repave.json"
+	// ParentsFile lists the directories kubeslot made above the base when
+	// it made the base (or moved it there): reset removes them, empty,
+	// after the base. Absent when there were none.
+	ParentsFile = "parents.json"
 )
 
 // maxLinks bounds symlink expansion, like the kernel's ELOOP limit.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,5 +46,44 @@ func TestCheckLayout(t *testing.T) {
 		if !errors.As(err, &le) || exitcode.Of(err) != exitcode.HostUnfit || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), marker) {
 			t.Errorf("marker %q: %v (exit %d); want a LayoutError, exit %d, naming %s and saying %q", c.text, err, exitcode.Of(err), exitcode.HostUnfit, marker, c.want)
 		}
+	}
+}
+
+// TestEnsureLayoutRecordsTheParentsItMade: the first EnsureLayout records
+// the directories it made above the base, a later one leaves the record
+// alone, and a record naming anything but an ancestor of the base is
+// refused.
+func TestEnsureLayoutRecordsTheParentsItMade(t *testing.T) {
+	prefix := t.TempDir()
+	r, err := New(prefix, "/data/deep/kubeslot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := r.LoadParents(); err != nil || !slices.Equal(ps, []string{"/data", "/data/deep"}) {
+		t.Fatalf("parents after the first layout: %v %v", ps, err)
+	}
+	if err := r.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := r.LoadParents(); !slices.Equal(ps, []string{"/data", "/data/deep"}) {
+		t.Errorf("parents after a second layout: %v", ps)
+	}
+	for _, bad := range []string{"/etc", "/data/deep/kubeslot", "/data/../etc", "/"} {
+		if err := r.SaveParents([]string{bad}); err != nil {
+			t.Fatal(err)
+		}
+		if ps, err := r.LoadParents(); err == nil {
+			t.Errorf("a list naming %q was taken: %v", bad, ps)
+		}
+	}
+	existing, _ := New(prefix, "/data/other")
+	if err := existing.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := existing.LoadParents(); err != nil || ps != nil {
+		t.Errorf("a base under an existing directory recorded %v %v", ps, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -226,7 +227,7 @@ func (m *RootMove) moveTree(context.Context) error {
 	_, terr := os.Lstat(to)
 	switch {
 	case errors.Is(ferr, fs.ErrNotExist) && terr == nil:
-		return nil // renamed by an earlier run
+		return m.dropOldParents() // renamed by an earlier run
 	case ferr != nil:
 		return fmt.Errorf("%s: %w", from, ferr)
 	case terr == nil:
@@ -235,6 +236,10 @@ func (m *RootMove) moveTree(context.Context) error {
 		}
 	case !errors.Is(terr, fs.ErrNotExist):
 		return terr
+	}
+	made, err := m.To.MissingParents(m.To.Base())
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		return err
@@ -245,7 +250,50 @@ func (m *RootMove) moveTree(context.Context) error {
 		}
 		return err
 	}
-	return nil
+	if err := m.dropOldParents(); err != nil {
+		return err
+	}
+	// What this run made above the new base, for reset (a kill right
+	// before this line leaves them unrecorded: empty directories).
+	return m.To.SaveParents(made)
+}
+
+// dropOldParents removes, empty, the directories kubeslot made above the
+// old base (its hostroot.ParentsFile, moved with the tree), and the list.
+func (m *RootMove) dropOldParents() error {
+	p, err := m.To.File(hostroot.ParentsFile)
+	if err != nil {
+		return err
+	}
+	var parents []string
+	err = hostroot.ReadJSON(p, 64<<10, &parents)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		m.Log.Warn("the list of directories made above the old base is unusable; left as they are", "err", err.Error())
+		parents = nil
+	}
+	above := func(q string) bool { return q != "/" && path.Clean(q) == q && strings.HasPrefix(m.From.Base(), q+"/") }
+	for _, q := range parents {
+		if !above(q) {
+			return nil // the new base's list, saved by an earlier run
+		}
+	}
+	for i := len(parents) - 1; i >= 0; i-- {
+		q := parents[i]
+		if slices.Contains(hostroot.SystemDirs, q) {
+			continue
+		}
+		local, err := m.To.Resolve(q)
+		if err != nil {
+			return err
+		}
+		if err := os.Remove(local); err == nil {
+			m.Log.Info("directory made above the old base removed", "path", q)
+		}
+	}
+	return atomicfile.Remove(p)
 }
 
 // rewriteJournal carries the ownership record's journal over: entries

@@ -190,6 +190,10 @@ func TestRootMove(t *testing.T) {
 	if strings.Contains(got, StateFile) {
 		t.Errorf("the checkpoint outlived the move:\n%s", got)
 	}
+	// The move made /srv (absent in this prefix) and records it for reset.
+	if ps, err := mustRoot(t, prefix, newBase).LoadParents(); err != nil || !slices.Equal(ps, []string{"/srv"}) {
+		t.Errorf("directories recorded above the new base: %v %v, want [/srv]", ps, err)
+	}
 	// Changes lists them in undo order, last recorded first.
 	if want := []string{"/opt/older", "/etc/systemd/system/kubeslot-watcher.service", "/srv/kubeslot/node"}; !slices.Equal(journalPaths(t, prefix, newBase), want) {
 		t.Errorf("journal paths %v, want %v", journalPaths(t, prefix, newBase), want)
@@ -295,4 +299,47 @@ func mustRoot(t *testing.T, prefix, base string) *hostroot.Root {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestMoveDropsTheOldParents: the directories a first bootstrap made above
+// the old base, recorded in its parents list, go with the move when empty;
+// the list is the new base's afterwards.
+func TestMoveDropsTheOldParents(t *testing.T) {
+	prefix := t.TempDir()
+	old := mustRoot(t, prefix, "/data/x/kubeslot")
+	if err := old.EnsureLayout(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := old.LoadParents(); err != nil || !slices.Equal(ps, []string{"/data", "/data/x"}) {
+		t.Fatalf("parents recorded at install: %v %v", ps, err)
+	}
+	to := mustRoot(t, prefix, "/new/kubeslot")
+	if err := os.MkdirAll(filepath.Join(prefix, "new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(prefix, "data/x/kubeslot"), filepath.Join(prefix, "new/kubeslot")); err != nil {
+		t.Fatal(err)
+	}
+	m := &RootMove{From: old, To: to, Log: slog.New(slog.DiscardHandler)}
+	for range 2 { // idempotent
+		if err := m.dropOldParents(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(prefix, "data")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("/data is still there: %v", err)
+	}
+	if ps, err := to.LoadParents(); err != nil || ps != nil {
+		t.Errorf("the old list outlived the move: %v %v", ps, err)
+	}
+	// A new base's list, saved by a run killed before its step was done, is kept.
+	if err := to.SaveParents([]string{"/new"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.dropOldParents(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := to.LoadParents(); !slices.Equal(ps, []string{"/new"}) {
+		t.Errorf("the new base's list was dropped: %v", ps)
+	}
 }

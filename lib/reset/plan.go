@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
@@ -109,7 +110,7 @@ func (r *runner) planStep(step string) []string {
 		if base, err := r.base(); err == nil {
 			ents, _ := os.ReadDir(base)
 			for _, e := range ents {
-				if e.Name() != hostroot.OwnershipFile && e.Name() != hostroot.ResettingDir {
+				if e.Name() != hostroot.OwnershipFile && e.Name() != hostroot.ResettingDir && e.Name() != hostroot.ParentsFile {
 					out = append(out, "remove "+path.Join(r.d.Root.Base(), e.Name()))
 				}
 			}
@@ -120,7 +121,15 @@ func (r *runner) planStep(step string) []string {
 		out = append(out, "write "+path.Join(hostroot.UnitDir, units.Resetting)+" and "+r.d.Root.HostPath(hostroot.ResettingDir, resettingBinary)+", enable the unit")
 	case StepRemoveRecord:
 		out = append(out, "remove "+r.d.Root.HostPath(hostroot.OwnershipFile), "remove "+r.d.Root.HostPath(hostroot.ResettingDir),
-			"remove "+r.d.Root.Base()+" (when empty)", "remove "+path.Join(hostroot.UnitDir, units.Resetting)+" and its link "+resettingLink())
+			"remove "+r.d.Root.Base()+" (when empty)")
+		if parents, err := r.d.Root.LoadParents(); err == nil {
+			for i := len(parents) - 1; i >= 0; i-- {
+				if !slices.Contains(systemDirs, parents[i]) {
+					out = append(out, "remove "+parents[i]+" (made above the base; when empty)")
+				}
+			}
+		}
+		out = append(out, "remove "+path.Join(hostroot.UnitDir, units.Resetting)+" and its link "+resettingLink())
 	}
 	return out
 }

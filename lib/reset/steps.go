@@ -459,7 +459,7 @@ func (r *runner) removeHostRoot(ctx context.Context) error {
 		return fmt.Errorf("%s: mount points inside (%s): unmount them, then run kubeslot-resetter again", base, strings.Join(m, ", "))
 	}
 	for _, e := range ents {
-		if e.Name() == hostroot.OwnershipFile || e.Name() == hostroot.ResettingDir {
+		if e.Name() == hostroot.OwnershipFile || e.Name() == hostroot.ResettingDir || e.Name() == hostroot.ParentsFile {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
@@ -490,11 +490,12 @@ func (r *runner) base() (string, error) {
 	return r.d.Root.Resolve(b)
 }
 
-var systemDirs = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt", "/opt", "/proc",
-	"/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib"}
+var systemDirs = hostroot.SystemDirs
 
-// removeEmptyBase removes the base directory when it is empty: what a reset
-// killed between removing the record and the directory leaves.
+// removeEmptyBase removes the base directory when it is empty (what a
+// reset killed between removing the record and the directory leaves too),
+// then the directories kubeslot made above it (hostroot.ParentsFile), the
+// innermost first, each only if empty and never a system directory.
 func removeEmptyBase(root *hostroot.Root, log interface{ Info(string, ...any) }) error {
 	if slices.Contains(systemDirs, root.Base()) {
 		return nil
@@ -503,15 +504,58 @@ func removeEmptyBase(root *hostroot.Root, log interface{ Info(string, ...any) })
 	if err != nil {
 		return err
 	}
-	err = os.Remove(base)
-	switch {
-	case err == nil:
-		log.Info("empty host root removed", "base", root.Base())
-		return atomicfile.SyncDir(filepath.Dir(base))
-	case isNotExist(err), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTDIR):
+	// Empty but for the list of what was made above it.
+	ents, err := os.ReadDir(base)
+	if isNotExist(err) || errors.Is(err, syscall.ENOTDIR) {
 		return nil
 	}
-	return fmt.Errorf("remove %s: %w", base, err)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", base, err)
+	}
+	for _, e := range ents {
+		if e.Name() != hostroot.ParentsFile {
+			return nil
+		}
+	}
+	parents, err := root.LoadParents()
+	if err != nil { // a damaged list must not keep the reset from its end
+		log.Info("directories made above the host root not removed", "err", err.Error())
+		parents = nil
+	}
+	if err := root.SaveParents(nil); err != nil {
+		return err
+	}
+	if removed, err := removeEmptyDir(base); err != nil || !removed {
+		return err
+	}
+	log.Info("empty host root removed", "base", root.Base())
+	for i := len(parents) - 1; i >= 0; i-- {
+		if slices.Contains(systemDirs, parents[i]) {
+			continue
+		}
+		local, err := root.Resolve(parents[i])
+		if err != nil {
+			return err
+		}
+		if removed, err := removeEmptyDir(local); err != nil || !removed {
+			return err
+		}
+		log.Info("directory made above the host root removed", "path", parents[i])
+	}
+	return nil
+}
+
+// removeEmptyDir removes dir if it is an empty directory; one that is gone,
+// holds something or is not a directory is left, and not an error.
+func removeEmptyDir(dir string) (bool, error) {
+	err := os.Remove(dir)
+	switch {
+	case err == nil:
+		return true, atomicfile.SyncDir(filepath.Dir(dir))
+	case isNotExist(err), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTDIR):
+		return false, nil
+	}
+	return false, fmt.Errorf("remove %s: %w", dir, err)
 }
 
 // stopUnit stops a unit if it is active; an unknown or inactive unit is
