@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"strconv"
 	"strings"
 
@@ -130,87 +129,4 @@ func (r *Root) ReadLayoutVersion() (version int, found bool, err error) {
 		return 0, false, &LayoutError{File: p, Understood: LayoutVersion, Damaged: strings.TrimSpace(string(b))}
 	}
 	return v, true, nil
-}
-
-// SystemDirs are directories reset never removes, nor takes for a base: a
-// mistaken --host-root must not make a reset delete /opt, and an empty
-// /srv kubeslot made stays as a host expects it.
-var SystemDirs = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt", "/opt", "/proc",
-	"/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib"}
-
-// MissingParents returns the host paths of hostPath's ancestors that do
-// not exist, outermost first: what a MkdirAll of it would make above it.
-func (r *Root) MissingParents(hostPath string) ([]string, error) {
-	var missing []string
-	for p := path.Dir(hostPath); p != "/"; p = path.Dir(p) {
-		local, err := r.Resolve(p)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := os.Lstat(local); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-		missing = append([]string{p}, missing...)
-	}
-	return missing, nil
-}
-
-// ensureBase makes the base if it is missing, with the directories above
-// it, and records those (ParentsFile) for reset. A base that exists is
-// left alone: only the run that made it knows what it made.
-func (r *Root) ensureBase() error {
-	base, err := r.Path()
-	if err != nil {
-		return err
-	}
-	if _, err := os.Lstat(base); err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	parents, err := r.MissingParents(r.base)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", base, err)
-	}
-	return r.SaveParents(parents)
-}
-
-// SaveParents records parents (host paths above the base that kubeslot
-// made) in ParentsFile; none removes the file.
-func (r *Root) SaveParents(parents []string) error {
-	p, err := r.File(ParentsFile)
-	if err != nil {
-		return err
-	}
-	if len(parents) == 0 {
-		return atomicfile.Remove(p)
-	}
-	return atomicfile.WriteJSON(p, parents, 0o644)
-}
-
-// LoadParents reads ParentsFile; none when it is absent. Each entry must
-// be an ancestor of the base: anything else is refused, so a damaged file
-// cannot make reset remove another directory.
-func (r *Root) LoadParents() ([]string, error) {
-	p, err := r.File(ParentsFile)
-	if err != nil {
-		return nil, err
-	}
-	var parents []string
-	err = ReadJSON(p, 64<<10, &parents)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range parents {
-		if q == "/" || path.Clean(q) != q || !strings.HasPrefix(r.base, q+"/") {
-			return nil, fmt.Errorf("%s: %q is not a directory above the base %s", p, q, r.base)
-		}
-	}
-	return parents, nil
 }

@@ -12,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -261,39 +260,22 @@ func (m *RootMove) moveTree(context.Context) error {
 // dropOldParents removes, empty, the directories kubeslot made above the
 // old base (its hostroot.ParentsFile, moved with the tree), and the list.
 func (m *RootMove) dropOldParents() error {
-	p, err := m.To.File(hostroot.ParentsFile)
-	if err != nil {
-		return err
-	}
-	var parents []string
-	err = hostroot.ReadJSON(p, 64<<10, &parents)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	parents, err := m.To.LoadParentsOf(m.From.Base())
+	if errors.Is(err, hostroot.ErrNotAbove) {
+		return nil // the new base's list, saved by an earlier run
 	}
 	if err != nil {
 		m.Log.Warn("the list of directories made above the old base is unusable; left as they are", "err", err.Error())
 		parents = nil
 	}
-	above := func(q string) bool { return q != "/" && path.Clean(q) == q && strings.HasPrefix(m.From.Base(), q+"/") }
-	for _, q := range parents {
-		if !above(q) {
-			return nil // the new base's list, saved by an earlier run
-		}
+	removed, err := m.To.RemoveParents(parents)
+	for _, q := range removed {
+		m.Log.Info("directory made above the old base removed", "path", q)
 	}
-	for i := len(parents) - 1; i >= 0; i-- {
-		q := parents[i]
-		if slices.Contains(hostroot.SystemDirs, q) {
-			continue
-		}
-		local, err := m.To.Resolve(q)
-		if err != nil {
-			return err
-		}
-		if err := os.Remove(local); err == nil {
-			m.Log.Info("directory made above the old base removed", "path", q)
-		}
+	if err != nil { // a leftover directory, not a reason to stop the move
+		m.Log.Warn("a directory made above the old base was not removed", "err", err.Error())
 	}
-	return atomicfile.Remove(p)
+	return m.To.SaveParents(nil)
 }
 
 // rewriteJournal carries the ownership record's journal over: entries

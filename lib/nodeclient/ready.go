@@ -57,21 +57,21 @@ func (c *Client) WaitReady(ctx context.Context, cfg *config.Config, since time.T
 
 // waitReady is WaitReady with a client, since t0.
 func waitReady(ctx context.Context, cs kubernetes.Interface, cfg *config.Config, since, t0 time.Time) error {
-	node := cfg.Machine.NodeName
 	for {
-		w := readyWait{cs: cs, cfg: cfg, node: node, since: since}
-		ok, last, err := w.read(ctx)
-		if ok {
-			return nil
-		}
-		if err == nil {
-			if ok, last = w.watch(ctx, last); ok {
-				return nil
-			}
+		w := readyWait{cs: cs, cfg: cfg, node: cfg.Machine.NodeName, since: since}
+		var last string
+		if err := w.read(ctx); err != nil {
+			last = err.Error()
 		} else {
-			var fatal bool
-			if last, fatal = w.fatal(err); fatal {
-				return errors.New(last)
+			ok, why, fatal := w.verdict()
+			switch {
+			case ok:
+				return nil
+			case fatal:
+				return errors.New(why)
+			}
+			if ok, last = w.watch(ctx, why); ok {
+				return nil
 			}
 		}
 		select {
@@ -92,37 +92,17 @@ type readyWait struct {
 	lease *coordinationv1.Lease
 }
 
-// errNotReady is a reading's why when the Node is there but not Ready
-// as asked; fatal says the bridge-mode verdict.
-type errNotReady struct {
-	why   string
-	fatal bool
-}
-
-func (e *errNotReady) Error() string { return e.why }
-
-// read gets the Node and, with a since, its Lease, and decides. err is
-// nil when the Node was read (a watch can start from it).
-func (w *readyWait) read(ctx context.Context) (bool, string, error) {
+// read gets the Node and, with a since, its Lease.
+func (w *readyWait) read(ctx context.Context) error {
 	n, err := w.cs.CoreV1().Nodes().Get(ctx, w.node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return false, "Node " + w.node + " not registered yet", err
+		return errors.New("Node " + w.node + " not registered yet")
 	}
 	if err != nil {
-		return false, err.Error(), err
+		return err
 	}
 	w.n = n
-	if err := w.readLease(ctx); err != nil {
-		return false, err.Error(), err
-	}
-	ok, why := w.decide()
-	if msg, fatal := bridgeWithoutPodCIDR(w.cfg, n, why, time.Now()); !ok && msg != "" {
-		if fatal {
-			return false, msg, &errNotReady{why: msg, fatal: true}
-		}
-		why = msg
-	}
-	return ok, why, nil
+	return w.readLease(ctx)
 }
 
 func (w *readyWait) readLease(ctx context.Context) error {
@@ -140,16 +120,17 @@ func (w *readyWait) readLease(ctx context.Context) error {
 	return nil
 }
 
-func (w *readyWait) decide() (bool, string) { return NodeReadySince(w.n, w.lease, w.since) }
-
-// fatal is WaitReady's last message for a failed reading, and whether
-// the wait must give up.
-func (w *readyWait) fatal(err error) (string, bool) {
-	var nr *errNotReady
-	if errors.As(err, &nr) {
-		return nr.why, nr.fatal
+// verdict decides on the Node and Lease read last: Ready as asked, or why
+// not; fatal once a bridge-mode Node has gone without a podCIDR for
+// PodCIDRGrace.
+func (w *readyWait) verdict() (ok bool, why string, fatal bool) {
+	if ok, why = NodeReadySince(w.n, w.lease, w.since); ok {
+		return true, "", false
 	}
-	return err.Error(), false
+	if msg, fatal := bridgeWithoutPodCIDR(w.cfg, w.n, why, time.Now()); msg != "" {
+		return false, msg, fatal
+	}
+	return false, why, false
 }
 
 // watchBound ends one watch; WaitReady reads again and watches anew.
@@ -189,35 +170,19 @@ func (w *readyWait) watch(ctx context.Context, why string) (bool, string) {
 		case <-wctx.Done():
 			return false, why
 		}
-		var ok bool
-		if ok, why = w.decide(); ok {
+		ok, v, fatal := w.verdict()
+		switch {
+		case ok:
 			return true, ""
+		case fatal:
+			return false, v // read again, and give up there
 		}
-		if msg, fatal := bridgeWithoutPodCIDR(w.cfg, w.n, why, time.Now()); msg != "" {
-			if why = msg; fatal {
-				return false, why // read again, and give up there
-			}
-		}
-		recheck = nil
-		if w.statusCounts() {
+		why, recheck = v, nil
+		// Only the Lease keeps the wait going: read it again soon.
+		if ok, _ := statusSince(w.n, w.since); ok && !w.since.IsZero() {
 			recheck = time.After(leaseRecheck)
 		}
 	}
-}
-
-// statusCounts reports whether the Node's Ready status alone would do:
-// only the Lease keeps the wait going.
-func (w *readyWait) statusCounts() bool {
-	ok, _ := NodeReadySince(w.n, nil, time.Time{})
-	if !ok || w.since.IsZero() {
-		return false
-	}
-	for _, c := range w.n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return !c.LastHeartbeatTime.Time.Before(w.since.Truncate(time.Second))
-		}
-	}
-	return false
 }
 
 // readyPoll is WaitReady's pause after waiting for elapsed, when a watch
@@ -256,6 +221,23 @@ func bridgeWithoutPodCIDR(cfg *config.Config, n *corev1.Node, why string, now ti
 // its Lease (nil: none): whether n is Ready as posted by a kubelet started
 // at since or later, and if not, why, for the error message.
 func NodeReadySince(n *corev1.Node, lease *coordinationv1.Lease, since time.Time) (bool, string) {
+	if ok, why := statusSince(n, since); !ok || since.IsZero() {
+		return ok, why
+	}
+	if lease == nil || lease.Spec.RenewTime == nil {
+		return false, "Node " + n.Name + " Ready, but its Lease was not renewed yet"
+	}
+	if renew := lease.Spec.RenewTime.Time; !renew.After(since) {
+		return false, fmt.Sprintf("Node %s Ready, but its Lease was last renewed at %s, before the kubelet started (%s)", n.Name,
+			renew.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))
+	}
+	return true, ""
+}
+
+// statusSince is NodeReadySince without the Lease: n's Ready condition is
+// true, with a heartbeat in since's second or later (any when since is
+// zero).
+func statusSince(n *corev1.Node, since time.Time) (bool, string) {
 	var ready *corev1.NodeCondition
 	for i := range n.Status.Conditions {
 		if n.Status.Conditions[i].Type == corev1.NodeReady {
@@ -271,17 +253,9 @@ func NodeReadySince(n *corev1.Node, lease *coordinationv1.Lease, since time.Time
 	if since.IsZero() {
 		return true, ""
 	}
-	floor := since.Truncate(time.Second)
-	if hb := ready.LastHeartbeatTime.Time; hb.Before(floor) {
+	if hb := ready.LastHeartbeatTime.Time; hb.Before(since.Truncate(time.Second)) {
 		return false, fmt.Sprintf("Node %s Ready, but last posted at %s, before the kubelet started (%s)", n.Name,
 			hb.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339Nano))
-	}
-	if lease == nil || lease.Spec.RenewTime == nil {
-		return false, "Node " + n.Name + " Ready, but its Lease was not renewed yet"
-	}
-	if renew := lease.Spec.RenewTime.Time; !renew.After(since) {
-		return false, fmt.Sprintf("Node %s Ready, but its Lease was last renewed at %s, before the kubelet started (%s)", n.Name,
-			renew.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))
 	}
 	return true, ""
 }

@@ -422,8 +422,8 @@ ExecStart=/bin/sh -euc 'for c in blkio cpu cpuacct cpuset devices freezer memory
 // a node, and empty cgroups of the last node's containers would keep the
 // kubelet's cAdvisor retrying them for half a minute before the node turns
 // Ready. It removes the empty ones (rmdir refuses the others) right before
-// the kubelet, which a repave starts only once the old node's machine is
-// gone; containerd starts earlier, beside that machine's shutdown.
+// the kubelet whose cAdvisor would retry them, at every kubelet start: a
+// repave starts it only once the old node's machine is gone.
 const cgroupV1CleanPre = `ExecStartPre=-/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
 `
 

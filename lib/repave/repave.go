@@ -380,14 +380,14 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 	wctx, cancel := context.WithTimeoutCause(ctx, bound,
 		fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
 	defer cancel()
-	since, err := d.retry(wctx, func() (time.Time, error) { return b.KubeletStartedAt(wctx, slot) })
+	since, err := retry(wctx, d.poll(), func() (time.Time, error) { return b.KubeletStartedAt(wctx, slot) })
 	if err != nil {
 		return fmt.Errorf("kubelet of slot %s never started: %w", slot, err)
 	}
 	d.Log.Info("kubelet started; waiting for its health and Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
 	healthy := make(chan error, 1)
 	go func() {
-		_, err := d.retry(wctx, func() (time.Time, error) { return time.Time{}, b.KubeletHealthy(wctx, slot) })
+		_, err := retry(wctx, d.poll(), func() (struct{}, error) { return struct{}{}, b.KubeletHealthy(wctx, slot) })
 		healthy <- err
 	}()
 	if err := d.Cluster.WaitReady(wctx, cfg, since); err != nil {
@@ -403,7 +403,7 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 
 // retry calls f every poll until it succeeds or ctx is done; the error
 // then names ctx's cause and f's last failure.
-func (d *Deps) retry(ctx context.Context, f func() (time.Time, error)) (time.Time, error) {
+func retry[T any](ctx context.Context, poll time.Duration, f func() (T, error)) (T, error) {
 	for {
 		v, err := f()
 		if err == nil {
@@ -411,8 +411,9 @@ func (d *Deps) retry(ctx context.Context, f func() (time.Time, error)) (time.Tim
 		}
 		select {
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
-		case <-time.After(d.poll()):
+			var zero T
+			return zero, fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
+		case <-time.After(poll):
 		}
 	}
 }

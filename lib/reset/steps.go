@@ -525,37 +525,15 @@ func removeEmptyBase(root *hostroot.Root, log interface{ Info(string, ...any) })
 	if err := root.SaveParents(nil); err != nil {
 		return err
 	}
-	if removed, err := removeEmptyDir(base); err != nil || !removed {
+	if removed, err := hostroot.RemoveEmptyDir(base); err != nil || !removed {
 		return err
 	}
 	log.Info("empty host root removed", "base", root.Base())
-	for i := len(parents) - 1; i >= 0; i-- {
-		if slices.Contains(systemDirs, parents[i]) {
-			continue
-		}
-		local, err := root.Resolve(parents[i])
-		if err != nil {
-			return err
-		}
-		if removed, err := removeEmptyDir(local); err != nil || !removed {
-			return err
-		}
-		log.Info("directory made above the host root removed", "path", parents[i])
+	removed, err := root.RemoveParents(parents)
+	for _, p := range removed {
+		log.Info("directory made above the host root removed", "path", p)
 	}
-	return nil
-}
-
-// removeEmptyDir removes dir if it is an empty directory; one that is gone,
-// holds something or is not a directory is left, and not an error.
-func removeEmptyDir(dir string) (bool, error) {
-	err := os.Remove(dir)
-	switch {
-	case err == nil:
-		return true, atomicfile.SyncDir(filepath.Dir(dir))
-	case isNotExist(err), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTDIR):
-		return false, nil
-	}
-	return false, fmt.Errorf("remove %s: %w", dir, err)
+	return err
 }
 
 // stopUnit stops a unit if it is active; an unknown or inactive unit is

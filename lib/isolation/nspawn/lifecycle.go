@@ -41,36 +41,28 @@ func isNoMachine(err error) bool { return errors.Is(err, hostapi.ErrNoMachine) }
 // kubelet are skipped by their condition, so it can boot while the old
 // slot's node still serves (the repave's standby). Boot on a running node
 // only waits for it.
-func (b *Backend) Boot(ctx context.Context, slot string) error { return b.bring(ctx, slot, bootOnly) }
+func (b *Backend) Boot(ctx context.Context, slot string) error { return b.bring(ctx, slot, false) }
 
 // Start boots slot's node (Boot), marks the slot as serving and starts
 // containerd and the kubelet inside. The mark and the rendered
 // nodeconfig.NodeTargetDropIn make later boots start them by themselves.
 // Start on a running node (a warm one too) only makes sure both are started.
-func (b *Backend) Start(ctx context.Context, slot string) error { return b.bring(ctx, slot, serving) }
+func (b *Backend) Start(ctx context.Context, slot string) error { return b.bring(ctx, slot, true) }
 
-// bringMode is how far bring takes a node.
-type bringMode int
-
-const (
-	bootOnly bringMode = iota // booted, warm
-	serving                   // serving: containerd and the kubelet started
-)
-
-// bring is Boot or Start (mode), within timeouts.node_ready.
-func (b *Backend) bring(ctx context.Context, slot string, mode bringMode) error {
+// bring is Boot, and with serve Start, within timeouts.node_ready.
+func (b *Backend) bring(ctx context.Context, slot string, serve bool) error {
 	t0 := time.Now()
 	ctx, cancel, err := b.bootBound(ctx, slot)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	state, err := b.boot(ctx, slot, mode)
+	state, err := b.boot(ctx, slot, serve)
 	if err != nil {
 		return err
 	}
 	booted := time.Since(t0)
-	if mode == bootOnly {
+	if !serve {
 		b.log.Info("node booted", "slot", slot, "state", state, "took", booted.Round(time.Millisecond))
 		return nil
 	}
@@ -112,7 +104,10 @@ func (b *Backend) bootBound(ctx context.Context, slot string) (context.Context, 
 
 // boot starts the machine's unit and waits until the node has booted, within
 // ctx (bootBound's); it returns the node systemd's state.
-func (b *Backend) boot(ctx context.Context, slot string, mode bringMode) (string, error) {
+//
+// With serve, a machine that runs already (a warm standby) is taken as
+// booted on machined's word.
+func (b *Backend) boot(ctx context.Context, slot string, serve bool) (string, error) {
 	active, _, err := b.d.Systemd.UnitState(ctx, unitName(slot))
 	if err != nil {
 		return "", fmt.Errorf("start slot %s: %w", slot, err)
@@ -124,7 +119,7 @@ func (b *Backend) boot(ctx context.Context, slot string, mode bringMode) (string
 		if err := b.Stop(ctx, slot); err != nil {
 			return "", fmt.Errorf("start slot %s: wait for its stop: %w", slot, err)
 		}
-	case active == "active" && mode != bootOnly:
+	case active == "active" && serve:
 		// Booted before (the standby's Boot waited for it): machined's word
 		// saves entering the node inside the downtime; the systemctl start
 		// that follows fails on a node whose systemd is going down.
@@ -220,21 +215,12 @@ func (b *Backend) nodeJournal(ctx context.Context, slot string) string {
 	return "node journal:\n" + string(out)
 }
 
-// stopServices stops the kubelet, then containerd, inside slot's running
-// node (one systemctl call: the kubelet is ordered after containerd, so it
-// stops first), bounded by timeouts.stop (at most innerStopBound).
-func (b *Backend) stopServices(ctx context.Context, slot string) error {
-	ctx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
-	defer cancel()
-	_, err := b.Exec(ctx, slot, "systemctl", "stop", nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
-	return err
-}
-
-// Stop stops slot's node gracefully: the kubelet and containerd
-// (stopServices), then the machine through its unit, which shuts the
-// node's systemd down. If that fails or takes longer than timeouts.stop
-// (plus a margin), the machine is terminated through machined. A node that
-// does not run is fine; one that is stopping is waited for.
+// Stop stops slot's node gracefully: the kubelet, then containerd (one
+// systemctl call: the kubelet is ordered after containerd, so it stops
+// first), then the machine through its unit, which shuts the node's systemd
+// down. If that fails or takes longer than timeouts.stop (plus a margin),
+// the machine is terminated through machined. A node that does not run is
+// fine; one that is stopping is waited for.
 func (b *Backend) Stop(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err
@@ -247,7 +233,10 @@ func (b *Backend) Stop(ctx context.Context, slot string) error {
 		return fmt.Errorf("stop slot %s: %w", slot, err)
 	}
 	if running && m.State == "running" {
-		if err := b.stopServices(ctx, slot); err != nil {
+		ictx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
+		_, err := b.Exec(ictx, slot, "systemctl", "stop", nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
+		cancel()
+		if err != nil {
 			log.Warn("could not stop kubelet and containerd inside the node; stopping the machine anyway", "err", err)
 		}
 	}
