@@ -7,9 +7,10 @@
 #   scripts/bench.sh
 #
 # What runs (one test binary, one control plane):
-#   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime, slot prepare
-#               vs cp -a, whole repave), TestOverlaySlotsOnRig (a layered slot's preparation at two rootfs sizes beside
-#               cp -a of the same tree), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
+#   tests       TestBootstrapOnRig (bootstrap to Node Ready, re-run), TestRepaveOnRig (node downtime and its floor,
+#               a kubelet stop + start in the serving node; slot prepare vs cp -a, whole repave),
+#               TestOverlaySlotsOnRig (a layered slot's preparation at two rootfs sizes beside cp -a of the same
+#               tree), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
 #               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
 #               restart and a repave, from a probe outside the node; Node Ready -> pods Ready),
 #               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 upgrade), TestWatcherIdleOnRig
