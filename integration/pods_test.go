@@ -140,7 +140,7 @@ func TestPodsOnRig(t *testing.T) {
 	}
 	p.waitPods(ctx, ns, t3, 4*time.Minute)
 	rigTiming(t, "pods: repave request -> pods Ready again on slot b", time.Since(t3))
-	rigTiming(t, "pods: Node Ready after the repave -> pods Ready", time.Since(s.UpdatedAt))
+	rigTiming(t, "pods: repave status written (after commit and clean) -> pods Ready", time.Since(s.UpdatedAt))
 	rigTiming(t, "pods: workload downtime across a repave (hostPort probe from the host)", probe.downtime(t, t3, 2*time.Minute))
 	if got := reg.BlobGETs("workload"); got != blobs {
 		t.Errorf("after the repave the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
