@@ -24,11 +24,16 @@ var vendorUnitDirs = []string{"/usr/lib/systemd/system", "/lib/systemd/system"}
 // host boot (Mode.BootLink; for nspawn, systemd-nspawn@<slot>.service in
 // machines.target.wants), moved from one slot to the other, journalled in
 // the ownership record before it is created (as the bootstrap does).
+//
+// A move needs no daemon-reload: systemd reads the .wants links when it
+// boots, and the target that holds them is already active, so a reload
+// would change nothing that runs. One costs PID 1 about half a second of
+// CPU (generators, every unit re-read), and commit runs while the new node
+// starts its pods (DESIGN.md, "Warm standby").
 type BootLinks struct {
-	Root    *hostroot.Root
-	Record  *ownership.Record
-	Systemd isolation.SystemdConn
-	Log     *slog.Logger
+	Root   *hostroot.Root
+	Record *ownership.Record
+	Log    *slog.Logger
 	// Mode is the isolation mode whose boot links move; the empty mode is
 	// isolation.DefaultMode.
 	Mode isolation.Mode
@@ -46,7 +51,7 @@ func (b *BootLinks) local(hostPath string) (string, error) {
 
 // Move implements Boot. It is idempotent: a re-run after a crash finds the
 // new link in place and the old one gone.
-func (b *BootLinks) Move(ctx context.Context, from, to string) error {
+func (b *BootLinks) Move(_ context.Context, from, to string) error {
 	fromL, err := b.local(b.bootLink(from))
 	if err != nil {
 		return err
@@ -105,9 +110,6 @@ func (b *BootLinks) Move(ctx context.Context, from, to string) error {
 	}
 	if changed {
 		b.Log.Info("node start at boot moved", "from", b.bootLink(from), "to", b.bootLink(to))
-		if b.Systemd != nil {
-			return b.Systemd.Reload(ctx)
-		}
 	}
 	return nil
 }

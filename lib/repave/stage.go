@@ -109,7 +109,7 @@ func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sa
 			}
 			return err
 		},
-		Boot: &BootLinks{Root: root, Record: rec, Systemd: sd, Log: log},
+		Boot: &BootLinks{Root: root, Record: rec, Log: log},
 		// The node's own identity: the Node authorizer and NodeRestriction
 		// let it cordon only its own Node and evict only its own pods.
 		Drain: func(cfg *config.Config) (drain.Cluster, error) {

@@ -229,11 +229,21 @@ func TestRemoveIdempotent(t *testing.T) {
 			t.Errorf("%s left after remove", p)
 		}
 	}
-	if e.sd.Reloads != reloads+1 {
-		t.Errorf("%d reloads for two removes, want 1", e.sd.Reloads-reloads)
+	if e.sd.Reloads != reloads {
+		t.Errorf("%d reloads for two removes, want none (the next configure reloads)", e.sd.Reloads-reloads)
 	}
 	if !e.exists("/opt/kubeslot/identity") {
 		t.Error("remove took the node identity")
+	}
+	// The slot built again: its drop-in is written afresh, and systemd reloads it.
+	if err := b.Provision(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if e.sd.Reloads != reloads+1 {
+		t.Errorf("%d reloads when the removed slot was configured again, want 1", e.sd.Reloads-reloads)
 	}
 }
 

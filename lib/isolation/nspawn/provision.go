@@ -569,6 +569,13 @@ func removeTree(local string) error {
 // bytes and needs no daemon-reload (a reset removes it; started without
 // layers, it fails, and so would the node). It refuses while the slot's
 // node runs, and refuses a rootfs kubeslot did not make.
+//
+// Removing the drop-in needs no daemon-reload either: the unit is stopped,
+// and whatever starts it next writes its drop-in again and reloads
+// (Configure); a reset reloads at its end. Until then systemd keeps the old
+// copy in memory, which starts nothing. The reload is left out because a
+// repave's clean runs while the new node starts its pods, and a reload
+// costs PID 1 about half a second of CPU (DESIGN.md, "Warm standby").
 func (b *Backend) Remove(ctx context.Context, slot string) error {
 	if err := b.checkSlot(slot); err != nil {
 		return err
@@ -595,21 +602,11 @@ func (b *Backend) Remove(ctx context.Context, slot string) error {
 	if err := b.removeFile(settingsPath(slot)); err != nil {
 		return fmt.Errorf("remove slot %s: %w", slot, err)
 	}
-	dropIn, err := b.localEntry(dropInPath(slot))
-	if err != nil {
-		return err
-	}
-	_, statErr := os.Lstat(dropIn)
 	if err := b.removeFile(dropInPath(slot)); err != nil {
 		return fmt.Errorf("remove slot %s: %w", slot, err)
 	}
 	if dir, err := b.root.Entry(dropInDir(slot)); err == nil {
 		_ = os.Remove(dir) // only when empty: someone else's drop-in stays
-	}
-	if statErr == nil {
-		if err := b.d.Systemd.Reload(ctx); err != nil {
-			return fmt.Errorf("remove slot %s: %w", slot, err)
-		}
 	}
 	if err := b.d.Systemd.ResetFailed(ctx, unitName(slot)); err != nil {
 		b.log.Warn("could not reset the failed state of the node unit", "unit", unitName(slot), "err", err)
