@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -121,7 +123,20 @@ func TestPodsOnRig(t *testing.T) {
 	r.drop(ctx, repave)
 	s = r.waitStatus(ctx, repave.ID, 6*time.Minute)
 	r.logStatus("pods: repave a -> b", s)
-	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's kubelet journal, to see where time goes
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Fatalf("repave: %+v", s)
+	}
+	p.waitPods(ctx, ns, t3, 4*time.Minute)
+	rigTiming(t, "pods: repave request -> pods Ready again on slot b", time.Since(t3))
+	rigTiming(t, "pods: repave status written (after commit and clean) -> pods Ready", time.Since(s.UpdatedAt))
+	rigTiming(t, "pods: workload downtime across a repave (hostPort probe from the host)", probe.downtime(t, t3, 2*time.Minute))
+	// The old node's dead sandboxes went from the host while the new kubelet started (lib/cri), not one by one in its
+	// pods' path: one per pod at least.
+	if j, err := r.h.Journal(ctx, "kubeslot-repave@next.service"); err != nil || deadSandboxesRemoved(j) < 3 {
+		t.Errorf("the repaver removed %d dead pod sandboxes of the old node, want at least 3 (one per pod): %v\n%s",
+			deadSandboxesRemoved(j), err, tailLines(j, 30))
+	}
+	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's journals once its pods are back, to see where the time went
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))
 		ja, _ := r.h.Run(ctx, "journalctl", "-u", "systemd-nspawn@a.service", "--no-pager", "-q", "-o", "short-precise", "-n", "120")
@@ -135,13 +150,6 @@ func TestPodsOnRig(t *testing.T) {
 		}
 		t.Logf("node b:\n%s", strings.Join(keep, "\n"))
 	}
-	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
-		t.Fatalf("repave: %+v", s)
-	}
-	p.waitPods(ctx, ns, t3, 4*time.Minute)
-	rigTiming(t, "pods: repave request -> pods Ready again on slot b", time.Since(t3))
-	rigTiming(t, "pods: repave status written (after commit and clean) -> pods Ready", time.Since(s.UpdatedAt))
-	rigTiming(t, "pods: workload downtime across a repave (hostPort probe from the host)", probe.downtime(t, t3, 2*time.Minute))
 	if got := reg.BlobGETs("workload"); got != blobs {
 		t.Errorf("after the repave the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
 	}
@@ -165,6 +173,20 @@ func TestPodsOnRig(t *testing.T) {
 		t.Errorf("/opt/kubeslot still there after the reset %s", out)
 	}
 }
+
+// deadSandboxesRemoved is the count the repaver's journal j last logged for the old node's dead pod sandboxes it
+// removed (0 when it logged none).
+func deadSandboxesRemoved(j string) int {
+	n := 0
+	for _, l := range strings.Split(j, "\n") {
+		if m := deadSandboxesLine.FindStringSubmatch(l); m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+	}
+	return n
+}
+
+var deadSandboxesLine = regexp.MustCompile(`dead pod sandboxes of the stopped node removed .*removed="?(\d+)`)
 
 // noDrain is spec.disruption.drain None in a request: the rig's pods are bound to its one node by name (there is no
 // scheduler), so an evicted pod's replacement would land on the same node again, and a bare pod would be gone.

@@ -123,6 +123,15 @@ type Backend interface {
 	KubeletVersion(ctx context.Context, slot string) (string, error)
 }
 
+// CRIEndpoint is a Backend whose node's container runtime the host can
+// reach over the CRI (lib/cri): a repave or restart asks it to remove the
+// pod sandboxes the stopped run left dead while the new kubelet starts.
+type CRIEndpoint interface {
+	// CRISocket is the local path, as this process reaches it, of the CRI
+	// socket of slot's running node.
+	CRISocket(ctx context.Context, slot string) (string, error)
+}
+
 // Operator is the node lifecycle of one mode. An operator implements its
 // mode itself and never embeds another mode's operator: modes differ in
 // exactly these steps.

@@ -53,6 +53,9 @@ const (
 	CAFile           = "/etc/kubernetes/pki/ca.crt"
 	SysctlDir        = "/etc/kubernetes/sysctl"
 	ContainerdConfig = "/etc/containerd/config.toml"
+	// ContainerdSocket is containerd's API socket in the node, the CRI
+	// endpoint of the kubelet (and of lib/cri, from the host).
+	ContainerdSocket = "/run/containerd/containerd.sock"
 	CNIConfig        = CNIConfDir + "/10-loopback.conflist"
 	CNIBinDir        = "/usr/lib/cni"
 	// ContainerdBinary is where a containerd artifact's binaries go

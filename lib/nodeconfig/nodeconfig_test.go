@@ -91,7 +91,7 @@ func TestRenderKeySettings(t *testing.T) {
 		"cgroupDriver": "systemd", "cgroupsPerQOS": true, "enforceNodeAllocatable": []any{"pods"},
 		"kubeReserved": map[string]any{"memory": "256Mi"}, "systemReserved": map[string]any{"cpu": "100m"},
 		"protectKernelDefaults": false, "makeIPTablesUtilChains": false, "rotateCertificates": true,
-		"containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+		"containerRuntimeEndpoint": "unix://" + ContainerdSocket, // also what lib/cri dials from the host
 		// eviction and image GC at the kubelet's defaults
 		"evictionHard": nil, "imageGCHighThresholdPercent": nil, "failCgroupV1": nil,
 	}

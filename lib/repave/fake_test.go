@@ -186,6 +186,14 @@ func (b *fakeBackend) KubeletStartedAt(ctx context.Context, slot string) (time.T
 	return b.h.started[slot], nil
 }
 
+// CRISocket names a fake socket per slot; fail["cri:<slot>"] fails it.
+func (b *fakeBackend) CRISocket(ctx context.Context, slot string) (string, error) {
+	if err := b.h.fail["cri:"+slot]; err != nil {
+		return "", err
+	}
+	return "/fake/" + slot + ".sock", nil
+}
+
 func (b *fakeBackend) KubeletHealthy(ctx context.Context, slot string) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -89,10 +89,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/cri"
 	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
@@ -291,6 +293,11 @@ type Boot interface {
 
 // Deps are the repaver's collaborators; tests pass fakes.
 type Deps struct {
+	// background is the work a phase started that the stage waits for
+	// before it ends (removeDeadSandboxes).
+	background sync.WaitGroup
+	// DialCRI connects to a node's CRI socket; nil is cri.Dial.
+	DialCRI  func(socket string) (cri.Runtime, io.Closer, error)
 	Root     *hostroot.Root
 	Log      *slog.Logger
 	Store    *state.Store
@@ -385,6 +392,7 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 		return fmt.Errorf("kubelet of slot %s never started: %w", slot, err)
 	}
 	d.Log.Info("kubelet started; waiting for its health and Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
+	d.removeDeadSandboxes(ctx, b, slot, since)
 	healthy := make(chan error, 1)
 	go func() {
 		_, err := retry(wctx, d.poll(), func() (struct{}, error) { return struct{}{}, b.KubeletHealthy(wctx, slot) })
@@ -399,6 +407,53 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 		return fmt.Errorf("kubelet of slot %s never healthy: %w", slot, err)
 	}
 	return nil
+}
+
+// deadSandboxBound bounds the removal of a stopped node's dead pod
+// sandboxes (each CRI call has its own bound too).
+const deadSandboxBound = 2 * time.Minute
+
+// removeDeadSandboxes starts removing, beside the wait for the node, the
+// pod sandboxes that the node's stopped run left dead (those created before
+// its kubelet started; lib/cri), when b's node has a CRI socket the host
+// reaches (isolation.CRIEndpoint): while the new kubelet waits for its
+// first sync, not in its pods' path. The stage waits for it before it ends
+// (Deps.background). A failure is only logged: the kubelet removes what is
+// left itself, later.
+func (d *Deps) removeDeadSandboxes(ctx context.Context, b isolation.Backend, slot string, kubeletStarted time.Time) {
+	e, ok := b.(isolation.CRIEndpoint)
+	if !ok {
+		return
+	}
+	d.background.Go(func() {
+		rctx, cancel := context.WithTimeout(ctx, deadSandboxBound)
+		defer cancel()
+		t0 := time.Now()
+		res, err := d.removeDead(rctx, e, slot, kubeletStarted)
+		if err != nil {
+			d.Log.Warn("could not remove every dead pod sandbox of the stopped node; the kubelet removes the rest", "slot", slot,
+				"found", res.Found, "removed", res.Removed, "err", err)
+			return
+		}
+		d.Log.Info("dead pod sandboxes of the stopped node removed", "slot", slot, "removed", res.Removed, "took", time.Since(t0).Round(time.Millisecond))
+	})
+}
+
+func (d *Deps) removeDead(ctx context.Context, e isolation.CRIEndpoint, slot string, before time.Time) (cri.Removed, error) {
+	socket, err := e.CRISocket(ctx, slot)
+	if err != nil {
+		return cri.Removed{}, err
+	}
+	dial := d.DialCRI
+	if dial == nil {
+		dial = cri.Dial
+	}
+	rt, conn, err := dial(socket)
+	if err != nil {
+		return cri.Removed{}, err
+	}
+	defer conn.Close()
+	return cri.RemoveDead(ctx, rt, before, d.Log.With("slot", slot))
 }
 
 // retry calls f every poll until it succeeds or ctx is done; the error

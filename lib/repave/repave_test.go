@@ -5,10 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kubeslot/kubeslot/lib/artifact"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/isolation"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/cri"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
 )
@@ -384,6 +390,72 @@ func TestRestartInPlace(t *testing.T) {
 	s, err = execute(t, r, Job{Kind: requests.Restart})
 	if err == nil || s.Phase != requests.Failed || !strings.Contains(s.Message, "no boot") {
 		t.Errorf("failed restart: %+v, %v", s, err)
+	}
+}
+
+// criRuntime is a node's CRI runtime as lib/cri sees it: its sandboxes,
+// and the ones removed, per socket.
+type criRuntime struct {
+	mu      sync.Mutex
+	items   []*runtimeapi.PodSandbox
+	removed map[string][]string // socket -> sandbox IDs
+}
+
+func (c *criRuntime) dial(socket string) (cri.Runtime, io.Closer, error) {
+	return &criConn{c, socket}, io.NopCloser(nil), nil
+}
+
+type criConn struct {
+	*criRuntime
+	socket string
+}
+
+func (c *criConn) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	return &runtimeapi.ListPodSandboxResponse{Items: c.items}, nil
+}
+
+func (c *criConn) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removed[c.socket] = append(c.removed[c.socket], in.GetPodSandboxId())
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// TestDeadSandboxesRemovedBesideVerify: a repave and a restart ask the
+// node's runtime to remove the dead sandboxes created before the new
+// kubelet started, never a newer one; a failure there is only logged (the
+// third run's restart succeeds).
+func TestDeadSandboxesRemovedBesideVerify(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	notReady := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	c := &criRuntime{removed: map[string][]string{}, items: []*runtimeapi.PodSandbox{
+		{Id: "old", State: notReady, CreatedAt: time.Now().Add(-time.Hour).UnixNano()},
+		{Id: "new", State: notReady, CreatedAt: time.Now().Add(time.Hour).UnixNano()}, // after any kubelet start here
+	}}
+	r.d.DialCRI = c.dial
+	r.request(t, 3)
+	s, err := execute(t, r, Job{Kind: requests.Repave, Slot: NextSlot})
+	if err != nil || s.Phase != requests.Succeeded {
+		t.Fatalf("repave: %+v, %v", s, err)
+	}
+	for i, fail := range []bool{false, true} {
+		req := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, int64(4+i), "op"), MachineGeneration: int64(4 + i),
+			Operation: "op", CreatedAt: time.Now()}
+		if _, err := r.d.Requests.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if fail {
+			r.h.fail["cri:b"] = errors.New("CRI socket gone")
+		}
+		if s, err := execute(t, r, Job{Kind: requests.Restart}); err != nil || s.Phase != requests.Succeeded {
+			t.Fatalf("restart (CRI failing: %t): %+v, %v", fail, s, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if want := map[string][]string{"/fake/b.sock": {"old", "old"}}; !maps.EqualFunc(c.removed, want, slices.Equal) {
+		t.Errorf("removed %v, want %v (the repave's target, then the restart's; the older sandbox only)", c.removed, want)
 	}
 }
 

@@ -40,6 +40,7 @@ func (d *Deps) status(st *State, phase requests.Phase, msg string) *requests.Sta
 // the Pause hook, a stop (SIGTERM), or a failure in commit, clean or
 // rollback, leaves the state file for a resume.
 func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
+	defer d.background.Wait()
 	log := d.Log.With("request", st.RequestID, "from", st.From, "to", st.To)
 	tr := transition.Runner{Stage: "repave", Log: log, From: string(st.Phase), StopOnCancel: true, Now: d.Now,
 		Pause: d.Pause,
@@ -352,6 +353,7 @@ func (d *Deps) rollbackVerify(ctx context.Context, st *State, target isolation.B
 // writes the status of request id. A restart has no state file: a run killed
 // after its claim runs again from the drain, whose cordon is idempotent.
 func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *drain.Policy, skipDrain bool) (*requests.Status, error) {
+	defer d.background.Wait()
 	a, err := d.Store.ActiveApplied()
 	if err != nil {
 		return nil, err
