@@ -136,6 +136,12 @@ func TestPodsOnRig(t *testing.T) {
 		t.Errorf("the repaver removed %d dead pod sandboxes of the old node, want at least 3 (one per pod): %v\n%s",
 			deadSandboxesRemoved(j), err, tailLines(j, 30))
 	}
+	// The sandbox image's archive was imported by the first start: slot b's preload found it there (both slots
+	// share containerd's state) and did not import it again inside the downtime.
+	if out, err := r.h.Run(ctx, "journalctl", "-M", "b", "-u", "kubeslot-preload.service", "--no-pager", "-q", "-o", "cat"); err != nil ||
+		!strings.Contains(string(out), "already imported: ") || strings.Contains(string(out), "importing ") {
+		t.Errorf("slot b's preload imported again what the first start imported: %v\n%s", err, out)
+	}
 	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's journals once its pods are back, to see where the time went
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))

@@ -99,8 +99,13 @@ const (
 	// when images are preloaded from it.
 	CacheMount      = "/var/lib/kubeslot/cache"
 	PreloadList     = "/etc/kubeslot/preload.list"
+	PreloadScript   = "/etc/kubeslot/preload.sh"
 	PreloadUnit     = "kubeslot-preload.service"
 	PreloadUnitPath = "/etc/systemd/system/" + PreloadUnit
+	// PreloadRecords is where the preload records what each archive's
+	// import brought, in containerd's state (shared by the slots, removed
+	// with it): a later start skips an archive whose images are all there.
+	PreloadRecords = ContainerdRoot + "/kubeslot-preloaded"
 	// ServingFile marks the slot whose node serves. containerd, the
 	// kubelet and the units that feed them start only where it exists
 	// (ConditionPathExists=), so a repave can boot the target's machine

@@ -1,6 +1,7 @@
 package nodeconfig
 
 import (
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -66,6 +67,7 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 	if len(opts.Preload) > 0 {
 		files = append(files,
 			File{PreloadList, []byte(strings.Join(opts.Preload, "\n") + "\n"), 0o644},
+			File{PreloadScript, preloadScript, 0o755},
 			File{PreloadUnitPath, []byte(preloadUnit(opts)), 0o644})
 	}
 	for _, k := range sortedKeys(kernelDefaults) {
@@ -427,10 +429,16 @@ ExecStart=/bin/sh -euc 'for c in blkio cpu cpuacct cpuset devices freezer memory
 const cgroupV1CleanPre = `ExecStartPre=-/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
 `
 
+// preloadScript imports the listed archives, skipping those an earlier
+// start imported whose images are still there (scripts/preload.sh).
+//
+//go:embed scripts/preload.sh
+var preloadScript []byte
+
 // preloadUnit imports the listed image archives into containerd's k8s.io
-// namespace (the CRI's) before the kubelet starts. An image already there
-// costs a read of its archive. The kubelet unit wants it, so a failure is
-// in the journal without keeping the node from starting.
+// namespace (the CRI's) before the kubelet starts (preloadScript). The
+// kubelet unit wants it, so a failure is in the journal without keeping the
+// node from starting.
 func preloadUnit(opts Options) string {
 	snapshotter := opts.Snapshotter
 	if snapshotter == "" {
@@ -446,7 +454,7 @@ Before=` + KubeletUnit + `
 [Service]
 Type=oneshot
 Environment=CONTAINERD_SNAPSHOTTER=` + snapshotter + `
-ExecStart=/bin/sh -c 'while read -r f; do [ -n "$$f" ] || continue; echo "importing $$f"; ctr --namespace k8s.io images import "$$f" || exit 1; done < ` + PreloadList + `'
+ExecStart=/bin/sh ` + PreloadScript + ` ` + PreloadList + ` ` + PreloadRecords + `
 RemainAfterExit=yes
 TimeoutStartSec=10min
 `
