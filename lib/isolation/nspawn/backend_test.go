@@ -585,8 +585,11 @@ func TestConfigurePreloadsImages(t *testing.T) {
 	if list != nodeconfig.CacheMount+"/sha256/"+digest(archive)+"\n" {
 		t.Errorf("preload list %q", list)
 	}
-	if u := e.read("/var/lib/machines/a" + nodeconfig.PreloadUnitPath); !strings.Contains(u, "ctr --namespace k8s.io images import") {
+	if u := e.read("/var/lib/machines/a" + nodeconfig.PreloadUnitPath); !strings.Contains(u, "ExecStart=/bin/sh "+nodeconfig.PreloadScript+" "+nodeconfig.PreloadList+" ") {
 		t.Errorf("preload unit:\n%s", u)
+	}
+	if sh := e.read("/var/lib/machines/a" + nodeconfig.PreloadScript); !strings.Contains(sh, "ctr --namespace k8s.io images import") {
+		t.Errorf("preload script:\n%s", sh)
 	}
 	if u := e.read("/var/lib/machines/a" + nodeconfig.KubeletUnitPath); !strings.Contains(u, "Wants="+nodeconfig.PreloadUnit) {
 		t.Errorf("the kubelet does not want the preload:\n%s", u)
