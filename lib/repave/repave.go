@@ -410,8 +410,11 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 }
 
 // deadSandboxBound bounds the removal of a stopped node's dead pod
-// sandboxes (each CRI call has its own bound too).
-const deadSandboxBound = 2 * time.Minute
+// sandboxes (each CRI call has its own bound too). It runs beside verify,
+// whose node_ready bound covers it; what it may run past the stage's last
+// phase fits in the margin between config.StageBudget and the unit's
+// TimeoutStartSec.
+const deadSandboxBound = 30 * time.Second
 
 // removeDeadSandboxes starts removing, beside the wait for the node, the
 // pod sandboxes that the node's stopped run left dead (those created before
