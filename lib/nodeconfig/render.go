@@ -196,7 +196,7 @@ authorization:
   webhook: {cacheAuthorizedTTL: 5m0s, cacheUnauthorizedTTL: 30s}
 serverTLSBootstrap: true
 rotateCertificates: true
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+containerRuntimeEndpoint: unix://`+ContainerdSocket+`
 registerNode: true
 registerWithTaints: %s
 clusterDomain: %s
@@ -333,7 +333,7 @@ root = %q
 state = "/run/containerd"
 
 [grpc]
-  address = "/run/containerd/containerd.sock"
+  address = "`+ContainerdSocket+`"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q

@@ -190,15 +190,26 @@ func (b *Backend) Exec(ctx context.Context, slot string, args ...string) ([]byte
 	if len(args) == 0 || args[0] == "" || strings.ContainsRune(args[0], '=') {
 		return nil, fmt.Errorf("exec in slot %s: want a command name first, got %q", slot, args)
 	}
+	pid, err := b.leader(ctx, slot)
+	if err != nil {
+		return nil, fmt.Errorf("exec in slot %s: %w", slot, err)
+	}
+	argv := append([]string{"-t", strconv.Itoa(pid), "-a", "env", "-i"}, nodeEnv...)
+	return b.d.Exec.Run(ctx, "nsenter", append(argv, args...)...)
+}
+
+// leader is the host PID of the init of slot's running machine: what
+// nsenter enters (Exec) and whose /proc/PID/root is the node's root
+// (CRISocket).
+func (b *Backend) leader(ctx context.Context, slot string) (int, error) {
 	m, err := b.d.Systemd.Machine(ctx, slot)
 	if err != nil {
-		return nil, fmt.Errorf("exec in slot %s: %w", slot, notRunning(slot, err))
+		return 0, notRunning(slot, err)
 	}
 	if m.Leader <= 0 {
-		return nil, fmt.Errorf("exec in slot %s: machine is %s with no leader process yet", slot, m.State)
+		return 0, fmt.Errorf("machine is %s with no leader process yet", m.State)
 	}
-	argv := append([]string{"-t", strconv.Itoa(m.Leader), "-a", "env", "-i"}, nodeEnv...)
-	return b.d.Exec.Run(ctx, "nsenter", append(argv, args...)...)
+	return m.Leader, nil
 }
 
 func notRunning(slot string, err error) error {

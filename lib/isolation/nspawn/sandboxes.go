@@ -16,14 +16,11 @@ func (b *Backend) CRISocket(ctx context.Context, slot string) (string, error) {
 	if err := b.checkSlot(slot); err != nil {
 		return "", err
 	}
-	m, err := b.d.Systemd.Machine(ctx, slot)
+	pid, err := b.leader(ctx, slot)
 	if err != nil {
-		return "", fmt.Errorf("CRI socket of slot %s: %w", slot, notRunning(slot, err))
+		return "", fmt.Errorf("CRI socket of slot %s: %w", slot, err)
 	}
-	if m.Leader <= 0 {
-		return "", fmt.Errorf("CRI socket of slot %s: machine is %s with no leader process yet", slot, m.State)
-	}
-	proc, err := b.root.Resolve(fmt.Sprintf("/proc/%d", m.Leader))
+	proc, err := b.root.Resolve(fmt.Sprintf("/proc/%d", pid))
 	if err != nil {
 		return "", err
 	}
