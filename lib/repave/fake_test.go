@@ -49,6 +49,12 @@ type host struct {
 	binary        map[string]string
 	servedVersion string
 	pins          int
+	// sickPolls fails that many more KubeletHealthy calls; healthy says
+	// which slots' kubelets passed one, and criEarly which slots' CRI
+	// sockets were asked for before that.
+	sickPolls int
+	healthy   map[string]bool
+	criEarly  []string
 }
 
 func newHost() *host {
@@ -188,6 +194,11 @@ func (b *fakeBackend) KubeletStartedAt(ctx context.Context, slot string) (time.T
 
 // CRISocket names a fake socket per slot; fail["cri:<slot>"] fails it.
 func (b *fakeBackend) CRISocket(ctx context.Context, slot string) (string, error) {
+	b.h.mu.Lock()
+	if !b.h.healthy[slot] {
+		b.h.criEarly = append(b.h.criEarly, slot)
+	}
+	b.h.mu.Unlock()
 	if err := b.h.fail["cri:"+slot]; err != nil {
 		return "", err
 	}
@@ -203,6 +214,14 @@ func (b *fakeBackend) KubeletHealthy(ctx context.Context, slot string) error {
 	if !b.h.running[slot] || b.h.broken[slot] {
 		return fmt.Errorf("kubelet of %s not healthy", slot)
 	}
+	if b.h.sickPolls > 0 {
+		b.h.sickPolls--
+		return fmt.Errorf("kubelet of %s still starting", slot)
+	}
+	if b.h.healthy == nil {
+		b.h.healthy = map[string]bool{}
+	}
+	b.h.healthy[slot] = true
 	return nil
 }
 

@@ -392,10 +392,15 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 		return fmt.Errorf("kubelet of slot %s never started: %w", slot, err)
 	}
 	d.Log.Info("kubelet started; waiting for its health and Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
-	d.removeDeadSandboxes(ctx, b, slot, since)
 	healthy := make(chan error, 1)
 	go func() {
 		_, err := retry(wctx, d.poll(), func() (struct{}, error) { return struct{}{}, b.KubeletHealthy(wctx, slot) })
+		if err == nil {
+			// Healthy means past its start-up, at the start of its first
+			// sync's fixed wait: the removal's CNI work no longer takes CPU
+			// from the kubelet's start.
+			d.removeDeadSandboxes(ctx, b, slot, since)
+		}
 		healthy <- err
 	}()
 	if err := d.Cluster.WaitReady(wctx, cfg, since); err != nil {
@@ -419,8 +424,8 @@ const deadSandboxBound = 30 * time.Second
 // removeDeadSandboxes starts removing, beside the wait for the node, the
 // pod sandboxes that the node's stopped run left dead (those created before
 // its kubelet started; lib/cri), when b's node has a CRI socket the host
-// reaches (isolation.CRIEndpoint): while the new kubelet waits for its
-// first sync, not in its pods' path. The stage waits for it before it ends
+// reaches (isolation.CRIEndpoint): once the new kubelet is healthy, while it
+// waits for its first sync, neither in its start-up nor in its pods' path. The stage waits for it before it ends
 // (Deps.background). A failure is only logged: the kubelet removes what is
 // left itself, later.
 func (d *Deps) removeDeadSandboxes(ctx context.Context, b isolation.Backend, slot string, kubeletStarted time.Time) {

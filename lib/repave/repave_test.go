@@ -423,11 +423,13 @@ func (c *criConn) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSa
 
 // TestDeadSandboxesRemovedBesideVerify: a repave and a restart ask the
 // node's runtime to remove the dead sandboxes created before the new
-// kubelet started, never a newer one; a failure there is only logged (the
-// third run's restart succeeds).
+// kubelet started, never a newer one, and only once that kubelet is healthy
+// (past its start-up); a failure there is only logged (the third run's
+// restart succeeds).
 func TestDeadSandboxesRemovedBesideVerify(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
+	r.h.sickPolls = 2 // the new kubelet answers its third health poll
 	notReady := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	c := &criRuntime{removed: map[string][]string{}, items: []*runtimeapi.PodSandbox{
 		{Id: "old", State: notReady, CreatedAt: time.Now().Add(-time.Hour).UnixNano()},
@@ -452,6 +454,11 @@ func TestDeadSandboxesRemovedBesideVerify(t *testing.T) {
 			t.Fatalf("restart (CRI failing: %t): %+v, %v", fail, s, err)
 		}
 	}
+	r.h.mu.Lock()
+	if len(r.h.criEarly) > 0 {
+		t.Errorf("the runtime of slots %v was asked to remove sandboxes before their kubelet was healthy", r.h.criEarly)
+	}
+	r.h.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if want := map[string][]string{"/fake/b.sock": {"old", "old"}}; !maps.EqualFunc(c.removed, want, slices.Equal) {
