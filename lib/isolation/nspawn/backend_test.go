@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -309,13 +310,15 @@ func TestStartStopOrder(t *testing.T) {
 	if err := b.Stop(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet and containerd stopped, then the node halted from inside
+	// (no unit-by-unit shutdown), then its unit stopped for certain.
 	inner = e.run.Inner()
-	if last := inner[len(inner)-1]; last != "systemctl stop kubelet.service containerd.service" {
-		t.Errorf("stop: last command in the node %q", last)
+	if got, want := inner[len(inner)-2:], []string{"systemctl stop kubelet.service containerd.service", "systemctl --force halt"}; !slices.Equal(got, want) {
+		t.Errorf("stop: last commands in the node %q, want %q", got, want)
 	}
 	calls := e.sd.Calls()
-	if calls[len(calls)-1] != "stop systemd-nspawn@a.service" {
-		t.Errorf("stop: systemd calls %v", calls)
+	if got, want := calls[len(calls)-2:], []string{"halt a", "stop systemd-nspawn@a.service"}; !slices.Equal(got, want) {
+		t.Errorf("stop: systemd calls %v, want them to end with %v", calls, want)
 	}
 	n := len(e.run.cmds)
 	if err := b.Stop(ctx, "a"); err != nil {
@@ -326,18 +329,59 @@ func TestStartStopOrder(t *testing.T) {
 	}
 }
 
+// TestStopWhenTheHaltFails: a node whose systemd refuses the halt is
+// stopped through its unit, as one whose kubelet and containerd did not
+// stop cleanly is, with no halt asked.
+func TestStopWhenTheHaltFails(t *testing.T) {
+	for _, c := range []struct{ name, failing string }{
+		{"halt refused", "systemctl --force halt"},
+		{"kubelet and containerd not stopped", "systemctl stop kubelet.service containerd.service"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			b := e.backend(nil)
+			ctx := t.Context()
+			serving(t, b, "a")
+			e.run.halt = nil // the node's systemd does not halt
+			e.run.answer = func(cmd string) ([]byte, error) {
+				if strings.HasSuffix(cmd, c.failing) {
+					return []byte("Failed to connect to bus\n"), errors.New("exit status 1")
+				}
+				return []byte("running\n"), nil
+			}
+			if err := b.Stop(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if calls := e.sd.Calls(); calls[len(calls)-1] != "stop systemd-nspawn@a.service" {
+				t.Errorf("systemd calls %v, want the unit stopped last", calls)
+			}
+			if _, err := e.sd.Machine(ctx, "a"); err == nil {
+				t.Error("the machine still runs after the stop")
+			}
+			halts := 0
+			for _, cmd := range e.run.Inner() {
+				if cmd == "systemctl --force halt" {
+					halts++
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[c.failing == "systemctl --force halt"]; halts != want {
+				t.Errorf("%d halts asked, want %d", halts, want)
+			}
+		})
+	}
+}
+
 func TestStopFallsBackToTerminate(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend(nil)
 	ctx := t.Context()
-	if err := b.Provision(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Configure(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, "a"); err != nil {
-		t.Fatal(err)
+	serving(t, b, "a")
+	e.run.halt = nil // the node does not take the halt; the stop through the unit fails
+	e.run.answer = func(cmd string) ([]byte, error) {
+		if strings.HasSuffix(cmd, "systemctl --force halt") {
+			return nil, errors.New("exit status 1")
+		}
+		return []byte("running\n"), nil
 	}
 	e.sd.StopErr = errors.New("job timeout")
 	if err := b.Stop(ctx, "a"); err != nil {
@@ -345,6 +389,29 @@ func TestStopFallsBackToTerminate(t *testing.T) {
 	}
 	if !slices.Contains(e.sd.Calls(), "terminate a") {
 		t.Errorf("no terminate after a failed stop: %v", e.sd.Calls())
+	}
+}
+
+// TestHaltedNodeThatStaysIsTerminated: a node that took the halt but is
+// not gone within timeouts.stop (a process that ignores SIGTERM; its
+// systemd waits) is terminated, as its unit's stop would do after that
+// long, not stopped gracefully a second time.
+func TestHaltedNodeThatStaysIsTerminated(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	serving(t, b, "a")
+	e.run.halt = nil // systemctl says yes; the machine stays
+	e.sd.ForgetCalls()
+	t0 := time.Now()
+	if err := b.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if took, stop := time.Since(t0), b.cfg.Timeouts.Stop.Duration; took < stop {
+		t.Errorf("terminated after %s, before timeouts.stop (%s)", took, stop)
+	}
+	if got, want := e.sd.Calls(), []string{"terminate a", "stop systemd-nspawn@a.service"}; !slices.Equal(got, want) {
+		t.Errorf("systemd calls %v, want %v", got, want)
 	}
 }
 
@@ -437,15 +504,7 @@ func TestOperatorHooksAndTheRepaversSteps(t *testing.T) {
 		t.Fatalf("hooks with no provisioned slot: %v, reloads %d", err, e.sd.Reloads)
 	}
 	b := o.Backend()
-	if err := b.Provision(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Configure(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
+	serving(t, b, "a")
 	reloads, calls := e.sd.Reloads, len(e.sd.Calls())
 	if err := o.EnsureHooks(ctx); err != nil || e.sd.Reloads != reloads {
 		t.Errorf("hooks unchanged: %v, reloads %d -> %d", err, reloads, e.sd.Reloads)
@@ -633,5 +692,20 @@ func TestBridgeModeJournalsThePodNetwork(t *testing.T) {
 	}
 	if !e.exists("/opt/kubeslot/node/cni/net.d") {
 		t.Error("the kept net.d was not created")
+	}
+}
+
+// serving provisions, configures and starts slot.
+func serving(t *testing.T, b *Backend, slot string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := b.Provision(ctx, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Configure(ctx, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, slot); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,25 +28,41 @@ import (
 
 // newFakeSystemd is the shared fake systemd with machined: starting a node
 // unit registers its slot's machine running, stopping it unregisters it.
-func newFakeSystemd() *sdtest.Systemd { return sdtest.New(slotOf) }
+// newFakeSystemd's machines have a leader PID each (a: 4242, b: 4243), so
+// a halt from inside (fakeRunner.halt) ends the right one.
+func newFakeSystemd() *sdtest.Systemd {
+	sd := sdtest.New(slotOf)
+	sd.Leaders = leaders
+	return sd
+}
+
+var leaders = map[string]int{"a": 4242, "b": 4243}
 
 func slotOf(unit string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(unit, "systemd-nspawn@"), ".service")
 }
 
 // fakeRunner records commands; answer gives the output for a command line.
+// A node's "systemctl --force halt" calls halt with the leader PID it
+// entered.
 type fakeRunner struct {
 	mu     sync.Mutex
 	cmds   []string
 	answer func(cmd string) ([]byte, error)
+	halt   func(leader int)
 }
 
 func (r *fakeRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := strings.Join(append([]string{name}, args...), " ")
 	r.mu.Lock()
 	r.cmds = append(r.cmds, cmd)
-	answer := r.answer
+	answer, halt := r.answer, r.halt
 	r.mu.Unlock()
+	if strings.HasSuffix(cmd, "systemctl --force halt") && halt != nil && name == "nsenter" && len(args) > 1 && args[0] == "-t" {
+		if pid, err := strconv.Atoi(args[1]); err == nil {
+			halt(pid)
+		}
+	}
 	if answer != nil {
 		return answer(cmd)
 	}
@@ -103,6 +120,7 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 	e := &env{t: t, root: root, sd: newFakeSystemd(), run: &fakeRunner{}, ca: testkit.CA(t)}
+	e.run.halt = e.sd.HaltLeader
 	e.rootfs = tarball(t, map[string]string{
 		"etc/os-release": "ID=debian\n", "usr/bin/true": "#!/bin/sh\n", "usr/local/bin/": "", "usr/lib/": "",
 	})
@@ -264,5 +282,5 @@ func tarball(t *testing.T, files map[string]string) []byte {
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 func machineRunning(slot string) hostapi.Machine {
-	return hostapi.Machine{Name: slot, State: "running", Leader: 4242, Class: "container", Service: unitName(slot)}
+	return hostapi.Machine{Name: slot, State: "running", Leader: leaders[slot], Class: "container", Service: unitName(slot)}
 }

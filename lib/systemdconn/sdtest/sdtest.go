@@ -41,7 +41,10 @@ type Systemd struct {
 	// NoBoot makes StartUnit succeed while the unit fails and no machine
 	// appears.
 	NoBoot bool
-	calls  []string
+	// Leaders are the leader PIDs of the machines units register, by
+	// machine name; 4242 for a name not in it.
+	Leaders map[string]int
+	calls   []string
 }
 
 // New returns a fake with no units and no machines; machineOf as in
@@ -61,7 +64,8 @@ func (f *Systemd) record(call string) error {
 }
 
 // Calls returns the calls made so far, in order: "start U", "stop U",
-// "restart U", "reload", "reset-failed U", "terminate M", "list [P ...]".
+// "restart U", "reload", "reset-failed U", "terminate M", "list [P ...]",
+// and "halt M" (HaltLeader).
 func (f *Systemd) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -81,7 +85,29 @@ func (f *Systemd) run(unit string) {
 		return
 	}
 	if m := f.MachineOf(unit); m != "" {
-		f.Machines[m] = hostapi.Machine{Name: m, State: "running", Leader: 4242, Class: "container", Service: unit}
+		leader := f.Leaders[m]
+		if leader == 0 {
+			leader = 4242
+		}
+		f.Machines[m] = hostapi.Machine{Name: m, State: "running", Leader: leader, Class: "container", Service: unit}
+	}
+}
+
+// HaltLeader is what the halt of a machine's init does: the machine whose
+// leader is pid goes, and the unit that registered it stops (nspawn exits
+// with its machine). It records "halt M".
+func (f *Systemd) HaltLeader(pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, m := range f.Machines {
+		if m.Leader != pid {
+			continue
+		}
+		f.calls = append(f.calls, "halt "+name)
+		if m.Service != "" {
+			f.Units[m.Service] = "inactive"
+		}
+		delete(f.Machines, name)
 	}
 }
 
