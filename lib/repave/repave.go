@@ -425,9 +425,9 @@ const deadSandboxBound = 30 * time.Second
 // pod sandboxes that the node's stopped run left dead (those created before
 // its kubelet started; lib/cri), when b's node has a CRI socket the host
 // reaches (isolation.CRIEndpoint): once the new kubelet is healthy, while it
-// waits for its first sync, neither in its start-up nor in its pods' path. The stage waits for it before it ends
-// (Deps.background). A failure is only logged: the kubelet removes what is
-// left itself, later.
+// waits for its first sync, neither in its start-up nor in its pods' path.
+// The stage waits for it before it ends (Deps.background). A failure is
+// only logged: the kubelet removes what is left itself, later.
 func (d *Deps) removeDeadSandboxes(ctx context.Context, b isolation.Backend, slot string, kubeletStarted time.Time) {
 	e, ok := b.(isolation.CRIEndpoint)
 	if !ok {

@@ -333,9 +333,12 @@ func TestStartStopOrder(t *testing.T) {
 // stopped through its unit, as one whose kubelet and containerd did not
 // stop cleanly is, with no halt asked.
 func TestStopWhenTheHaltFails(t *testing.T) {
-	for _, c := range []struct{ name, failing string }{
-		{"halt refused", "systemctl --force halt"},
-		{"kubelet and containerd not stopped", "systemctl stop kubelet.service containerd.service"},
+	for _, c := range []struct {
+		name, failing string
+		halts         int // halts asked
+	}{
+		{"halt refused", "systemctl --force halt", 1},
+		{"kubelet and containerd not stopped", "systemctl stop kubelet.service containerd.service", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -364,8 +367,8 @@ func TestStopWhenTheHaltFails(t *testing.T) {
 					halts++
 				}
 			}
-			if want := map[bool]int{true: 1, false: 0}[c.failing == "systemctl --force halt"]; halts != want {
-				t.Errorf("%d halts asked, want %d", halts, want)
+			if halts != c.halts {
+				t.Errorf("%d halts asked, want %d", halts, c.halts)
 			}
 		})
 	}

@@ -256,10 +256,7 @@ func (b *Backend) Stop(ctx context.Context, slot string) error {
 		log.Info("node not running", "unit", active)
 		return nil
 	}
-	bound := b.cfg.Timeouts.Stop.Duration + stopMargin
-	sctx, cancel := context.WithTimeoutCause(ctx, bound, timeoutCause("stopping "+unitName(slot), bound, "timeouts.stop + margin"))
-	stopErr := b.d.Systemd.StopUnit(sctx, unitName(slot))
-	cancel()
+	stopErr := b.stopUnit(ctx, slot)
 	if stopErr == nil {
 		stopErr = b.waitGone(ctx, slot, terminateBound)
 	}
@@ -268,14 +265,32 @@ func (b *Backend) Stop(ctx context.Context, slot string) error {
 			return fmt.Errorf("stop slot %s: %w", slot, stopErr)
 		}
 		log.Warn("graceful stop failed; terminating the machine", "err", stopErr)
-		if err := b.d.Systemd.TerminateMachine(ctx, slot); err != nil && !isNoMachine(err) {
-			return fmt.Errorf("stop slot %s: %v; terminate: %w", slot, stopErr, err)
-		}
-		if err := b.waitGone(ctx, slot, terminateBound); err != nil {
-			return fmt.Errorf("stop slot %s: %v; after terminate: %w", slot, stopErr, err)
+		if err := b.terminate(ctx, slot); err != nil {
+			return fmt.Errorf("stop slot %s: %v; %w", slot, stopErr, err)
 		}
 	}
 	log.Info("node stopped", "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// stopUnit stops slot's machine unit, bounded by timeouts.stop plus a
+// margin (systemd itself kills the machine after TimeoutStopSec).
+func (b *Backend) stopUnit(ctx context.Context, slot string) error {
+	bound := b.cfg.Timeouts.Stop.Duration + stopMargin
+	sctx, cancel := context.WithTimeoutCause(ctx, bound, timeoutCause("stopping "+unitName(slot), bound, "timeouts.stop + margin"))
+	defer cancel()
+	return b.d.Systemd.StopUnit(sctx, unitName(slot))
+}
+
+// terminate kills slot's machine through machined and waits, bounded, for
+// it to go; a machine already gone is fine.
+func (b *Backend) terminate(ctx context.Context, slot string) error {
+	if err := b.d.Systemd.TerminateMachine(ctx, slot); err != nil && !isNoMachine(err) {
+		return fmt.Errorf("terminate: %w", err)
+	}
+	if err := b.waitGone(ctx, slot, terminateBound); err != nil {
+		return fmt.Errorf("after terminate: %w", err)
+	}
 	return nil
 }
 
@@ -310,18 +325,12 @@ func (b *Backend) halt(ctx context.Context, slot string) (halted bool, err error
 			return true, err
 		}
 		b.log.Warn("node halted but not gone within timeouts.stop; terminating its machine", "slot", slot, "err", err)
-		if err := b.d.Systemd.TerminateMachine(ctx, slot); err != nil && !isNoMachine(err) {
-			return true, fmt.Errorf("terminate after the halt: %w", err)
-		}
-		if err := b.waitGone(ctx, slot, terminateBound); err != nil {
-			return true, fmt.Errorf("after terminate: %w", err)
+		if err := b.terminate(ctx, slot); err != nil {
+			return true, fmt.Errorf("after the halt: %w", err)
 		}
 	}
-	bound := stop + stopMargin
-	sctx, scancel := context.WithTimeoutCause(ctx, bound, timeoutCause("stopping "+unitName(slot), bound, "timeouts.stop + margin"))
-	defer scancel()
 	// Inactive already, or about to be: nspawn exits with its machine.
-	return true, b.d.Systemd.StopUnit(sctx, unitName(slot))
+	return true, b.stopUnit(ctx, slot)
 }
 
 // waitGone waits, bounded, until machined no longer knows slot's machine.
