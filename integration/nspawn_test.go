@@ -454,7 +454,7 @@ func runNspawnDriver(args []string) int {
 	sd := &systemdconn.Client{Ctx: ctx}
 	defer sd.Close()
 	b, o, err := isolation.ForConfig(isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
-		Log: log, Record: rec, Settings: set})
+		Node: systemdconn.DialNode, Log: log, Record: rec, Settings: set})
 	if err != nil {
 		return fail(err)
 	}

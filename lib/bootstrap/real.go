@@ -16,6 +16,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
@@ -98,7 +99,7 @@ func (r ReleaseFromExe) Ensure(ctx context.Context) error {
 // over the host's systemd and commands, with settings.
 func Isolation(root *hostroot.Root, sd isolation.SystemdConn, settings hostapi.Settings, log *slog.Logger) func(*config.Config, *ownership.Record) (isolation.Backend, isolation.Operator, error) {
 	return func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error) {
-		return isolation.ForConfig(isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
+		return isolation.ForConfig(isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{}, Node: systemdconn.DialNode,
 			Log: log, Record: rec, Settings: settings})
 	}
 }

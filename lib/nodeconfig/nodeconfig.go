@@ -93,8 +93,12 @@ const (
 	ContainerdDropIn = "/etc/systemd/system/" + ContainerdUnit + ".d/kubeslot.conf"
 	CgroupRWUnit     = "kubeslot-cgroup-v1-rw.service"
 	CgroupRWUnitPath = "/etc/systemd/system/" + CgroupRWUnit
-	CNISeedUnit      = "kubeslot-cni-seed.service"
-	CNISeedUnitPath  = "/etc/systemd/system/" + CNISeedUnit
+	// CgroupCleanUnit removes the last node's empty container cgroups
+	// before the kubelet (the same sandbox option).
+	CgroupCleanUnit     = "kubeslot-cgroup-v1-clean.service"
+	CgroupCleanUnitPath = "/etc/systemd/system/" + CgroupCleanUnit
+	CNISeedUnit         = "kubeslot-cni-seed.service"
+	CNISeedUnitPath     = "/etc/systemd/system/" + CNISeedUnit
 	// CacheMount is where the host's artifact cache is bound read-only
 	// when images are preloaded from it.
 	CacheMount      = "/var/lib/kubeslot/cache"
@@ -102,6 +106,10 @@ const (
 	PreloadScript   = "/etc/kubeslot/preload.sh"
 	PreloadUnit     = "kubeslot-preload.service"
 	PreloadUnitPath = "/etc/systemd/system/" + PreloadUnit
+	// PreloadVerifyUnit checks and imports beside the kubelet's start when
+	// every archive was imported before (preloadUnit).
+	PreloadVerifyUnit     = "kubeslot-preload-verify.service"
+	PreloadVerifyUnitPath = "/etc/systemd/system/" + PreloadVerifyUnit
 	// PreloadRecords is where the preload records what each archive's
 	// import brought, in containerd's state (shared by the slots, removed
 	// with it): a later start skips an archive whose images are all there.

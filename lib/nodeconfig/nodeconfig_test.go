@@ -409,17 +409,64 @@ func TestRenderedUnitsEscapeDollars(t *testing.T) {
 	if units < 4 {
 		t.Errorf("only %d units rendered", units)
 	}
-	// The empty cgroups of the last node's containers go right before the
-	// kubelet, not with containerd's remount: in a handover containerd
-	// starts while the old node's containers still run.
-	if !strings.Contains(string(files[KubeletUnitPath].Data), cgroupV1CleanPre) || strings.Contains(string(files[CgroupRWUnitPath].Data), "rmdir") {
-		t.Errorf("the cgroup clean-up is not the kubelet's ExecStartPre=:\n%s\n%s", files[KubeletUnitPath].Data, files[CgroupRWUnitPath].Data)
-	}
 	dropIn := string(files[ContainerdDropIn].Data)
 	for _, w := range []string{"Wants=" + CNISeedUnit, "Requires=" + CgroupRWUnit, "After=" + CgroupRWUnit} {
 		if !strings.Contains(dropIn, w) {
 			t.Errorf("containerd drop-in lacks %q:\n%s", w, dropIn)
 		}
+	}
+}
+
+// TestSandboxCgroupUnitsOrder: in a sandbox with writable v1 controllers
+// the remount runs at every boot (a warm standby's too), out of a switch's
+// downtime; the removal of the last node's empty cgroups runs at a serving
+// start before the kubelet, beside containerd's start, not after it.
+func TestSandboxCgroupUnitsOrder(t *testing.T) {
+	files := render(t, testConfig(t, testkit.CA(t), ""), Options{CgroupV1Writable: true})
+	unit := func(p string) string { return string(files[p].Data) }
+	if !strings.Contains(unit(NodeTargetDropIn), " "+CgroupRWUnit) {
+		t.Errorf("the boot does not want the remount:\n%s", unit(NodeTargetDropIn))
+	}
+	if strings.Contains(unit(CgroupRWUnitPath), servingCondition) || strings.Contains(unit(CgroupRWUnitPath), "rmdir") {
+		t.Errorf("the remount is gated or removes cgroups:\n%s", unit(CgroupRWUnitPath))
+	}
+	clean := unit(CgroupCleanUnitPath)
+	for _, w := range []string{servingCondition, "After=" + CgroupRWUnit + "\n", "Before=" + KubeletUnit + "\n", "rmdir"} {
+		if !strings.Contains(clean, w) {
+			t.Errorf("the clean-up lacks %q:\n%s", w, clean)
+		}
+	}
+	if strings.Contains(clean, "After="+ContainerdUnit) {
+		t.Errorf("the clean-up waits for containerd:\n%s", clean)
+	}
+	kubelet := unit(KubeletUnitPath)
+	if !strings.Contains(kubelet, "Wants="+CgroupCleanUnit+"\nAfter="+CgroupCleanUnit+"\n") || strings.Contains(kubelet, "ExecStartPre") {
+		t.Errorf("the kubelet does not wait for the clean-up unit:\n%s", kubelet)
+	}
+	prod := render(t, testConfig(t, testkit.CA(t), ""), Options{})
+	if _, ok := prod[CgroupCleanUnitPath]; ok || strings.Contains(string(prod[NodeTargetDropIn].Data), CgroupRWUnit) {
+		t.Error("a production node got the sandbox's cgroup units")
+	}
+}
+
+// TestPreloadUnits: the preload before the kubelet names its verify unit,
+// which runs the same script with --verify and is not ordered before the
+// kubelet; both start only on the serving slot.
+func TestPreloadUnits(t *testing.T) {
+	files := render(t, testConfig(t, testkit.CA(t), ""), Options{Preload: []string{CacheMount + "/x"}})
+	pre, verify := string(files[PreloadUnitPath].Data), string(files[PreloadVerifyUnitPath].Data)
+	for _, w := range []string{"Before=" + KubeletUnit, "Environment=PRELOAD_VERIFY_UNIT=" + PreloadVerifyUnit + "\n", "ExecStart=/bin/sh " + PreloadScript + " " + PreloadList, "RemainAfterExit=yes"} {
+		if !strings.Contains(pre, w) {
+			t.Errorf("the preload unit lacks %q:\n%s", w, pre)
+		}
+	}
+	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "ExecStart=/bin/sh " + PreloadScript + " --verify " + PreloadList, "RemainAfterExit=no"} {
+		if !strings.Contains(verify, w) {
+			t.Errorf("the verify unit lacks %q:\n%s", w, verify)
+		}
+	}
+	if strings.Contains(verify, KubeletUnit) || strings.Contains(verify, "PRELOAD_VERIFY_UNIT") {
+		t.Errorf("the verify unit is ordered before the kubelet or queues itself:\n%s", verify)
 	}
 }
 
@@ -439,7 +486,7 @@ func TestServingGatesTheNodeUnits(t *testing.T) {
 		}
 		gated := []string{KubeletUnitPath, ContainerdDropIn}
 		if opts.CgroupV1Writable {
-			gated = append(gated, CgroupRWUnitPath, PreloadUnitPath)
+			gated = append(gated, CgroupCleanUnitPath, PreloadUnitPath, PreloadVerifyUnitPath)
 		}
 		for _, p := range gated {
 			f, ok := files[p]

@@ -23,59 +23,88 @@ case "$*" in
 esac
 `
 
-// TestPreloadScript runs the preload script with a fake ctr: an archive
-// whose images are all there already is skipped, one whose import named no
-// image or whose image went is imported again, and a failed import fails it.
-func TestPreloadScript(t *testing.T) {
+// fakeSystemctl logs its arguments to the ctr log, and fails when
+// $SYSTEMCTL_FAILS is set.
+const fakeSystemctl = `#!/bin/sh
+echo "systemctl $*" >> "$CTR_LOG"
+[ -z "${SYSTEMCTL_FAILS:-}" ]
+`
+
+// preloadRun runs the preload script with fake ctr and systemctl over one
+// temporary records directory; run returns the calls they logged.
+type preloadRun struct {
+	t                     *testing.T
+	sh, script, list, bin string
+	records, images, log  string
+	env                   []string
+}
+
+func newPreloadRun(t *testing.T) *preloadRun {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Skip("no sh:", err)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	write := func(p, s string, mode os.FileMode) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(s), mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(filepath.Join(bin, "ctr"), fakeCtr, 0o755)
-	script, list, records := filepath.Join(dir, "preload.sh"), filepath.Join(dir, "preload.list"), filepath.Join(dir, "records")
-	images, log := filepath.Join(dir, "images"), filepath.Join(dir, "ctr.log")
-	write(script, string(preloadScript), 0o755)
-	write(images, "", 0o644)
-	run := func(archives ...string) (string, error) {
-		t.Helper()
-		write(list, strings.Join(archives, "\n")+"\n", 0o644)
-		write(log, "", 0o644)
-		cmd := exec.CommandContext(t.Context(), sh, script, list, records)
-		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "CTR_LOG="+log, "IMAGES="+images, "CONTAINERD_SNAPSHOTTER=native")
-		out, err := cmd.CombinedOutput()
-		calls, _ := os.ReadFile(log)
-		if err != nil {
-			err = fmt.Errorf("%w\n%s", err, out)
-		}
-		return strings.TrimSpace(string(calls)), err
-	}
-	const named, bare = "/var/lib/kubeslot/cache/sha256/named", "/var/lib/kubeslot/cache/sha256/bare"
-	importOf := func(f string) string { return "--namespace k8s.io images import " + f }
-	const lsImages = "--namespace k8s.io images ls -q"
+	r := &preloadRun{t: t, sh: sh, bin: filepath.Join(dir, "bin"), script: filepath.Join(dir, "preload.sh"),
+		list: filepath.Join(dir, "preload.list"), records: filepath.Join(dir, "records"),
+		images: filepath.Join(dir, "images"), log: filepath.Join(dir, "ctr.log")}
+	r.write(filepath.Join(r.bin, "ctr"), fakeCtr, 0o755)
+	r.write(filepath.Join(r.bin, "systemctl"), fakeSystemctl, 0o755)
+	r.write(r.script, string(preloadScript), 0o755)
+	r.write(r.images, "", 0o644)
+	return r
+}
 
+func (r *preloadRun) write(p, s string, mode os.FileMode) {
+	r.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), mode); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// run runs the script with flags before its two arguments, over archives.
+func (r *preloadRun) run(flags []string, archives ...string) (string, error) {
+	r.t.Helper()
+	r.write(r.list, strings.Join(archives, "\n")+"\n", 0o644)
+	r.write(r.log, "", 0o644)
+	cmd := exec.CommandContext(r.t.Context(), r.sh, append(append([]string{r.script}, flags...), r.list, r.records)...)
+	cmd.Env = append(append(os.Environ(), "PATH="+r.bin+":"+os.Getenv("PATH"), "CTR_LOG="+r.log, "IMAGES="+r.images,
+		"CONTAINERD_SNAPSHOTTER=native"), r.env...)
+	out, err := cmd.CombinedOutput()
+	calls, _ := os.ReadFile(r.log)
+	if err != nil {
+		err = fmt.Errorf("%w\n%s", err, out)
+	}
+	return strings.TrimSpace(string(calls)), err
+}
+
+const (
+	named, bare = "/var/lib/kubeslot/cache/sha256/named", "/var/lib/kubeslot/cache/sha256/bare"
+	lsImages    = "--namespace k8s.io images ls -q"
+)
+
+func importOf(f string) string { return "--namespace k8s.io images import " + f }
+
+// TestPreloadScript runs the preload script with a fake ctr: an archive
+// whose images are all there already is skipped, one whose import named no
+// image or whose image went is imported again, and a failed import fails it.
+func TestPreloadScript(t *testing.T) {
+	r := newPreloadRun(t)
 	for i, c := range []struct {
 		before func()
 		want   []string
 	}{
-		{nil, []string{importOf(named), importOf(bare)}},                                           // first start: both imported
-		{nil, []string{lsImages, importOf(bare)}},                                                  // named skipped; bare named no image
-		{func() { write(images, "", 0o644) }, []string{lsImages, importOf(named), importOf(bare)}}, // its image went
+		{nil, []string{importOf(named), importOf(bare)}},                                               // first start: both imported
+		{nil, []string{lsImages, importOf(bare)}},                                                      // named skipped; bare named no image
+		{func() { r.write(r.images, "", 0o644) }, []string{lsImages, importOf(named), importOf(bare)}}, // its image went
 	} {
 		if c.before != nil {
 			c.before()
 		}
-		calls, err := run(named, bare)
+		calls, err := r.run(nil, named, bare)
 		if err != nil {
 			t.Fatalf("run %d: %v", i+1, err)
 		}
@@ -83,10 +112,46 @@ func TestPreloadScript(t *testing.T) {
 			t.Errorf("run %d: ctr calls\n%s\nwant\n%s", i+1, calls, want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(records, "native_var_lib_kubeslot_cache_sha256_named")); err != nil {
+	if _, err := os.Stat(filepath.Join(r.records, "native_var_lib_kubeslot_cache_sha256_named")); err != nil {
 		t.Errorf("no record of the named archive under the snapshotter's key: %v", err)
 	}
-	if _, err := run(named, "/x/broken", bare); err == nil {
+	if _, err := r.run(nil, named, "/x/broken", bare); err == nil {
 		t.Error("a failed import did not fail the preload")
+	}
+}
+
+// TestPreloadQueuesTheCheck: with the verify unit named and every archive
+// recorded, the script before the kubelet only queues that unit; an archive
+// without a record, or a queue that fails, makes it check and import
+// itself; --verify does the whole check whatever the records say.
+func TestPreloadQueuesTheCheck(t *testing.T) {
+	r := newPreloadRun(t)
+	r.env = []string{"PRELOAD_VERIFY_UNIT=check.service"}
+	const queue = "systemctl start --no-block check.service"
+	steps := []struct {
+		name     string
+		flags    []string
+		fails    bool
+		archives []string
+		want     []string
+	}{
+		{"first start", nil, false, []string{named}, []string{importOf(named)}},
+		{"recorded", nil, false, []string{named}, []string{queue}},
+		{"the check", []string{"--verify"}, false, []string{named}, []string{lsImages}},
+		{"the queue fails", nil, true, []string{named}, []string{queue, lsImages}},
+		{"one not recorded", nil, false, []string{named, bare}, []string{lsImages, importOf(bare)}},
+	}
+	for _, s := range steps {
+		r.env = r.env[:1]
+		if s.fails {
+			r.env = append(r.env, "SYSTEMCTL_FAILS=1")
+		}
+		calls, err := r.run(s.flags, s.archives...)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if want := strings.Join(s.want, "\n"); calls != want {
+			t.Errorf("%s: calls\n%s\nwant\n%s", s.name, calls, want)
+		}
 	}
 }

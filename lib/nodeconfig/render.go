@@ -33,7 +33,7 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		{KubeletConfig, []byte(kc), 0o644},
 		{ContainerdConfig, []byte(containerdTOML(cfg, opts)), 0o644},
 		{KubeletUnitPath, []byte(kubeletUnit(node, labels, opts)), 0o644},
-		{NodeTargetDropIn, []byte("# Written by kubeslot; it is rewritten on every configure.\n[Unit]\nWants=" + ContainerdUnit + " " + KubeletUnit + "\n"), 0o644},
+		{NodeTargetDropIn, []byte(nodeTargetDropIn(opts)), 0o644},
 	}
 	switch cniMode(cfg, opts) {
 	case cniLoopbackMode:
@@ -56,7 +56,9 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", NVIDIALdconfigUnit)
 	}
 	if opts.CgroupV1Writable {
-		files = append(files, File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644})
+		files = append(files,
+			File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644},
+			File{CgroupCleanUnitPath, []byte(cgroupCleanUnit), 0o644})
 		fmt.Fprintf(&ctdDeps, "Requires=%[1]s\nAfter=%[1]s\n", CgroupRWUnit)
 	}
 	// containerd pulls in the units it needs before it (the kubelet unit
@@ -68,7 +70,8 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		files = append(files,
 			File{PreloadList, []byte(strings.Join(opts.Preload, "\n") + "\n"), 0o644},
 			File{PreloadScript, preloadScript, 0o755},
-			File{PreloadUnitPath, []byte(preloadUnit(opts)), 0o644})
+			File{PreloadUnitPath, []byte(preloadUnit(opts, false)), 0o644},
+			File{PreloadVerifyUnitPath, []byte(preloadUnit(opts, true)), 0o644})
 	}
 	for _, k := range sortedKeys(kernelDefaults) {
 		files = append(files, File{sysctlFile(k), []byte(kernelDefaults[k] + "\n"), 0o444})
@@ -263,13 +266,13 @@ func kubeletUnit(node, labels string, opts Options) string {
 	for _, k := range sortedKeys(kernelDefaults) {
 		fmt.Fprintf(&binds, "BindReadOnlyPaths=%s:/proc/sys/%s\n", sysctlFile(k), k)
 	}
+	// Units the kubelet waits for (containerd aside).
 	preload := ""
 	if len(opts.Preload) > 0 {
 		preload = "Wants=" + PreloadUnit + "\nAfter=" + PreloadUnit + "\n"
 	}
-	pre := ""
 	if opts.CgroupV1Writable {
-		pre = cgroupV1CleanPre
+		preload += "Wants=" + CgroupCleanUnit + "\nAfter=" + CgroupCleanUnit + "\n"
 	}
 	return fmt.Sprintf(`# Written by kubeslot; it is rewritten on every configure.
 [Unit]
@@ -279,7 +282,7 @@ After=%[1]s
 %[5]s%[4]sStartLimitIntervalSec=0
 
 [Service]
-%[6]sExecStart=%[2]s
+ExecStart=%[2]s
 # The OOM watcher opens /dev/kmsg and fails hard without it; the real one
 # needs CAP_SYSLOG, which a node may lack. /dev/null opens, seeks and reads
 # EOF: the kubelet just gets no kernel OOM events.
@@ -290,7 +293,7 @@ RestartSec=2s
 
 [Install]
 WantedBy=multi-user.target
-`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload, servingCondition, pre)
+`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload, servingCondition)
 }
 
 // cniLoopbackMode is the CNI mode of Options.LoopbackCNI (not a [node.cni]
@@ -405,12 +408,25 @@ ExecStart=/bin/sh -c 'for f in ` + CNIBinDir + `/*; do [ -e "$$f" ] || continue;
 RemainAfterExit=yes
 `
 
+// nodeTargetDropIn enables containerd and the kubelet (both gated on the
+// serving file) and, in a sandbox with writable v1 controllers, the remount,
+// which runs at every boot of the machine, a warm standby's too: it writes
+// no cgroup, so it needs no gate, and done at boot it is out of a switch's
+// downtime.
+func nodeTargetDropIn(opts Options) string {
+	wants := ContainerdUnit + " " + KubeletUnit
+	if opts.CgroupV1Writable {
+		wants += " " + CgroupRWUnit
+	}
+	return "# Written by kubeslot; it is rewritten on every configure.\n[Unit]\nWants=" + wants + "\n"
+}
+
 // cgroupRWUnit remounts the v1 controllers nspawn mounts read-only in the
 // node, before containerd (Options.CgroupV1Writable, the rig's).
 const cgroupRWUnit = `# Written by kubeslot for a sandbox with writable cgroup v1 controllers; it is rewritten on every configure.
 [Unit]
 Description=Remount the cgroup v1 controllers read-write (kubeslot sandbox)
-` + servingCondition + `DefaultDependencies=no
+DefaultDependencies=no
 Before=` + ContainerdUnit + `
 
 [Service]
@@ -419,14 +435,26 @@ RemainAfterExit=yes
 ExecStart=/bin/sh -euc 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do if [ -d /sys/fs/cgroup/$$c ]; then mount -o remount,bind,rw /sys/fs/cgroup/$$c; fi; done'
 `
 
-// cgroupV1CleanPre is the kubelet's ExecStartPre= with writable shared v1
+// cgroupCleanUnit runs before the kubelet with writable shared v1
 // controllers (Options.CgroupV1Writable): the host's v1 controllers outlive
 // a node, and empty cgroups of the last node's containers would keep the
 // kubelet's cAdvisor retrying them for half a minute before the node turns
-// Ready. It removes the empty ones (rmdir refuses the others) right before
-// the kubelet whose cAdvisor would retry them, at every kubelet start: a
-// repave starts it only once the old node's machine is gone.
-const cgroupV1CleanPre = `ExecStartPre=-/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
+// Ready. It removes the empty ones (rmdir refuses the others) once per
+// serving start of the machine, which a repave makes only once the old
+// node's machine is gone. It is not ordered after containerd, whose start it
+// runs beside: containerd makes no container cgroup before the kubelet asks.
+const cgroupCleanUnit = `# Written by kubeslot for a sandbox with writable cgroup v1 controllers; it is rewritten on every configure.
+[Unit]
+Description=Remove the last node's empty container cgroups (kubeslot sandbox)
+` + servingCondition + `DefaultDependencies=no
+Wants=` + CgroupRWUnit + `
+After=` + CgroupRWUnit + `
+Before=` + KubeletUnit + `
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=-/bin/sh -c 'for c in blkio cpu cpuacct cpuset devices freezer memory pids; do [ -d /sys/fs/cgroup/$$c/k8s.io ] && find /sys/fs/cgroup/$$c/k8s.io -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; done; exit 0'
 `
 
 // preloadScript imports the listed archives, skipping those an earlier
@@ -438,24 +466,35 @@ var preloadScript []byte
 // preloadUnit imports the listed image archives into containerd's k8s.io
 // namespace (the CRI's) before the kubelet starts (preloadScript). The
 // kubelet unit wants it, so a failure is in the journal without keeping the
-// node from starting.
-func preloadUnit(opts Options) string {
+// node from starting. When every archive was imported by an earlier start
+// (containerd's state is shared by the slots), the script only queues the
+// verify unit (verify: the same script with --verify, not ordered before the
+// kubelet) and ends: listing containerd's images (0.05 s) is then out of a
+// repave's or restart's downtime, and an image removed since (the kubelet's
+// image garbage collection) is imported again beside the kubelet's start,
+// which asks for its pods' images only after its first second.
+func preloadUnit(opts Options, verify bool) string {
 	snapshotter := opts.Snapshotter
 	if snapshotter == "" {
 		snapshotter = "overlayfs"
 	}
+	what, order, flag, env, remain := "Import preloaded images into containerd", "Before="+KubeletUnit+"\n", "",
+		"Environment=PRELOAD_VERIFY_UNIT="+PreloadVerifyUnit+"\n", "yes"
+	if verify {
+		// Not kept active, so that a later start checks again.
+		what, order, flag, env, remain = "Check the preloaded images in containerd", "", "--verify ", "", "no"
+	}
 	return `# Written by kubeslot from [node] preload_images; it is rewritten on every configure.
 [Unit]
-Description=Import preloaded images into containerd (kubeslot)
+Description=` + what + ` (kubeslot)
 ` + servingCondition + `Requires=` + ContainerdUnit + `
 After=` + ContainerdUnit + `
-Before=` + KubeletUnit + `
-
+` + order + `
 [Service]
 Type=oneshot
 Environment=CONTAINERD_SNAPSHOTTER=` + snapshotter + `
-ExecStart=/bin/sh ` + PreloadScript + ` ` + PreloadList + ` ` + PreloadRecords + `
-RemainAfterExit=yes
+` + env + `ExecStart=/bin/sh ` + PreloadScript + ` ` + flag + PreloadList + ` ` + PreloadRecords + `
+RemainAfterExit=` + remain + `
 TimeoutStartSec=10min
 `
 }

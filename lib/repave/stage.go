@@ -91,7 +91,7 @@ func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sa
 	return &Deps{
 		Root: root, Log: log, Store: state.NewStore(root), Requests: requests.New(root),
 		Isolation: func(m isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error) {
-			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{},
+			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{}, Node: systemdconn.DialNode,
 				Log: log, Record: rec, Settings: settings})
 		},
 		// Named as the bootstrap's requests, as the repaver's Node requests

@@ -78,6 +78,12 @@ func (c *conn) close() {
 // pass a short dial bound, not the connection's lifetime. The caller closes
 // it.
 func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
+	return dialAuth(ctx, address, true)
+}
+
+// dialAuth is DialBus, with Hello only when hello: a systemd's private
+// socket has no bus daemon to say it to.
+func dialAuth(ctx context.Context, address string, hello bool) (*godbus.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -88,7 +94,7 @@ func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
 	res := make(chan error, 1)
 	go func() {
 		err := conn.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))})
-		if err == nil {
+		if err == nil && hello {
 			err = conn.Hello()
 		}
 		res <- err

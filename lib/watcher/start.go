@@ -261,7 +261,7 @@ var newOperator = func(ctx context.Context, root *hostroot.Root, bus string, rec
 	// report such a sandbox Degraded. Hooks that do need it fail at the
 	// reload (systemdconn.For), journalled in the sandbox's root only.
 	sd := systemdconn.For(ctx, root.Prefix(), bus)
-	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{},
+	_, op, err := isolation.For(mode, isolation.Deps{Root: root, Config: a.Config, Systemd: sd, Exec: hostapi.ExecRunner{}, Node: systemdconn.DialNode,
 		Log: log, Record: rec, Settings: settings})
 	if err != nil {
 		sd.Close()

@@ -57,6 +57,27 @@ type Systemd interface {
 	TerminateMachine(ctx context.Context, name string) error
 }
 
+// NodeSystemd is the service manager inside one running node, reached from
+// the host without starting a process in the node (Deps.Node). The backend
+// uses it for what sits inside a node's downtime; Close ends the connection.
+type NodeSystemd interface {
+	// StartUnits and StopUnits queue one job per unit (mode "replace") and
+	// wait for all of them, as systemctl start and stop do; a result other
+	// than "done" is an error naming the unit. A unit the node's systemd
+	// does not know is stopped already.
+	StartUnits(ctx context.Context, names ...string) error
+	StopUnits(ctx context.Context, names ...string) error
+	// Halt halts the node at once, without stopping its units one by one
+	// (systemctl --force halt). The node's systemd may close the
+	// connection before it answers.
+	Halt(ctx context.Context) error
+	Close()
+}
+
+// DialNode connects to the systemd of the running node whose init is the
+// host process leader.
+type DialNode func(ctx context.Context, leader int) (NodeSystemd, error)
+
 // Runner runs a command on the host. Run returns the combined output; a
 // failure (start error, non-zero exit, ctx done) is an error naming the
 // command and quoting the tail of its output, and the output so far is
@@ -101,6 +122,9 @@ type Deps struct {
 	Systemd Systemd
 	// Exec runs host commands (nsenter into a node, for one).
 	Exec Runner
+	// Node reaches a running node's systemd directly; nil, or a node it
+	// cannot reach, and the backend runs systemctl in the node (Exec).
+	Node DialNode
 	Log  *slog.Logger
 	// Identity is the host path of the node identity directory, bound
 	// into whichever slot is active; "" means <base>/identity.

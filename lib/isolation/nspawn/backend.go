@@ -283,3 +283,50 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// nodeDialBound bounds connecting to a node's systemd directly.
+const nodeDialBound = 5 * time.Second
+
+// nodeSystemd reaches the systemd of slot's running node: directly
+// (Deps.Node, no process started), or, without it or when that fails,
+// through systemctl run in the node (execNode). The caller closes it.
+func (b *Backend) nodeSystemd(ctx context.Context, slot string) hostapi.NodeSystemd {
+	if b.d.Node != nil {
+		pid, err := b.leader(ctx, slot)
+		if err == nil {
+			dctx, cancel := context.WithTimeout(ctx, nodeDialBound)
+			var n hostapi.NodeSystemd
+			n, err = b.d.Node(dctx, pid)
+			cancel()
+			if err == nil {
+				return n
+			}
+		}
+		b.log.Warn("could not reach the node's systemd directly; running systemctl in the node", "slot", slot, "err", err)
+	}
+	return execNode{b: b, slot: slot}
+}
+
+// execNode is a node's systemd reached by running systemctl in the node
+// (Backend.Exec): the fallback of nodeSystemd.
+type execNode struct {
+	b    *Backend
+	slot string
+}
+
+func (e execNode) StartUnits(ctx context.Context, names ...string) error {
+	return e.systemctl(ctx, append([]string{"start"}, names...)...)
+}
+
+func (e execNode) StopUnits(ctx context.Context, names ...string) error {
+	return e.systemctl(ctx, append([]string{"stop"}, names...)...)
+}
+
+func (e execNode) Halt(ctx context.Context) error { return e.systemctl(ctx, "--force", "halt") }
+
+func (e execNode) Close() {}
+
+func (e execNode) systemctl(ctx context.Context, args ...string) error {
+	_, err := e.b.Exec(ctx, e.slot, append([]string{"systemctl"}, args...)...)
+	return err
+}
