@@ -460,7 +460,8 @@ func TestPreloadUnits(t *testing.T) {
 			t.Errorf("the preload unit lacks %q:\n%s", w, pre)
 		}
 	}
-	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "ExecStart=/bin/sh " + PreloadScript + " --verify " + PreloadList, "RemainAfterExit=no"} {
+	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "ExecStart=/bin/sh " + PreloadScript + " --verify " + PreloadList, "RemainAfterExit=no",
+		"CPUSchedulingPolicy=idle\n"} {
 		if !strings.Contains(verify, w) {
 			t.Errorf("the verify unit lacks %q:\n%s", w, verify)
 		}

@@ -78,12 +78,6 @@ func (c *conn) close() {
 // pass a short dial bound, not the connection's lifetime. The caller closes
 // it.
 func DialBus(ctx context.Context, address string) (*godbus.Conn, error) {
-	return dialAuth(ctx, address, true)
-}
-
-// dialAuth is DialBus, with Hello only when hello: a systemd's private
-// socket has no bus daemon to say it to.
-func dialAuth(ctx context.Context, address string, hello bool) (*godbus.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -94,7 +88,7 @@ func dialAuth(ctx context.Context, address string, hello bool) (*godbus.Conn, er
 	res := make(chan error, 1)
 	go func() {
 		err := conn.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))})
-		if err == nil && hello {
+		if err == nil {
 			err = conn.Hello()
 		}
 		res <- err
