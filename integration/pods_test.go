@@ -97,8 +97,9 @@ func TestPodsOnRig(t *testing.T) {
 	}
 
 	// Restart in place, then repave onto slot b: the pods come back, and nothing is pulled again.
-	// A one-node cluster: evicted pods would have nowhere to go, so they stop with the node (spec.disruption.drain
-	// None); what is measured here is the node's own downtime as the workload sees it.
+	// A one-node cluster: evicted pods would have nowhere to go, so they stay (spec.disruption.drain None); what
+	// is measured here is the node's own downtime as the workload sees it. The restart keeps the machine (its host
+	// did not change): containerd and the kubelet restart, and the pods' containers keep running through it.
 	restart := &requests.Request{Kind: requests.Restart, ID: requests.NewID(requests.Restart, 2, "pods-restart"), MachineGeneration: 2,
 		Operation: "pods-restart", Reason: "rig", Disruption: noDrain}
 	t2 := time.Now()
@@ -108,8 +109,11 @@ func TestPodsOnRig(t *testing.T) {
 	if s.Phase != requests.Succeeded {
 		t.Fatalf("restart: %+v", s)
 	}
-	p.waitPods(ctx, ns, t2, 4*time.Minute)
+	p.waitPodsKept(ctx, ns, t2, 4*time.Minute)
 	rigTiming(t, "pods: restart request -> pods Ready again", time.Since(t2))
+	if j, err := r.h.Journal(ctx, "kubeslot-restart.service"); err != nil || !regexp.MustCompile(`node restarted .*how="services"`).MatchString(j) {
+		t.Errorf("the restart did not keep the machine (nspawn.Backend.restartServices): %v\n%s", err, tailLines(j, 30))
+	}
 	rigTiming(t, "pods: workload downtime across a restart (hostPort probe from the host)", probe.downtime(t, t2, 2*time.Minute))
 	if got := reg.BlobGETs("workload"); got != blobs {
 		t.Errorf("after the restart the registry served %d blob GETs, before %d: the image was pulled again", got, blobs)
@@ -150,6 +154,8 @@ func TestPodsOnRig(t *testing.T) {
 	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's journals once its pods are back, to see where the time went
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))
+		jr, _ := r.h.Journal(ctx, "kubeslot-restart.service")
+		t.Logf("restart:\n%s", tailLines(jr, 20))
 		ja, _ := r.h.Run(ctx, "journalctl", "-u", "systemd-nspawn@a.service", "--no-pager", "-q", "-o", "short-precise", "-n", "120")
 		t.Logf("old machine a (host journal):\n%s", ja)
 		out, _ := r.h.Run(ctx, "journalctl", "-M", "b", "--no-pager", "-q", "-o", "short-precise")
@@ -427,11 +433,25 @@ func (p *podsRig) deploy(ctx context.Context, ns string) {
 // waitPods waits until the Deployment's two pods are Running and Ready with containers started at or after since
 // (whole seconds), and returns them.
 func (p *podsRig) waitPods(ctx context.Context, ns string, since time.Time, bound time.Duration) []corev1.Pod {
+	p.t.Helper()
+	floor := since.Truncate(time.Second)
+	return p.waitPodsStarted(ctx, ns, bound, "started after "+floor.Format(time.RFC3339), func(at time.Time) bool { return !at.Before(floor) })
+}
+
+// waitPodsKept waits until the Deployment's two pods are Running and Ready with the containers they had before
+// since (a restart that kept them running), and returns them.
+func (p *podsRig) waitPodsKept(ctx context.Context, ns string, since time.Time, bound time.Duration) []corev1.Pod {
+	p.t.Helper()
+	return p.waitPodsStarted(ctx, ns, bound, "containers kept from before "+since.Format(time.RFC3339), func(at time.Time) bool { return at.Before(since) })
+}
+
+// waitPodsStarted waits until the Deployment's two pods are Running and Ready with every container's start time
+// accepted by started (what says so), and returns them.
+func (p *podsRig) waitPodsStarted(ctx context.Context, ns string, bound time.Duration, what string, started func(time.Time) bool) []corev1.Pod {
 	t := p.t
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	floor := since.Truncate(time.Second)
 	last := "no pods"
 	for {
 		list, err := p.admin.CoreV1().Pods(ns).List(wctx, metav1.ListOptions{LabelSelector: "app=web"})
@@ -446,7 +466,7 @@ func (p *podsRig) waitPods(ctx context.Context, ns string, since time.Time, boun
 					}
 				}
 				for _, cs := range pod.Status.ContainerStatuses {
-					if !cs.Ready || cs.State.Running == nil || cs.State.Running.StartedAt.Time.Before(floor) {
+					if !cs.Ready || cs.State.Running == nil || !started(cs.State.Running.StartedAt.Time) {
 						ok = false
 					}
 					if w := cs.State.Waiting; w != nil {
@@ -472,7 +492,7 @@ func (p *podsRig) waitPods(ctx context.Context, ns string, since time.Time, boun
 			for _, e := range ev.Items {
 				evs = append(evs, e.InvolvedObject.Name+": "+e.Reason+": "+e.Message)
 			}
-			t.Fatalf("pods not Ready (started after %s) within %s; last: %s\nevents:\n%s\n%s", floor.Format(time.RFC3339), bound,
+			t.Fatalf("pods not Ready (%s) within %s; last: %s\nevents:\n%s\n%s", what, bound,
 				last, strings.Join(evs, "\n"), hostDiag(p.h))
 		case <-time.After(500 * time.Millisecond):
 		}

@@ -405,7 +405,7 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *dra
 			}
 			return err
 		}},
-		{Name: string(RestartNode), What: "restart the node machine", Run: func(ctx context.Context) error {
+		{Name: string(RestartNode), What: "restart the node (its services, or its machine)", Run: func(ctx context.Context) error {
 			t0 = d.now()
 			return o.RestartNode(ctx, a.Slot)
 		}},

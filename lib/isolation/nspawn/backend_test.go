@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -438,22 +436,15 @@ func TestStartFailsFastWhenTheUnitFails(t *testing.T) {
 func TestKubeletHealthy(t *testing.T) {
 	e := newEnv(t)
 	healthy := atomic.Bool{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port := healthzServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" || !healthy.Load() {
 			http.Error(w, "[-]syncloop failed", http.StatusInternalServerError)
 			return
 		}
 		w.Write([]byte("ok"))
-	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
+	})
 	d := e.deps(e.config(nil))
-	d.Settings.HealthzPort = ln.Addr().(*net.TCPAddr).Port
+	d.Settings.HealthzPort = port
 	b, err := New(d)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -283,4 +286,19 @@ func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 func machineRunning(slot string) hostapi.Machine {
 	return hostapi.Machine{Name: slot, State: "running", Leader: leaders[slot], Class: "container", Service: unitName(slot)}
+}
+
+// healthzServer serves h on a free loopback port for the test's life (the
+// kubelet's healthz, as KubeletHealthy reaches it) and returns the port.
+func healthzServer(t *testing.T, h http.HandlerFunc) int {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -132,6 +132,12 @@ var slotRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // .nspawn settings (kernel modules, devices), the kubelet's node address (unless pinned), the node's resolv.conf.
 // Each change is logged; a record of what the node got is left in <base>/state/NodeHostFile.
 func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) {
+	rec, _, err := preStart(ctx, d, slot)
+	return rec, err
+}
+
+// preStart is PreStart; it also returns what it changed (host paths, and node paths in the slot's rootfs).
+func preStart(ctx context.Context, d HookDeps, slot string) (HookRecord, []string, error) {
 	t0 := time.Now()
 	rec := HookRecord{Slot: slot, At: t0.UTC()}
 	log := d.Log
@@ -140,14 +146,14 @@ func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) 
 	}
 	log = log.With("slot", slot, "hook", "pre-start")
 	if !slotRE.MatchString(slot) {
-		return rec, fmt.Errorf("pre-start hook: slot %q: not a slot name", slot)
+		return rec, nil, fmt.Errorf("pre-start hook: slot %q: not a slot name", slot)
 	}
 	rootfs, err := d.Root.Entry(rootfsPath(slot))
 	if err != nil {
-		return rec, fmt.Errorf("pre-start hook: %w", err)
+		return rec, nil, fmt.Errorf("pre-start hook: %w", err)
 	}
 	if _, found, err := readStamp(rootfs); err != nil || !found {
-		return rec, fmt.Errorf("pre-start hook: %s is not a provisioned slot rootfs (%v)", rootfsPath(slot), err)
+		return rec, nil, fmt.Errorf("pre-start hook: %s is not a provisioned slot rootfs (%v)", rootfsPath(slot), err)
 	}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -158,14 +164,14 @@ func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) 
 	}
 	changed, err := rewriteHostBlock(d, log, slot)
 	if errors.Is(err, ErrHookStale) {
-		return rec, err
+		return rec, nil, err
 	} else if err != nil {
 		log.Warn("pre-start hook: the .nspawn settings are left as they are", "err", err)
 	}
 	files := []nodeconfig.File{}
 	ipFile, err := nodeIPFile(ctx, d, log, &rec)
 	if err != nil {
-		return rec, err
+		return rec, nil, err
 	}
 	files = append(files, ipFile)
 	resolv, from := nodeResolvConf(d.Root, log)
@@ -173,7 +179,7 @@ func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) 
 	files = append(files, nodeconfig.File{Path: "/etc/resolv.conf", Data: resolv, Mode: 0o644})
 	inNode, err := nodeconfig.WriteFiles(rootfs, files)
 	if err != nil {
-		return rec, fmt.Errorf("pre-start hook: %w: %w", ErrHookStale, err)
+		return rec, nil, fmt.Errorf("pre-start hook: %w: %w", ErrHookStale, err)
 	}
 	changed = append(changed, inNode...)
 	if err := saveHookRecord(d.Root, rec); err != nil {
@@ -181,7 +187,7 @@ func PreStart(ctx context.Context, d HookDeps, slot string) (HookRecord, error) 
 	}
 	log.Info("pre-start hook done", "node_ip", rec.NodeIP, "pinned", rec.Pinned, "resolv_from", rec.Resolv, "kernel", rec.Kernel, "changed", changed,
 		"took", time.Since(t0).Round(time.Millisecond))
-	return rec, nil
+	return rec, changed, nil
 }
 
 // rewriteHostBlock replaces the host-dependent part of slot's .nspawn settings when the host changed. A file

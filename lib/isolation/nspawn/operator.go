@@ -56,21 +56,33 @@ func (o *Operator) EnsureHooks(ctx context.Context) error {
 	return nil
 }
 
-// RestartNode restarts slot's node machine in place (never the host):
-// graceful Stop, Start, then a bounded wait for the kubelet's health. The
-// caller checks the Node in the cluster.
+// RestartNode restarts slot's node in place (never the host), then waits,
+// bounded, for the kubelet's health; the caller checks the Node in the
+// cluster. A running, serving node whose host-dependent settings are as
+// the pre-start hook would write them keeps its machine: containerd and the
+// kubelet restart inside it, and its pods keep running (restartServices).
+// Any other node restarts its machine: graceful Stop, then Start, whose
+// unit runs the hook.
 func (o *Operator) RestartNode(ctx context.Context, slot string) error {
 	t0 := time.Now()
-	if err := o.b.Stop(ctx, slot); err != nil {
+	how := "services"
+	warm, err := o.b.restartServices(ctx, slot)
+	if err != nil {
 		return fmt.Errorf("restart node: %w", err)
 	}
-	if err := o.b.Start(ctx, slot); err != nil {
-		return fmt.Errorf("restart node: %w", err)
+	if !warm {
+		how = "machine"
+		if err := o.b.Stop(ctx, slot); err != nil {
+			return fmt.Errorf("restart node: %w", err)
+		}
+		if err := o.b.Start(ctx, slot); err != nil {
+			return fmt.Errorf("restart node: %w", err)
+		}
 	}
 	if err := o.b.WaitKubeletHealthy(ctx, slot); err != nil {
 		return fmt.Errorf("restart node: %w", err)
 	}
-	o.b.log.Info("node restarted", "slot", slot, "took", time.Since(t0).Round(time.Millisecond))
+	o.b.log.Info("node restarted", "slot", slot, "how", how, "took", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

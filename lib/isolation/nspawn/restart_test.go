@@ -1,0 +1,72 @@
+package nspawn
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRestartNode: a running, serving node whose host did not change keeps
+// its machine (containerd and the kubelet stop and start inside it); a host
+// change the pre-start hook writes, or a machine that is not running,
+// restarts the machine, whose start runs the hook.
+func TestRestartNode(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		prepare func(e *env, b *Backend)
+		warm    bool
+	}{
+		{"unchanged host", nil, true},
+		{"a new resolver", func(e *env, _ *Backend) { e.put("/etc/resolv.conf", []byte("nameserver 192.0.2.53\n")) }, false},
+		{"machine stopped", func(e *env, b *Backend) {
+			if err := b.Stop(t.Context(), "a"); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			d := e.deps(e.config(nil))
+			d.Settings.HealthzPort = healthzServer(t, func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
+			d.Settings.NodeIP = "127.0.0.1" // pinned: the hook leaves the kubelet's address alone
+			o, err := NewOperator(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := o.Backend()
+			ctx := t.Context()
+			serving(t, b, "a")
+			// What the machine unit's ExecStartPre= did at that start.
+			if _, err := PreStart(ctx, HookDeps{Root: e.root, Record: e.rec, Settings: d.Settings}, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if c.prepare != nil {
+				c.prepare(e, b)
+			}
+			inner, calls := len(e.run.Inner()), len(e.sd.Calls())
+			if err := o.RestartNode(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			var systemctl []string
+			for _, cmd := range e.run.Inner()[inner:] {
+				if strings.HasPrefix(cmd, "systemctl start") || strings.HasPrefix(cmd, "systemctl stop") || strings.HasPrefix(cmd, "systemctl --force") {
+					systemctl = append(systemctl, cmd)
+				}
+			}
+			sd := e.sd.Calls()[calls:]
+			if c.warm {
+				if want := []string{"systemctl stop kubelet.service containerd.service", "systemctl start containerd.service kubelet.service"}; !slices.Equal(systemctl, want) {
+					t.Errorf("in the node: %q, want %q", systemctl, want)
+				}
+				if slices.Contains(sd, "stop systemd-nspawn@a.service") || slices.Contains(sd, "start systemd-nspawn@a.service") {
+					t.Errorf("a restart of an unchanged node restarted its machine: %v", sd)
+				}
+				return
+			}
+			if !slices.Contains(sd, "start systemd-nspawn@a.service") {
+				t.Errorf("the machine was not started again: %v", sd)
+			}
+		})
+	}
+}
