@@ -106,8 +106,9 @@ const (
 	PreloadScript   = "/etc/kubeslot/preload.sh"
 	PreloadUnit     = "kubeslot-preload.service"
 	PreloadUnitPath = "/etc/systemd/system/" + PreloadUnit
-	// PreloadVerifyUnit checks and imports beside the kubelet's start when
-	// every archive was imported before (preloadUnit).
+	// PreloadVerifyUnit runs the preload beside the kubelet's start, at
+	// idle priority, for a preload skipped once every archive was imported
+	// (preloadUnit).
 	PreloadVerifyUnit     = "kubeslot-preload-verify.service"
 	PreloadVerifyUnitPath = "/etc/systemd/system/" + PreloadVerifyUnit
 	// PreloadRecords is where the preload records what each archive's

@@ -427,11 +427,11 @@ func TestSandboxCgroupUnitsOrder(t *testing.T) {
 	if !strings.Contains(unit(NodeTargetDropIn), " "+CgroupRWUnit) {
 		t.Errorf("the boot does not want the remount:\n%s", unit(NodeTargetDropIn))
 	}
-	if strings.Contains(unit(CgroupRWUnitPath), servingCondition) || strings.Contains(unit(CgroupRWUnitPath), "rmdir") {
+	if strings.Contains(unit(CgroupRWUnitPath), servingCondition) || strings.Contains(unit(CgroupRWUnitPath), "-delete") {
 		t.Errorf("the remount is gated or removes cgroups:\n%s", unit(CgroupRWUnitPath))
 	}
 	clean := unit(CgroupCleanUnitPath)
-	for _, w := range []string{servingCondition, "After=" + CgroupRWUnit + "\n", "Before=" + KubeletUnit + "\n", "rmdir"} {
+	for _, w := range []string{servingCondition, "After=" + CgroupRWUnit + "\n", "Before=" + KubeletUnit + "\n", "-type d -delete"} {
 		if !strings.Contains(clean, w) {
 			t.Errorf("the clean-up lacks %q:\n%s", w, clean)
 		}
@@ -449,25 +449,34 @@ func TestSandboxCgroupUnitsOrder(t *testing.T) {
 	}
 }
 
-// TestPreloadUnits: the preload before the kubelet names its verify unit,
-// which runs the same script with --verify and is not ordered before the
-// kubelet; both start only on the serving slot.
+// TestPreloadUnits: the preload before the kubelet is skipped by systemd
+// while the list's marker exists; the same script runs beside the kubelet
+// (wanted by it, not ordered before it, at idle priority); both start only
+// on the serving slot, and another list names another marker.
 func TestPreloadUnits(t *testing.T) {
-	files := render(t, testConfig(t, testkit.CA(t), ""), Options{Preload: []string{CacheMount + "/x"}})
-	pre, verify := string(files[PreloadUnitPath].Data), string(files[PreloadVerifyUnitPath].Data)
-	for _, w := range []string{"Before=" + KubeletUnit, "Environment=PRELOAD_VERIFY_UNIT=" + PreloadVerifyUnit + "\n", "ExecStart=/bin/sh " + PreloadScript + " " + PreloadList, "RemainAfterExit=yes"} {
+	opts := Options{Preload: []string{CacheMount + "/x"}}
+	files := render(t, testConfig(t, testkit.CA(t), ""), opts)
+	pre, verify, kubelet := string(files[PreloadUnitPath].Data), string(files[PreloadVerifyUnitPath].Data), string(files[KubeletUnitPath].Data)
+	complete := preloadComplete(opts.Preload, "overlayfs")
+	run := "ExecStart=/bin/sh " + PreloadScript + " " + PreloadList + " " + PreloadRecords + " " + complete + "\n"
+	for _, w := range []string{"Before=" + KubeletUnit, "ConditionPathExists=!" + complete + "\n", run, "RemainAfterExit=yes"} {
 		if !strings.Contains(pre, w) {
 			t.Errorf("the preload unit lacks %q:\n%s", w, pre)
 		}
 	}
-	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "ExecStart=/bin/sh " + PreloadScript + " --verify " + PreloadList, "RemainAfterExit=no",
-		"CPUSchedulingPolicy=idle\n"} {
+	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "After=" + PreloadUnit, run, "RemainAfterExit=no", "CPUSchedulingPolicy=idle\n", "ExecStartPre=/bin/sleep 2\n"} {
 		if !strings.Contains(verify, w) {
 			t.Errorf("the verify unit lacks %q:\n%s", w, verify)
 		}
 	}
-	if strings.Contains(verify, KubeletUnit) || strings.Contains(verify, "PRELOAD_VERIFY_UNIT") {
-		t.Errorf("the verify unit is ordered before the kubelet or queues itself:\n%s", verify)
+	if strings.Contains(verify, KubeletUnit) || strings.Contains(verify, "ConditionPathExists=!") {
+		t.Errorf("the verify unit is ordered before the kubelet or skipped by the marker:\n%s", verify)
+	}
+	if !strings.Contains(kubelet, "Wants="+PreloadUnit+" "+PreloadVerifyUnit+"\n") {
+		t.Errorf("the kubelet does not want both preload units:\n%s", kubelet)
+	}
+	if preloadComplete([]string{CacheMount + "/y"}, "overlayfs") == complete || preloadComplete(opts.Preload, "native") == complete {
+		t.Error("another list or snapshotter names the same marker")
 	}
 }
 

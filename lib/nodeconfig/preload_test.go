@@ -23,15 +23,8 @@ case "$*" in
 esac
 `
 
-// fakeSystemctl logs its arguments to the ctr log, and fails when
-// $SYSTEMCTL_FAILS is set.
-const fakeSystemctl = `#!/bin/sh
-echo "systemctl $*" >> "$CTR_LOG"
-[ -z "${SYSTEMCTL_FAILS:-}" ]
-`
-
-// preloadRun runs the preload script with fake ctr and systemctl over one
-// temporary records directory; run returns the calls they logged.
+// preloadRun runs the preload script with a fake ctr over one temporary
+// records directory; run returns the calls it logged.
 type preloadRun struct {
 	t                     *testing.T
 	sh, script, list, bin string
@@ -49,7 +42,6 @@ func newPreloadRun(t *testing.T) *preloadRun {
 		list: filepath.Join(dir, "preload.list"), records: filepath.Join(dir, "records"),
 		images: filepath.Join(dir, "images"), log: filepath.Join(dir, "ctr.log")}
 	r.write(filepath.Join(r.bin, "ctr"), fakeCtr, 0o755)
-	r.write(filepath.Join(r.bin, "systemctl"), fakeSystemctl, 0o755)
 	r.write(r.script, string(preloadScript), 0o755)
 	r.write(r.images, "", 0o644)
 	return r
@@ -65,12 +57,17 @@ func (r *preloadRun) write(p, s string, mode os.FileMode) {
 	}
 }
 
-// run runs the script with flags before its two arguments, over archives.
-func (r *preloadRun) run(flags []string, archives ...string) (string, error) {
+// run runs the script over archives, with the marker argument complete
+// when it is not "".
+func (r *preloadRun) run(complete string, archives ...string) (string, error) {
 	r.t.Helper()
 	r.write(r.list, strings.Join(archives, "\n")+"\n", 0o644)
 	r.write(r.log, "", 0o644)
-	cmd := exec.CommandContext(r.t.Context(), r.sh, append(append([]string{r.script}, flags...), r.list, r.records)...)
+	args := []string{r.script, r.list, r.records}
+	if complete != "" {
+		args = append(args, complete)
+	}
+	cmd := exec.CommandContext(r.t.Context(), r.sh, args...)
 	cmd.Env = append(append(os.Environ(), "PATH="+r.bin+":"+os.Getenv("PATH"), "CTR_LOG="+r.log, "IMAGES="+r.images,
 		"CONTAINERD_SNAPSHOTTER=native"), r.env...)
 	out, err := cmd.CombinedOutput()
@@ -104,7 +101,7 @@ func TestPreloadScript(t *testing.T) {
 		if c.before != nil {
 			c.before()
 		}
-		calls, err := r.run(nil, named, bare)
+		calls, err := r.run("", named, bare)
 		if err != nil {
 			t.Fatalf("run %d: %v", i+1, err)
 		}
@@ -115,43 +112,31 @@ func TestPreloadScript(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.records, "native_var_lib_kubeslot_cache_sha256_named")); err != nil {
 		t.Errorf("no record of the named archive under the snapshotter's key: %v", err)
 	}
-	if _, err := r.run(nil, named, "/x/broken", bare); err == nil {
+	if _, err := r.run("", named, "/x/broken", bare); err == nil {
 		t.Error("a failed import did not fail the preload")
 	}
 }
 
-// TestPreloadQueuesTheCheck: with the verify unit named and every archive
-// recorded, the script before the kubelet only queues that unit; an archive
-// without a record, or a queue that fails, makes it check and import
-// itself; --verify does the whole check whatever the records say.
-func TestPreloadQueuesTheCheck(t *testing.T) {
+// TestPreloadMarksComplete: the marker is there once every archive has its
+// record (the unit before the kubelet is then skipped), not while one
+// archive's import named no image, and a failed run removes it.
+func TestPreloadMarksComplete(t *testing.T) {
 	r := newPreloadRun(t)
-	r.env = []string{"PRELOAD_VERIFY_UNIT=check.service"}
-	const queue = "systemctl start --no-block check.service"
-	steps := []struct {
-		name     string
-		flags    []string
-		fails    bool
-		archives []string
-		want     []string
-	}{
-		{"first start", nil, false, []string{named}, []string{importOf(named)}},
-		{"recorded", nil, false, []string{named}, []string{queue}},
-		{"the check", []string{"--verify"}, false, []string{named}, []string{lsImages}},
-		{"the queue fails", nil, true, []string{named}, []string{queue, lsImages}},
-		{"one not recorded", nil, false, []string{named, bare}, []string{lsImages, importOf(bare)}},
+	complete := filepath.Join(r.records, "complete-x")
+	marked := func() bool { _, err := os.Stat(complete); return err == nil }
+	if _, err := r.run(complete, named); err != nil || !marked() {
+		t.Fatalf("first import: marked %v, err %v", marked(), err)
 	}
-	for _, s := range steps {
-		r.env = r.env[:1]
-		if s.fails {
-			r.env = append(r.env, "SYSTEMCTL_FAILS=1")
-		}
-		calls, err := r.run(s.flags, s.archives...)
-		if err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-		if want := strings.Join(s.want, "\n"); calls != want {
-			t.Errorf("%s: calls\n%s\nwant\n%s", s.name, calls, want)
-		}
+	if calls, err := r.run(complete, named); err != nil || !marked() || calls != lsImages {
+		t.Errorf("the check beside the kubelet: marked %v, calls %q, err %v", marked(), calls, err)
+	}
+	if _, err := r.run(complete, named, bare); err != nil || marked() {
+		t.Errorf("an archive that named no image: marked %v, err %v", marked(), err)
+	}
+	if _, err := r.run(complete, named); err != nil || !marked() {
+		t.Fatalf("marked again: %v, err %v", marked(), err)
+	}
+	if _, err := r.run(complete, named, "/x/broken"); err == nil || marked() {
+		t.Errorf("a failed import: marked %v, err %v", marked(), err)
 	}
 }

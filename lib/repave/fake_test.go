@@ -50,10 +50,12 @@ type host struct {
 	servedVersion string
 	pins          int
 	// sickPolls fails that many more KubeletHealthy calls; healthy says
-	// which slots' kubelets passed one, and criEarly which slots' CRI
-	// sockets were asked for before that.
+	// which slots' kubelets passed one, readySeen whether a WaitReady saw
+	// a Node Ready, and criEarly which slots' CRI sockets were asked for
+	// before both.
 	sickPolls int
 	healthy   map[string]bool
+	readySeen bool
 	criEarly  []string
 }
 
@@ -195,7 +197,7 @@ func (b *fakeBackend) KubeletStartedAt(ctx context.Context, slot string) (time.T
 // CRISocket names a fake socket per slot; fail["cri:<slot>"] fails it.
 func (b *fakeBackend) CRISocket(ctx context.Context, slot string) (string, error) {
 	b.h.mu.Lock()
-	if !b.h.healthy[slot] {
+	if !b.h.healthy[slot] || !b.h.readySeen {
 		b.h.criEarly = append(b.h.criEarly, slot)
 	}
 	b.h.mu.Unlock()
@@ -248,6 +250,7 @@ func (c *fakeCluster) WaitReady(ctx context.Context, cfg *config.Config, since t
 		for s, r := range c.h.running {
 			ok = ok || (r && !c.h.broken[s])
 		}
+		c.h.readySeen = c.h.readySeen || ok
 		c.h.mu.Unlock()
 		if ok {
 			return nil

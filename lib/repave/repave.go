@@ -395,12 +395,6 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 	healthy := make(chan error, 1)
 	go func() {
 		_, err := retry(wctx, d.poll(), func() (struct{}, error) { return struct{}{}, b.KubeletHealthy(wctx, slot) })
-		if err == nil {
-			// Healthy means past its start-up, at the start of its first
-			// sync's fixed wait: the removal's CNI work no longer takes CPU
-			// from the kubelet's start.
-			d.removeDeadSandboxes(ctx, b, slot, since)
-		}
 		healthy <- err
 	}()
 	if err := d.Cluster.WaitReady(wctx, cfg, since); err != nil {
@@ -411,6 +405,11 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 	if err := <-healthy; err != nil {
 		return fmt.Errorf("kubelet of slot %s never healthy: %w", slot, err)
 	}
+	// Healthy and Ready: past its start-up and its first Node status, in
+	// its first sync's fixed wait, so the removal's CNI work takes no CPU
+	// from either (started at the health check, it still overlapped the
+	// kubelet's registration and first status on 2 CPUs).
+	d.removeDeadSandboxes(ctx, b, slot, since)
 	return nil
 }
 
@@ -421,11 +420,12 @@ func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Co
 // TimeoutStartSec.
 const deadSandboxBound = 30 * time.Second
 
-// removeDeadSandboxes starts removing, beside the wait for the node, the
-// pod sandboxes that the node's stopped run left dead (those created before
-// its kubelet started; lib/cri), when b's node has a CRI socket the host
-// reaches (isolation.CRIEndpoint): once the new kubelet is healthy, while it
-// waits for its first sync, neither in its start-up nor in its pods' path.
+// removeDeadSandboxes starts removing, at the end of the wait for the node,
+// the pod sandboxes that the node's stopped run left dead (those created
+// before its kubelet started; lib/cri), when b's node has a CRI socket the
+// host reaches (isolation.CRIEndpoint): once the new kubelet is healthy and
+// Ready, while it waits for its first sync, neither in its start-up nor in
+// its pods' path.
 // The stage waits for it before it ends (Deps.background). A failure is
 // only logged: the kubelet removes what is left itself, later.
 func (d *Deps) removeDeadSandboxes(ctx context.Context, b isolation.Backend, slot string, kubeletStarted time.Time) {

@@ -424,8 +424,8 @@ func (c *criConn) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSa
 // TestDeadSandboxesRemovedBesideVerify: a repave and a restart ask the
 // node's runtime to remove the dead sandboxes created before the new
 // kubelet started, never a newer one, and only once that kubelet is healthy
-// (past its start-up); a failure there is only logged (the third run's
-// restart succeeds).
+// and its Node Ready (past its start-up and first status); a failure there
+// is only logged (the third run's restart succeeds).
 func TestDeadSandboxesRemovedBesideVerify(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
