@@ -474,7 +474,7 @@ func runNspawnDriver(args []string) int {
 		case "healthy":
 			err = b.KubeletHealthy(ctx, slot)
 		case "restart":
-			err = o.RestartNode(ctx, slot)
+			_, err = o.RestartNode(ctx, slot)
 		case "stop":
 			err = b.Stop(ctx, slot)
 		case "remove":

@@ -160,8 +160,8 @@ func (b fakeBackend) KubeletHealthy(_ context.Context, slot string) error {
 	return b.f.call("healthy=" + slot)
 }
 func (b fakeBackend) EnsureHooks(context.Context) error { return b.f.call("hooks") }
-func (b fakeBackend) RestartNode(_ context.Context, slot string) error {
-	return b.f.call("restart=" + slot)
+func (b fakeBackend) RestartNode(_ context.Context, slot string) (time.Time, error) {
+	return time.Now(), b.f.call("restart=" + slot)
 }
 func (b fakeBackend) Repave(context.Context, string, string) error { return b.f.call("repave") }
 

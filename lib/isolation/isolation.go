@@ -141,8 +141,9 @@ type Operator interface {
 	// services; systemd is reloaded only when something changed.
 	EnsureHooks(ctx context.Context) error
 	// RestartNode restarts the slot's node in place, never the host, and
-	// waits for its kubelet's health.
-	RestartNode(ctx context.Context, slot string) error
+	// waits for its kubelet's health. down is when the node stopped
+	// serving (its kubelet's stop began): the start of its downtime.
+	RestartNode(ctx context.Context, slot string) (down time.Time, err error)
 }
 
 // Entry is one row of the composition table.

@@ -109,11 +109,14 @@ func TestRenderKeySettings(t *testing.T) {
 		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
 		"BindReadOnlyPaths=/dev/null:/dev/kmsg\n",
 		"BindReadOnlyPaths=/etc/kubernetes/sysctl/vm_overcommit_memory:/proc/sys/vm/overcommit_memory\n",
-		"WantedBy=multi-user.target\n", "Requires=containerd.service\n",
+		"WantedBy=multi-user.target\n", "Wants=containerd.service\nAfter=containerd.service\n",
 	} {
 		if !strings.Contains(unit, w) {
 			t.Errorf("kubelet unit lacks %q:\n%s", w, unit)
 		}
+	}
+	if strings.Contains(unit, "\nRequires=") { // a restart of containerd alone must not restart the kubelet (nspawn.Backend.restartServices)
+		t.Errorf("kubelet unit requires a unit:\n%s", unit)
 	}
 	if n := strings.Count(unit, ":/proc/sys/"); n != len(kernelDefaults) {
 		t.Errorf("kubelet unit binds %d sysctls, want %d", n, len(kernelDefaults))

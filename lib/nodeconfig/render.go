@@ -279,7 +279,9 @@ func kubeletUnit(node, labels string, opts Options) string {
 	return fmt.Sprintf(`# Written by kubeslot; it is rewritten on every configure.
 [Unit]
 Description=kubelet (kubeslot node)
-Requires=%[1]s
+# Wants=, not Requires=: a restart of containerd alone (a restart in place
+# restarts it while the kubelet still serves) must not restart the kubelet.
+Wants=%[1]s
 After=%[1]s
 %[5]s%[4]sStartLimitIntervalSec=0
 

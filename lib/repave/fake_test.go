@@ -230,11 +230,12 @@ func (b *fakeBackend) KubeletHealthy(ctx context.Context, slot string) error {
 type fakeOperator struct{ b *fakeBackend }
 
 func (o *fakeOperator) EnsureHooks(ctx context.Context) error { return nil }
-func (o *fakeOperator) RestartNode(ctx context.Context, slot string) error {
+func (o *fakeOperator) RestartNode(ctx context.Context, slot string) (time.Time, error) {
+	down := time.Now()
 	if err := o.b.Stop(ctx, slot); err != nil {
-		return err
+		return down, err
 	}
-	return o.b.Start(ctx, slot)
+	return down, o.b.Start(ctx, slot)
 }
 
 // fakeCluster: the Node is Ready once some slot's kubelet is healthy.

@@ -407,7 +407,14 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *dra
 		}},
 		{Name: string(RestartNode), What: "restart the node (its services, or its machine)", Run: func(ctx context.Context) error {
 			t0 = d.now()
-			return o.RestartNode(ctx, a.Slot)
+			// The downtime starts when the node stopped serving, which a
+			// restart that keeps the machine reports (after containerd's
+			// restart, while the kubelet still served).
+			down, err := o.RestartNode(ctx, a.Slot)
+			if !down.IsZero() {
+				t0 = down
+			}
+			return err
 		}},
 		{Name: string(Verify), What: "wait for the node", Run: func(ctx context.Context) error {
 			return d.waitNode(ctx, b, a.Config, a.Slot)

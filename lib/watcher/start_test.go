@@ -36,8 +36,8 @@ type fakeOperator struct {
 }
 
 func (o *fakeOperator) EnsureHooks(context.Context) error { o.calls++; return o.err }
-func (o *fakeOperator) RestartNode(context.Context, string) error {
-	return errors.New("the watcher must not restart the node")
+func (o *fakeOperator) RestartNode(context.Context, string) (time.Time, error) {
+	return time.Time{}, errors.New("the watcher must not restart the node")
 }
 func (o *fakeOperator) Repave(context.Context, string, string) error {
 	return errors.New("the watcher must not repave")

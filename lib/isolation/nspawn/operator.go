@@ -59,31 +59,33 @@ func (o *Operator) EnsureHooks(ctx context.Context) error {
 // RestartNode restarts slot's node in place (never the host), then waits,
 // bounded, for the kubelet's health; the caller checks the Node in the
 // cluster. A running, serving node whose host-dependent settings are as
-// the pre-start hook would write them keeps its machine: containerd and the
-// kubelet restart inside it, and its pods keep running (restartServices).
-// Any other node restarts its machine: graceful Stop, then Start, whose
-// unit runs the hook.
-func (o *Operator) RestartNode(ctx context.Context, slot string) error {
+// the pre-start hook would write them keeps its machine: containerd, then
+// the kubelet, restart inside it, and its pods keep running
+// (restartServices). Any other node restarts its machine: graceful Stop,
+// then Start, whose unit runs the hook. down is when the node stopped
+// serving: the kubelet's stop, or the machine's.
+func (o *Operator) RestartNode(ctx context.Context, slot string) (down time.Time, err error) {
 	t0 := time.Now()
 	how := "services"
-	warm, err := o.b.restartServices(ctx, slot)
+	down, warm, err := o.b.restartServices(ctx, slot)
 	if err != nil {
-		return fmt.Errorf("restart node: %w", err)
+		return down, fmt.Errorf("restart node: %w", err)
 	}
 	if !warm {
-		how = "machine"
+		how, down = "machine", time.Now()
 		if err := o.b.Stop(ctx, slot); err != nil {
-			return fmt.Errorf("restart node: %w", err)
+			return down, fmt.Errorf("restart node: %w", err)
 		}
 		if err := o.b.Start(ctx, slot); err != nil {
-			return fmt.Errorf("restart node: %w", err)
+			return down, fmt.Errorf("restart node: %w", err)
 		}
 	}
 	if err := o.b.WaitKubeletHealthy(ctx, slot); err != nil {
-		return fmt.Errorf("restart node: %w", err)
+		return down, fmt.Errorf("restart node: %w", err)
 	}
-	o.b.log.Info("node restarted", "slot", slot, "how", how, "took", time.Since(t0).Round(time.Millisecond))
-	return nil
+	o.b.log.Info("node restarted", "slot", slot, "how", how, "took", time.Since(t0).Round(time.Millisecond),
+		"down", time.Since(down).Round(time.Millisecond))
+	return down, nil
 }
 
 // stamped reports whether slot has a finished rootfs (from any artifacts).

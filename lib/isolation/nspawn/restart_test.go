@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRestartNode: a running, serving node whose host did not change keeps
-// its machine (containerd and the kubelet stop and start inside it); a host
+// its machine (containerd restarts inside it, then the kubelet, and the
+// downtime starts at the kubelet's stop); a host
 // change the pre-start hook writes, or a machine that is not running,
 // restarts the machine, whose start runs the hook.
 func TestRestartNode(t *testing.T) {
@@ -45,8 +47,13 @@ func TestRestartNode(t *testing.T) {
 				c.prepare(e, b)
 			}
 			inner, calls := len(e.run.Inner()), len(e.sd.Calls())
-			if err := o.RestartNode(ctx, "a"); err != nil {
+			t0 := time.Now()
+			down, err := o.RestartNode(ctx, "a")
+			if err != nil {
 				t.Fatal(err)
+			}
+			if down.Before(t0) || down.After(time.Now()) {
+				t.Errorf("downtime start %v is not inside the restart", down)
 			}
 			var systemctl []string
 			for _, cmd := range e.run.Inner()[inner:] {
@@ -56,7 +63,9 @@ func TestRestartNode(t *testing.T) {
 			}
 			sd := e.sd.Calls()[calls:]
 			if c.warm {
-				if want := []string{"systemctl stop kubelet.service containerd.service", "systemctl start containerd.service kubelet.service"}; !slices.Equal(systemctl, want) {
+				// containerd first, while the kubelet serves; then the kubelet.
+				if want := []string{"systemctl stop containerd.service", "systemctl start containerd.service",
+					"systemctl stop kubelet.service", "systemctl start kubelet.service"}; !slices.Equal(systemctl, want) {
 					t.Errorf("in the node: %q, want %q", systemctl, want)
 				}
 				if slices.Contains(sd, "stop systemd-nspawn@a.service") || slices.Contains(sd, "start systemd-nspawn@a.service") {
