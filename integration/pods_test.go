@@ -141,7 +141,9 @@ func TestPodsOnRig(t *testing.T) {
 		t.Errorf("the repaver removed %d dead pod sandboxes of the old node, want at least 3 (one per pod): %v\n%s",
 			deadSandboxesRemoved(j), err, tailLines(j, 30))
 	} else if strings.Contains(j, "could not reach the node's systemd directly") { // nspawn.Backend.nodeSystemd
-		t.Errorf("the repaver ran systemctl in a node instead of asking its systemd over its private socket:\n%s", tailLines(j, 30))
+		t.Errorf("the repaver ran systemctl in a node instead of asking its systemd over the node's bus:\n%s", tailLines(j, 30))
+	} else if !strings.Contains(j, "container runtime handed over") { // repave.handRuntime
+		t.Errorf("the repave did not hand containerd over to the warm target before the switch:\n%s", tailLines(j, 30))
 	}
 	// The sandbox image's archive was imported by the first start, which left the list's marker in containerd's
 	// state (both slots share it): slot b's preload before the kubelet was skipped, and the check beside the

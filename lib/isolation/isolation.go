@@ -132,6 +132,22 @@ type CRIEndpoint interface {
 	CRISocket(ctx context.Context, slot string) (string, error)
 }
 
+// RuntimeHandover is a Backend that can hand the container runtime over to
+// a warm slot while the old slot's kubelet still serves: a repave's switch
+// then stops the old kubelet only once the target's runtime is up, so the
+// runtime's stop and start are out of the node's downtime (lib/repave).
+type RuntimeHandover interface {
+	// Warm reports whether slot's machine runs: booted by a standby, or
+	// serving.
+	Warm(ctx context.Context, slot string) bool
+	// StopRuntime stops the container runtime of slot's running node; its
+	// kubelet keeps serving and its pods keep running.
+	StopRuntime(ctx context.Context, slot string) error
+	// StartRuntime marks slot's running node as the serving one and starts
+	// its container runtime alone, not its kubelet.
+	StartRuntime(ctx context.Context, slot string) error
+}
+
 // Operator is the node lifecycle of one mode. An operator implements its
 // mode itself and never embeds another mode's operator: modes differ in
 // exactly these steps.

@@ -453,9 +453,10 @@ func TestSandboxCgroupUnitsOrder(t *testing.T) {
 }
 
 // TestPreloadUnits: the preload before the kubelet is skipped by systemd
-// while the list's marker exists; the same script runs beside the kubelet
-// (wanted by it, not ordered before it, at idle priority); both start only
-// on the serving slot, and another list names another marker.
+// while the list's marker exists; the same script runs at every start of
+// containerd (wanted by it, not ordered before the kubelet, at idle
+// priority); both start only on the serving slot, and another list names
+// another marker.
 func TestPreloadUnits(t *testing.T) {
 	opts := Options{Preload: []string{CacheMount + "/x"}}
 	files := render(t, testConfig(t, testkit.CA(t), ""), opts)
@@ -467,7 +468,7 @@ func TestPreloadUnits(t *testing.T) {
 			t.Errorf("the preload unit lacks %q:\n%s", w, pre)
 		}
 	}
-	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "After=" + PreloadUnit, run, "RemainAfterExit=no", "CPUSchedulingPolicy=idle\n", "ExecStartPre=/bin/sleep 2\n"} {
+	for _, w := range []string{servingCondition, "After=" + ContainerdUnit, "After=" + PreloadUnit, run, "RemainAfterExit=yes", "PartOf=" + ContainerdUnit + "\n", "CPUSchedulingPolicy=idle\n"} {
 		if !strings.Contains(verify, w) {
 			t.Errorf("the verify unit lacks %q:\n%s", w, verify)
 		}
@@ -475,8 +476,11 @@ func TestPreloadUnits(t *testing.T) {
 	if strings.Contains(verify, KubeletUnit) || strings.Contains(verify, "ConditionPathExists=!") {
 		t.Errorf("the verify unit is ordered before the kubelet or skipped by the marker:\n%s", verify)
 	}
-	if !strings.Contains(kubelet, "Wants="+PreloadUnit+" "+PreloadVerifyUnit+"\n") {
-		t.Errorf("the kubelet does not want both preload units:\n%s", kubelet)
+	if !strings.Contains(kubelet, "Wants="+PreloadUnit+"\n") || strings.Contains(kubelet, PreloadVerifyUnit) {
+		t.Errorf("the kubelet does not want the preload, or wants its check:\n%s", kubelet)
+	}
+	if ctd := string(files[ContainerdDropIn].Data); !strings.Contains(ctd, "Wants="+PreloadVerifyUnit+"\n") {
+		t.Errorf("containerd does not want the preload's check:\n%s", ctd)
 	}
 	if preloadComplete([]string{CacheMount + "/y"}, "overlayfs") == complete || preloadComplete(opts.Preload, "native") == complete {
 		t.Error("another list or snapshotter names the same marker")

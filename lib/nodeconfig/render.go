@@ -57,6 +57,9 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		files = append(files, File{NVIDIALdconfigUnitPath, []byte(nvidiaLdconfigUnit), 0o644})
 		fmt.Fprintf(&ctdDeps, "Wants=%[1]s\nAfter=%[1]s\n", NVIDIALdconfigUnit)
 	}
+	if len(opts.Preload) > 0 {
+		fmt.Fprintf(&ctdDeps, "Wants=%s\n", PreloadVerifyUnit)
+	}
 	if opts.CgroupV1Writable {
 		files = append(files,
 			File{CgroupRWUnitPath, []byte(cgroupRWUnit), 0o644},
@@ -271,7 +274,7 @@ func kubeletUnit(node, labels string, opts Options) string {
 	// Units the kubelet waits for (containerd aside).
 	preload := ""
 	if len(opts.Preload) > 0 {
-		preload = "Wants=" + PreloadUnit + " " + PreloadVerifyUnit + "\nAfter=" + PreloadUnit + "\n"
+		preload = "Wants=" + PreloadUnit + "\nAfter=" + PreloadUnit + "\n"
 	}
 	if opts.CgroupV1Writable {
 		preload += "Wants=" + CgroupCleanUnit + "\nAfter=" + CgroupCleanUnit + "\n"
@@ -476,27 +479,28 @@ var preloadScript []byte
 // shared by the slots), the script leaves a marker named by the list
 // (preloadComplete), and the unit before the kubelet is skipped by systemd
 // while it exists: no process at all inside a repave's or restart's
-// downtime, where the check had taken 0.05 s. The same script then runs
-// after the kubelet's start-up (verify: not ordered before the kubelet,
-// preloadCheckDelay after it is queued, at idle priority): beside the
-// kubelet's start, even at idle priority, it made that start 0.05–0.1 s
-// slower on 2 CPUs. An image removed since (the kubelet's image garbage
-// collection, which spares the sandbox image and images in use) is imported
-// again there; a pod that asked for it first gets it at its pull's retry. A
-// failed run removes the marker.
+// downtime, where the check had taken 0.05 s. The same script runs at
+// every start of containerd (verify: wanted by containerd, not ordered
+// before the kubelet, at idle priority), which a repave's runtime handover
+// and a restart in place make while the old kubelet still serves, and wait
+// for: out of the downtime and of the pods' path (beside the kubelet's
+// start, even at idle priority, it made that start 0.05–0.1 s slower on 2
+// CPUs). An image removed since (the kubelet's image garbage collection,
+// which spares the sandbox image and images in use) is imported again
+// there. A failed run removes the marker.
 func preloadUnit(opts Options, verify bool) string {
 	snapshotter := opts.Snapshotter
 	if snapshotter == "" {
 		snapshotter = "overlayfs"
 	}
 	complete := preloadComplete(opts.Preload, snapshotter)
-	what, order, extra, remain := "Import preloaded images into containerd", "Before="+KubeletUnit+"\n",
-		"", "yes"
+	what, order, extra := "Import preloaded images into containerd", "Before="+KubeletUnit+"\n", ""
 	cond := "ConditionPathExists=!" + complete + "\n"
 	if verify {
-		// Not kept active, so that a later start checks again.
-		what, order, extra, remain = "Check the preloaded images in containerd", "After="+PreloadUnit+"\n",
-			"CPUSchedulingPolicy=idle\nIOSchedulingClass=idle\nExecStartPre=/bin/sleep "+preloadCheckDelay+"\n", "no"
+		// Kept active until containerd stops (PartOf=): the kubelet's start
+		// pulls in containerd's wants again, and must not run it again.
+		what, order, extra = "Check the preloaded images in containerd", "After="+PreloadUnit+"\nPartOf="+ContainerdUnit+"\n",
+			"CPUSchedulingPolicy=idle\nIOSchedulingClass=idle\n"
 		cond = ""
 	}
 	return `# Written by kubeslot from [node] preload_images; it is rewritten on every configure.
@@ -509,14 +513,10 @@ After=` + ContainerdUnit + `
 Type=oneshot
 Environment=CONTAINERD_SNAPSHOTTER=` + snapshotter + `
 ` + extra + `ExecStart=/bin/sh ` + PreloadScript + ` ` + PreloadList + ` ` + PreloadRecords + ` ` + complete + `
-RemainAfterExit=` + remain + `
+RemainAfterExit=yes
 TimeoutStartSec=10min
 `
 }
-
-// preloadCheckDelay is how long the check beside the kubelet waits: past
-// the kubelet's start-up (0.4–0.6 s to its first Node status on the rig).
-const preloadCheckDelay = "2"
 
 // preloadComplete is the marker the preload script leaves in PreloadRecords
 // once every archive of list has its record, named by the list and the

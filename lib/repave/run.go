@@ -195,22 +195,50 @@ func (d *Deps) standby(ctx context.Context, st *State, target isolation.Backend)
 	return d.checkBinary(ctx, target, st.Desired, st.To)
 }
 
-// switchOld stops the old node whole; the downtime starts here, once. Its
-// machine goes before the target's containerd starts: the old pods'
-// processes, network namespaces and addresses go with it (an overlap with
-// the target's start was tried and dropped: see DESIGN.md, "Warm standby").
-func (d *Deps) switchOld(ctx context.Context, st *State, _ isolation.Backend) error {
+// switchOld hands the container runtime over to the warm target while the
+// old kubelet still serves (handRuntime), then stops the old node whole; the
+// downtime starts there, once. The old machine goes before the target's
+// kubelet starts: the old pods' processes, network namespaces and addresses
+// go with it.
+func (d *Deps) switchOld(ctx context.Context, st *State, target isolation.Backend) error {
+	old, err := d.oldBackend(st)
+	if err != nil {
+		return err
+	}
 	if st.SwitchAt.IsZero() {
+		d.handRuntime(ctx, st, old, target)
 		st.SwitchAt = d.now().UTC()
 		if err := saveState(d.Root, st); err != nil {
 			return err
 		}
 	}
-	old, err := d.oldBackend(st)
-	if err != nil {
-		return err
-	}
 	return old.Stop(ctx, st.From)
+}
+
+// handRuntime stops the old node's containerd and starts the warm target's
+// (isolation.RuntimeHandover), so that neither is inside the downtime: both
+// slots share containerd's state, so the two cannot run at once, but the
+// old kubelet keeps serving without its runtime for that moment (its pods
+// keep running; it starts or stops no container). Only a target whose
+// machine runs (the standby booted it) takes it: one booted now would start
+// its kubelet beside the old one. A failure is a warning: the old node's
+// Stop and the target's Start that follow do what is left, as before.
+func (d *Deps) handRuntime(ctx context.Context, st *State, old, target isolation.Backend) {
+	from, okFrom := old.(isolation.RuntimeHandover)
+	to, okTo := target.(isolation.RuntimeHandover)
+	if !okFrom || !okTo || !to.Warm(ctx, st.To) {
+		return
+	}
+	t0 := time.Now()
+	if err := from.StopRuntime(ctx, st.From); err != nil {
+		d.Log.Warn("could not stop the old node's container runtime before its kubelet; stopping the node whole", "slot", st.From, "err", err)
+		return
+	}
+	if err := to.StartRuntime(ctx, st.To); err != nil {
+		d.Log.Warn("could not start the target's container runtime before the old kubelet stops; the target's start tries again", "slot", st.To, "err", err)
+		return
+	}
+	d.Log.Info("container runtime handed over", "from", st.From, "to", st.To, "took", time.Since(t0).Round(time.Millisecond))
 }
 
 // start starts the target. After a power cut the old node may run again

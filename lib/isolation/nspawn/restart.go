@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 )
 
@@ -80,6 +81,7 @@ func (b *Backend) restartServices(ctx context.Context, slot string) (down time.T
 	if err := start(nodeconfig.ContainerdUnit); err != nil {
 		return down, true, err
 	}
+	b.waitPreloadCheck(ctx, n, slot)
 	down = time.Now()
 	if !stop(nodeconfig.KubeletUnit) {
 		return down, false, nil
@@ -90,4 +92,67 @@ func (b *Backend) restartServices(ctx context.Context, slot string) (down time.T
 	log.Info("node services restarted", "containerd", down.Sub(t0).Round(time.Millisecond),
 		"kubelet", time.Since(down).Round(time.Millisecond))
 	return down, true, nil
+}
+
+// Warm reports whether slot's machine runs (isolation.RuntimeHandover).
+func (b *Backend) Warm(ctx context.Context, slot string) bool {
+	if b.checkSlot(slot) != nil {
+		return false
+	}
+	m, err := b.d.Systemd.Machine(ctx, slot)
+	return err == nil && m.State == "running" && m.Leader > 0
+}
+
+// StopRuntime stops containerd in slot's running node, bounded; the
+// kubelet only wants containerd, so it keeps serving, and the pods' shims
+// outlive containerd (isolation.RuntimeHandover).
+func (b *Backend) StopRuntime(ctx context.Context, slot string) error {
+	if err := b.checkSlot(slot); err != nil {
+		return err
+	}
+	n := b.nodeSystemd(ctx, slot)
+	defer n.Close()
+	sctx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
+	defer cancel()
+	if err := n.StopUnits(sctx, nodeconfig.ContainerdUnit); err != nil {
+		return fmt.Errorf("stop containerd in slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// StartRuntime marks slot's running node as serving and starts its
+// containerd, not its kubelet, whose start (Start) pulls in what must wait
+// for the old node's machine to be gone (isolation.RuntimeHandover).
+func (b *Backend) StartRuntime(ctx context.Context, slot string) error {
+	ctx, cancel, err := b.bootBound(ctx, slot)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if !b.Warm(ctx, slot) {
+		return fmt.Errorf("start containerd in slot %s: its machine does not run", slot)
+	}
+	if err := b.markServing(slot); err != nil {
+		return fmt.Errorf("start containerd in slot %s: %w", slot, err)
+	}
+	n := b.nodeSystemd(ctx, slot)
+	defer n.Close()
+	if err := n.StartUnits(ctx, nodeconfig.ContainerdUnit); err != nil {
+		return fmt.Errorf("start containerd in slot %s: %w\n%s", slot, err, b.nodeJournal(ctx, slot))
+	}
+	b.waitPreloadCheck(ctx, n, slot)
+	return nil
+}
+
+// waitPreloadCheck waits for the preload's check that containerd's start
+// pulled in (nodeconfig.PreloadVerifyUnit), so that it runs while the old
+// kubelet still serves, not beside the new kubelet's start or its pods'. A
+// failure is a warning: the kubelet pulls what is missing, or fails to.
+func (b *Backend) waitPreloadCheck(ctx context.Context, n hostapi.NodeSystemd, slot string) {
+	if len(b.cfg.Node.PreloadImages) == 0 {
+		return
+	}
+	if err := n.StartUnits(ctx, nodeconfig.PreloadVerifyUnit); err != nil {
+		b.log.Warn("the preloaded images' check failed; see its journal in the node", "slot", slot, "err", err)
+	}
 }

@@ -2,10 +2,14 @@ package nspawn
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 )
 
 // TestRestartNode: a running, serving node whose host did not change keeps
@@ -77,5 +81,46 @@ func TestRestartNode(t *testing.T) {
 				t.Errorf("the machine was not started again: %v", sd)
 			}
 		})
+	}
+}
+
+// TestRuntimeHandover: StopRuntime stops containerd alone in a running
+// node; StartRuntime marks a running (warm) node as serving and starts its
+// containerd alone, and refuses a machine that does not run without
+// marking it.
+func TestRuntimeHandover(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(nil)
+	ctx := t.Context()
+	serving(t, b, "a")
+	inner := len(e.run.Inner())
+	if err := b.StopRuntime(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.run.Inner()[inner:]; !slices.Equal(got, []string{"systemctl stop containerd.service"}) {
+		t.Errorf("StopRuntime ran %q in the node", got)
+	}
+	if err := b.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	mark := "/var/lib/machines/a" + nodeconfig.ServingFile
+	if err := os.Remove(filepath.Join(e.root.Prefix(), mark)); err != nil {
+		t.Fatal(err)
+	}
+	if b.Warm(ctx, "a") {
+		t.Error("a stopped machine is warm")
+	}
+	if err := b.StartRuntime(ctx, "a"); err == nil || e.exists(mark) {
+		t.Errorf("StartRuntime on a stopped machine: %v, marked %v", err, e.exists(mark))
+	}
+	if err := b.Boot(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	inner = len(e.run.Inner())
+	if err := b.StartRuntime(ctx, "a"); err != nil || !e.exists(mark) {
+		t.Fatalf("StartRuntime on a warm machine: %v, marked %v", err, e.exists(mark))
+	}
+	if got := e.run.Inner()[inner:]; !slices.Equal(got, []string{"systemctl start containerd.service"}) {
+		t.Errorf("StartRuntime ran %q in the node", got)
 	}
 }
