@@ -272,12 +272,12 @@ func kubeletUnit(node, labels string, opts Options) string {
 		fmt.Fprintf(&binds, "BindReadOnlyPaths=%s:/proc/sys/%s\n", sysctlFile(k), k)
 	}
 	// Units the kubelet waits for (containerd aside).
-	preload := ""
+	waits := ""
 	if len(opts.Preload) > 0 {
-		preload = "Wants=" + PreloadUnit + "\nAfter=" + PreloadUnit + "\n"
+		waits = "Wants=" + PreloadUnit + "\nAfter=" + PreloadUnit + "\n"
 	}
 	if opts.CgroupV1Writable {
-		preload += "Wants=" + CgroupCleanUnit + "\nAfter=" + CgroupCleanUnit + "\n"
+		waits += "Wants=" + CgroupCleanUnit + "\nAfter=" + CgroupCleanUnit + "\n"
 	}
 	return fmt.Sprintf(`# Written by kubeslot; it is rewritten on every configure.
 [Unit]
@@ -300,7 +300,7 @@ RestartSec=2s
 
 [Install]
 WantedBy=multi-user.target
-`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), preload, servingCondition)
+`, ContainerdUnit, strings.Join(args, " \\\n  "), binds.String(), waits, servingCondition)
 }
 
 // cniLoopbackMode is the CNI mode of Options.LoopbackCNI (not a [node.cni]

@@ -225,9 +225,9 @@ func (b *Backend) nodeJournal(ctx context.Context, slot string) string {
 	return "node journal:\n" + string(out)
 }
 
-// Stop stops slot's node gracefully: the kubelet, then containerd (one
-// systemctl call: the kubelet is ordered after containerd, so it stops
-// first), then the machine: halted from inside (halt) once those two
+// Stop stops slot's node gracefully: the kubelet, then containerd (one stop
+// job each, queued together: the kubelet is ordered after containerd, so it
+// stops first), then the machine: halted from inside (halt) once those two
 // stopped, else through its unit, which shuts the node's systemd down unit
 // by unit. If that fails or takes longer than timeouts.stop (plus a
 // margin), the machine is terminated through machined. A node that does not
@@ -245,9 +245,7 @@ func (b *Backend) Stop(ctx context.Context, slot string) error {
 	}
 	if running && m.State == "running" {
 		n := b.nodeSystemd(ctx, slot)
-		ictx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
-		err := n.StopUnits(ictx, nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
-		cancel()
+		err := b.stopInNode(ctx, n, nodeconfig.KubeletUnit, nodeconfig.ContainerdUnit)
 		halted := false
 		if err != nil {
 			log.Warn("could not stop kubelet and containerd inside the node; stopping the machine anyway", "err", err)
@@ -286,6 +284,14 @@ func (b *Backend) Stop(ctx context.Context, slot string) error {
 	}
 	log.Info("node stopped", "took", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// stopInNode stops units in a running node through n, bounded by
+// timeouts.stop (at most innerStopBound).
+func (b *Backend) stopInNode(ctx context.Context, n hostapi.NodeSystemd, units ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
+	defer cancel()
+	return n.StopUnits(ctx, units...)
 }
 
 // stopUnit stops slot's machine unit, bounded by timeouts.stop plus a

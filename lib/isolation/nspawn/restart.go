@@ -60,9 +60,7 @@ func (b *Backend) restartServices(ctx context.Context, slot string) (down time.T
 	n := b.nodeSystemd(ctx, slot)
 	defer n.Close()
 	stop := func(unit string) bool {
-		sctx, scancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
-		defer scancel()
-		if err := n.StopUnits(sctx, unit); err != nil {
+		if err := b.stopInNode(ctx, n, unit); err != nil {
 			log.Warn("restart: could not stop "+unit+" in the node; restarting the machine", "err", err)
 			return false
 		}
@@ -112,9 +110,7 @@ func (b *Backend) StopRuntime(ctx context.Context, slot string) error {
 	}
 	n := b.nodeSystemd(ctx, slot)
 	defer n.Close()
-	sctx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeouts.Stop.Duration, innerStopBound))
-	defer cancel()
-	if err := n.StopUnits(sctx, nodeconfig.ContainerdUnit); err != nil {
+	if err := b.stopInNode(ctx, n, nodeconfig.ContainerdUnit); err != nil {
 		return fmt.Errorf("stop containerd in slot %s: %w", slot, err)
 	}
 	return nil
