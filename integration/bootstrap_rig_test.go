@@ -196,6 +196,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		bootstrap.EnvHostPrep + "=packages-only",
 		bootstrap.EnvLoopbackCNI + "=1",
 		bootstrap.EnvSnapshotter + "=native",
+		bootstrap.EnvRestrictOOMScore + "=1",      // no CAP_SYS_RESOURCE: oom scores the kubelet may set
 		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
 	}
 	if o.Pods {

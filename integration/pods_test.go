@@ -153,6 +153,12 @@ func TestPodsOnRig(t *testing.T) {
 		!strings.Contains(string(out), "already imported: ") || strings.Contains(string(out), "importing ") {
 		t.Errorf("slot b's preload was not skipped for the check beside the kubelet, or imported again what the first start imported: %v\n%s", err, out)
 	}
+	// The sandbox record's oom score: the kubelet sets 0, which needs no CAP_SYS_RESOURCE; its default -999 fails
+	// here after two tries 100 ms apart, inside every start.
+	if out, err := r.h.Run(ctx, "journalctl", "-M", "b", "-u", nodeconfig.KubeletUnit, "--no-pager", "-q", "-o", "cat"); err != nil ||
+		!strings.Contains(string(out), "Started kubelet") || strings.Contains(string(out), "Failed to ApplyOOMScoreAdj") {
+		t.Errorf("slot b's kubelet did not start, or failed to set its oom score (the sandbox's oomScoreAdj: 0): %v\n%s", err, tailLines(string(out), 30))
+	}
 	if os.Getenv("KUBESLOT_PODS_DIAG") == "1" { // the repaver's and the new node's journals once its pods are back, to see where the time went
 		j, _ := r.h.Journal(ctx, "kubeslot-repave@next.service")
 		t.Logf("repaver:\n%s", tailLines(j, 40))

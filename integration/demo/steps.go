@@ -139,6 +139,7 @@ func (d *demo) layDown(ctx context.Context) (string, error) {
 		bootstrap.EnvHostPrep + "=packages-only",
 		bootstrap.EnvLoopbackCNI + "=1",
 		bootstrap.EnvSnapshotter + "=native",
+		bootstrap.EnvRestrictOOMScore + "=1",      // no CAP_SYS_RESOURCE: oom scores the kubelet may set
 		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
 	}
 	if d.pods {

@@ -203,8 +203,9 @@ type Options struct {
 	// stack on.
 	Snapshotter string
 	// RestrictOOMScoreAdj keeps containers' oom_score_adj at or above
-	// containerd's own: the rig's machine withholds CAP_SYS_RESOURCE, so the
-	// sandbox's -998 fails.
+	// containerd's own and sets the kubelet's to 0: the rig's machine
+	// withholds CAP_SYS_RESOURCE, so the sandbox's -998 fails, and the
+	// kubelet's -999 fails after two tries 100 ms apart.
 	RestrictOOMScoreAdj bool
 	// CgroupV1Writable remounts the node's cgroup v1 controllers read-write
 	// before containerd starts (nspawn mounts them read-only): the rig's

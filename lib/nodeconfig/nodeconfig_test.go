@@ -94,6 +94,7 @@ func TestRenderKeySettings(t *testing.T) {
 		"containerRuntimeEndpoint": "unix://" + ContainerdSocket, // also what lib/cri dials from the host
 		// eviction and image GC at the kubelet's defaults
 		"evictionHard": nil, "imageGCHighThresholdPercent": nil, "failCgroupV1": nil,
+		"oomScoreAdj": nil, // the kubelet's -999 (a real host gives it CAP_SYS_RESOURCE)
 	}
 	for k, v := range want {
 		if got, _ := json.Marshal(kc[k]); string(got) != mustJSON(v) {
@@ -222,7 +223,8 @@ func TestRenderFallbackAndSandbox(t *testing.T) {
 	cfg := testConfig(t, testkit.CA(t), "")
 	files := render(t, cfg, Options{Cgroups: CgroupsNoControllers, LoopbackCNI: true, Snapshotter: "native", RestrictOOMScoreAdj: true})
 	kc := string(files[KubeletConfig].Data)
-	for _, w := range []string{"profile cgroupfs-no-qos", "cgroupDriver: cgroupfs\n", "cgroupsPerQOS: false\n", "failCgroupV1: false\n"} {
+	for _, w := range []string{"profile cgroupfs-no-qos", "cgroupDriver: cgroupfs\n", "cgroupsPerQOS: false\n", "failCgroupV1: false\n",
+		"oomScoreAdj: 0\n"} {
 		if !strings.Contains(kc, w) {
 			t.Errorf("fallback: kubelet config lacks %q:\n%s", w, kc)
 		}

@@ -42,7 +42,8 @@ const (
 	// host's disk is an overlayfs (the rig's hosts).
 	EnvSnapshotter = "KUBESLOT_NODE_SNAPSHOTTER"
 	// EnvRestrictOOMScoreAdj=1: containerd keeps containers' oom_score_adj
-	// at or above its own, because the machine withholds CAP_SYS_RESOURCE.
+	// at or above its own and the kubelet sets its own to 0, because the
+	// machine withholds CAP_SYS_RESOURCE.
 	EnvRestrictOOMScoreAdj = "KUBESLOT_NODE_RESTRICT_OOM_SCORE_ADJ"
 	// EnvCgroupV1Writable=1: the host has writable v1 controllers of its own
 	// (a test machine whose controllers are all bound to cgroup v1): the node
