@@ -12,7 +12,7 @@
 #               TestOverlaySlotsOnRig (a layered slot's preparation at two rootfs sizes beside cp -a of the same
 #               tree), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
 #               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
-#               restart and a repave, from a probe outside the node; Node Ready -> pods Ready),
+#               restart and three repaves, the median printed, from a probe outside the node; Node Ready -> pods Ready),
 #               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 upgrade), TestWatcherIdleOnRig
 #               (the idle figure: the watcher in kubeslot-watcher.service on a bootstrapped host, with the node identity
 #               the bootstrap left, its requests counted at the apiserver from its audit log by user and user agent),

@@ -84,6 +84,9 @@ const cniLoopback = `{"cniVersion": "0.4.0", "name": "kubeslot-loopback", "plugi
 // the Node's podCIDR when the kubelet passes it on. Pods get a veth on the
 // cni0 bridge of the host's network namespace, the bridge is their gateway,
 // traffic leaving the node is masqueraded, and hostPort works (portmap).
+// No loopback entry: the CRI plugin brings every sandbox's lo up with a
+// network of its own, so one here ran the plugin twice per sandbox, in the
+// path of every pod's start and stop.
 const cniBridgeTemplate = `{
   "cniVersion": "0.4.0",
   "name": "kubeslot-bridge",
@@ -100,8 +103,7 @@ const cniBridgeTemplate = `{
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
-    {"type": "portmap", "capabilities": {"portMappings": true}},
-    {"type": "loopback"}
+    {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 `
