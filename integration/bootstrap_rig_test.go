@@ -28,8 +28,8 @@ import (
 	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
+	"github.com/kubeslot/kubeslot/integration/rigenv"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
@@ -188,28 +188,9 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.env = []string{
-		bootstrap.EnvKubeletPort + "=" + fmt.Sprint(ports[0]),
-		bootstrap.EnvHealthzPort + "=" + fmt.Sprint(ports[1]),
-		bootstrap.EnvNodeIP + "=127.0.0.1",
-		bootstrap.EnvReadOnlyNetSysctl + "=1",
-		bootstrap.EnvHostPrep + "=packages-only",
-		bootstrap.EnvLoopbackCNI + "=1",
-		bootstrap.EnvSnapshotter + "=native",
-		bootstrap.EnvRestrictOOMScore + "=1",      // no CAP_SYS_RESOURCE: oom scores the kubelet may set
-		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
-	}
+	r.env = rigenv.Loopback(ports[0], ports[1])
 	if o.Pods {
-		// Its own network namespace: the kubelet's default ports, its node IP, a real pod network. What stays: the
-		// machine's kernel (packages-only preparation), the overlayfs disk (native snapshotter), no CAP_SYS_RESOURCE
-		// (restricted oom_score_adj) and cgroup v1 (writable controllers of its own).
-		r.env = []string{
-			bootstrap.EnvNodeIP + "=" + r.h.NodeIP().String(),
-			bootstrap.EnvHostPrep + "=packages-only",
-			bootstrap.EnvSnapshotter + "=native",
-			bootstrap.EnvRestrictOOMScore + "=1",
-			bootstrap.EnvCgroupV1Writable + "=1",
-		}
+		r.env = rigenv.Pods(r.h.NodeIP())
 	}
 	if o.Env != nil {
 		r.env = o.Env(r.env)

@@ -20,9 +20,9 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/mirror"
+	"github.com/kubeslot/kubeslot/integration/rigenv"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
@@ -131,28 +131,9 @@ func (d *demo) layDown(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	d.env = []string{
-		bootstrap.EnvKubeletPort + "=" + fmt.Sprint(ports[0]),
-		bootstrap.EnvHealthzPort + "=" + fmt.Sprint(ports[1]),
-		bootstrap.EnvNodeIP + "=127.0.0.1",
-		bootstrap.EnvReadOnlyNetSysctl + "=1",
-		bootstrap.EnvHostPrep + "=packages-only",
-		bootstrap.EnvLoopbackCNI + "=1",
-		bootstrap.EnvSnapshotter + "=native",
-		bootstrap.EnvRestrictOOMScore + "=1",      // no CAP_SYS_RESOURCE: oom scores the kubelet may set
-		bootstrap.EnvSkipSandboxImageCheck + "=1", // shares the machine's network: no public registry
-	}
+	d.env = rigenv.Loopback(ports[0], ports[1])
 	if d.pods {
-		// Its own network namespace: the kubelet's default ports, its node IP, a real pod network. What stays: the
-		// machine's kernel (packages-only preparation), the overlayfs disk (native snapshotter), no CAP_SYS_RESOURCE
-		// (restricted oom_score_adj) and cgroup v1 (writable controllers of its own).
-		d.env = []string{
-			bootstrap.EnvNodeIP + "=" + d.host.NodeIP().String(),
-			bootstrap.EnvHostPrep + "=packages-only",
-			bootstrap.EnvSnapshotter + "=native",
-			bootstrap.EnvRestrictOOMScore + "=1",
-			bootstrap.EnvCgroupV1Writable + "=1",
-		}
+		d.env = rigenv.Pods(d.host.NodeIP())
 	}
 	toml := d.config(token)
 	if d.pods {
