@@ -299,8 +299,8 @@ func (p *podsRig) startProbe(ctx context.Context) *prober {
 // prober is the edge pod's probe.
 type prober struct{ *workload.Prober }
 
-// downtime waits (bounded) until the probe answers again after since, and returns the longest gap between two
-// answers from the last one before since on: last answer before the outage -> first after it.
+// downtime waits (bounded) until the probe has answered for a second past the call, and returns the longest gap
+// between two answers from the last one before since on: last answer before the outage -> first after it.
 func (pr *prober) downtime(t *testing.T, since time.Time, bound time.Duration) time.Duration {
 	t.Helper()
 	gap, _, _, err := pr.Downtime(context.Background(), since, bound)

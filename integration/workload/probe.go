@@ -78,13 +78,20 @@ func StartProbe(answers func(ctx context.Context) bool) *Prober {
 // Stop ends the probe and waits for it.
 func (pr *Prober) Stop() { pr.stop() }
 
-// Downtime waits (bounded) until the workload answers again, steadily,
-// after since, and returns the longest gap between two answers from the
+// Downtime waits (bounded) until the workload has answered for a second
+// past this call, then returns the longest gap between two answers from the
 // last one before since on, with the answers that bound it: the last before
 // the outage and the first after it. Past bound it returns what it has and
 // an error.
+//
+// The caller has seen the disruption's operation end, so any outage began
+// before this call; it may still be going on (a pod status can read Ready
+// before the new node's kubelet has reported), which is why the answers must
+// go on past the call: one that ended a moment before it, or one still
+// running, is then measured whole, never as the probe's 0.1 s.
 func (pr *Prober) Downtime(ctx context.Context, since time.Time, bound time.Duration) (gap time.Duration, last, first time.Time, err error) {
-	deadline := time.Now().Add(bound)
+	called := time.Now()
+	deadline := called.Add(bound)
 	for {
 		pr.mu.Lock()
 		var prev time.Time
@@ -96,11 +103,11 @@ func (pr *Prober) Downtime(ctx context.Context, since time.Time, bound time.Dura
 			prev = at
 		}
 		pr.mu.Unlock()
-		if gap > 0 && prev.After(since) && time.Since(prev) < time.Second {
+		if gap > 0 && prev.Sub(called) >= time.Second {
 			return gap, last, first, nil
 		}
 		if time.Now().After(deadline) {
-			return gap, last, first, fmt.Errorf("no answer on the hostPort again within %s after %s", bound, since.Format("15:04:05"))
+			return gap, last, first, fmt.Errorf("no steady answer on the hostPort within %s after %s", bound, called.Format("15:04:05"))
 		}
 		select {
 		case <-ctx.Done():
