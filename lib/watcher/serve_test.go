@@ -1,8 +1,12 @@
 package watcher
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -140,5 +144,25 @@ func TestIdentityOf(t *testing.T) {
 	}
 	if identityOf(files) == fid {
 		t.Error("rewritten pair file, identity the same")
+	}
+}
+
+// A stop signal that came with the flip of current wins: the watcher exits
+// instead of re-executing, since the signal would not survive the exec.
+func TestNoReexecWhenStopping(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// Were it executed, the binary would replace the test process.
+	bin := filepath.Join(t.TempDir(), "kubeslot-watcher")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := reexecUnlessStopping(ctx, log, bin); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "not re-executing") || strings.Contains(out, "; re-executing") {
+		t.Errorf("log: %s", out)
 	}
 }
