@@ -233,14 +233,18 @@ func TestOverlaySlotsOnRig(t *testing.T) {
 var provisionedLine = regexp.MustCompile(`msg="slot provisioned".* mechanism=(\S+) build=(\S+) total=(\S+)`)
 
 // slotFigures rebuilds slot b (remove, provision) a few times and records each build's slot preparation (the
-// Provision log line; the figure table takes the median, the machine is shared), then a `cp -a` of the same tree,
-// twice. Slot b is left provisioned.
+// Provision log line; the figure table takes the median, the machine is shared), each a second after the last
+// mount change, then a `cp -a` of the same tree, twice. Slot b is left provisioned.
 func slotFigures(t *testing.T, h *sdhost.Host, ctx context.Context, drive func(...string) string, size, sum string) {
 	t.Helper()
 	const rounds = 5
 	var builds []time.Duration
 	for range rounds {
 		drive("remove=b")
+		// systemd reads /proc/self/mountinfo at most 5 times a second and holds a mount unit's start until it
+		// has: back-to-back remove and provision cycles hit that limit and stalled every other build 0.45-0.7 s,
+		// which a repave, one mount in its prepare phase, does not see. Each build starts a limit window apart.
+		time.Sleep(1100 * time.Millisecond)
 		out := drive("provision=b")
 		m := provisionedLine.FindStringSubmatch(out)
 		if m == nil || m[1] != "overlay" {
