@@ -34,7 +34,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 	defer w.fw.Close()
 	// A change between this process's exec and the watch above has no event.
 	if now := w.fol.changed(); now != "" {
-		return reexecUnlessStopping(ctx, log, now)
+		return reexec(ctx, log, now)
 	}
 	sd := c.tellSystemd()
 	defer sd.stop()
@@ -112,7 +112,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 		cancel()
 		<-done
 		if next != "" {
-			return reexecUnlessStopping(ctx, log, next)
+			return reexec(ctx, log, next)
 		}
 	}
 }
@@ -200,26 +200,23 @@ func (n *notifier) stop() {
 	}
 }
 
-// reexecUnlessStopping re-executes binary unless a stop signal came first
-// (ctx ended). An upgrader flips current and then restarts the unit, so the
-// flip and systemd's SIGTERM can reach the watcher together; the signal,
-// taken by this process's handler, would not survive the exec, and the new
-// image would run on until systemd's stop timeout killed it (30 s, and a
-// failed unit that the recovery unit takes for a crash).
-func reexecUnlessStopping(ctx context.Context, log *slog.Logger, binary string) error {
-	if ctx.Err() != nil {
-		log.Info("stopping on signal; not re-executing the new release", "binary", binary)
-		return nil
-	}
-	return reexec(log, binary)
-}
-
 // reexec replaces this process with binary, same PID and arguments, so
 // systemd sees the same service (no restart, no new invocation). The watch
 // loop has stopped and every result is on disk, so nothing is lost. Exec
 // returns only on failure: then exit 0 and let Restart=always start the
 // unit's binary again.
-func reexec(log *slog.Logger, binary string) error {
+//
+// A stop signal that came first (ctx ended) wins: an upgrader flips current
+// and then restarts the unit, so the flip and systemd's SIGTERM can reach
+// the watcher together; the signal, taken by this process's handler, would
+// not survive the exec, and the new image would run on until systemd's stop
+// timeout killed it (30 s, and a failed unit that the recovery unit takes
+// for a crash).
+func reexec(ctx context.Context, log *slog.Logger, binary string) error {
+	if ctx.Err() != nil {
+		log.Info("stopping on signal; not re-executing the new release", "binary", binary)
+		return nil
+	}
 	log.Info("the release behind current changed; re-executing", "binary", binary)
 	// The new process starts its watchdog pings only after its start-up
 	// phases (the lock wait included): ping now.

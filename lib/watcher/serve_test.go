@@ -159,7 +159,7 @@ func TestNoReexecWhenStopping(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := reexecUnlessStopping(ctx, log, bin); err != nil {
+	if err := reexec(ctx, log, bin); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); !strings.Contains(out, "not re-executing") || strings.Contains(out, "; re-executing") {
