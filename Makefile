@@ -17,7 +17,7 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-integration bench soak fmt-check vet lint demo clean
+.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-demo test-integration bench soak fmt-check vet lint demo clean
 
 all: build
 
@@ -77,7 +77,7 @@ $(STATICCHECK):
 	GOBIN=$(@D)/.part $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(@D)/.part/staticcheck $@ && rmdir $(@D)/.part
 
-test: fmt-check vet lint deps build test-unit test-integration
+test: fmt-check vet lint deps build test-unit test-demo test-integration
 
 # Fast tests: no root, no rig.
 test-unit:
@@ -108,15 +108,20 @@ soak: deps
 
 # The whole life cycle on this machine (integration/demo): a local control plane, an isolated systemd host, the
 # real binaries and units; a timeline with durations, everything cleaned up at the end (also on Ctrl-C).
-# make demo KEEP=1 stops before the reset, keeps the rig running and prints how to reach it.
+# make demo KEEP=1 stops before the reset, keeps the rig running and prints how to reach it. make test runs the same
+# life cycle (test-demo: the same command without KEEP), so CI fails whenever the demo would.
 KEEP ?=
-demo: deps build bundle
-	@$(GO) run ./integration/demo -bins bin \
+DEMO_RUN = $(GO) run ./integration/demo -bins bin \
 		-kube-bin "$$(scripts/kube-bins.sh | tail -1)" \
 		-kube-prev-bin "$$(scripts/kube-bins.sh --prev kubelet | tail -1)" \
 		-kubectl "$$(scripts/kube-bins.sh kubectl | tail -1)/kubectl" \
 		-node-rootfs "$$(scripts/node-rootfs.sh | tail -1)" \
-		-bundle dist/kubeslot-$(VERSION)-$$($(GO) env GOARCH).tar.gz $(if $(filter 1,$(KEEP)),-keep)
+		-bundle dist/kubeslot-$(VERSION)-$$($(GO) env GOARCH).tar.gz
+demo: deps build bundle
+	@$(DEMO_RUN) $(if $(filter 1,$(KEEP)),-keep)
+
+test-demo: deps build bundle
+	@$(DEMO_RUN)
 
 clean:
 	rm -rf bin dist

@@ -322,6 +322,13 @@ func TestDrainAccess(t *testing.T) {
 	defer cancel()
 	r := newDrainRig(t, ctx, cp, "drain-access")
 	r.createPod(t, ctx, r.podOn("b-web", "drain-b", nil, false))
+	// The eviction's admission (NodeRestriction) reads the pod from the apiserver's informer cache, which learns
+	// of a new pod a moment after its create returned: until then every eviction of it is NotFound, for drain-a as
+	// for drain-b. drain-b's own dry-run eviction going through says the cache has it.
+	waitFor(t, ctx, "the apiserver's admission sees pod b-web (drain-b's own dry-run eviction allowed)", func() bool {
+		ev, _, _ := crossNode(ctx, r.b, r.ns, "b-web")
+		return ev == nil
+	})
 
 	refused := func(who string, c *kubernetes.Clientset) {
 		t.Helper()

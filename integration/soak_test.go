@@ -44,6 +44,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/units"
@@ -247,10 +248,12 @@ func TestSoak(t *testing.T) {
 func (s *soak) round(n int, p soakPlan) soakRow {
 	row := soakRow{n: n, op: p.op, cut: "no", kill: "-"}
 	opName := fmt.Sprintf("%s-r%d-%s", s.r.node, n, strings.TrimSuffix(string(p.op), "+bootstrap"))
-	// What the operation must change, seen from outside kubeslot: a repave the slot, a restart the node machine's
-	// unit invocation.
+	// What the operation must change, seen from outside kubeslot: a repave the slot, a restart the kubelet's
+	// invocation inside the node (a restart in place keeps a serving machine and restarts containerd and the
+	// kubelet in it; any other node's machine is restarted, and its kubelet with it).
 	slotBefore := s.activeSlot()
 	invBefore := s.invocation("systemd-nspawn@" + slotBefore + ".service")
+	kubeletBefore := s.kubeletInvocation(slotBefore)
 	t0 := time.Now()
 	var done func() (bool, string, string) // finished, detail while waiting, failure ("" when as expected)
 	switch p.op {
@@ -285,8 +288,16 @@ func (s *soak) round(n int, p soakPlan) soakRow {
 		done = func() (bool, string, string) {
 			ok, detail, fail := opDone()
 			if ok && fail == "" {
-				if inv := s.invocation("systemd-nspawn@" + slotBefore + ".service"); inv == invBefore {
-					fail = "NodeRestart Succeeded, but systemd-nspawn@" + slotBefore + " was not started again (invocation " + inv + ")"
+				machine := s.invocation("systemd-nspawn@"+slotBefore+".service") != invBefore
+				kubelet := s.kubeletInvocation(slotBefore)
+				switch {
+				case machine:
+					row.opResult += " (machine restarted)"
+				case kubelet != "" && kubelet != kubeletBefore:
+					row.opResult += " (kubelet restarted in the running machine)"
+				default:
+					fail = fmt.Sprintf("NodeRestart Succeeded, but neither systemd-nspawn@%s nor the kubelet in it was started again (kubelet invocation %q before, %q after)",
+						slotBefore, kubeletBefore, kubelet)
 				}
 			}
 			return ok, detail, fail
@@ -589,6 +600,12 @@ func (s *soak) activeSlot() string {
 // invocation is the InvocationID of a unit in the host: a new one for every start.
 func (s *soak) invocation(unit string) string {
 	out, _ := s.r.h.Run(s.ctx, "systemctl", "show", "-p", "InvocationID", "--value", unit)
+	return strings.TrimSpace(string(out))
+}
+
+// kubeletInvocation is the invocation ID of the kubelet's unit inside slot's node machine ("" when it cannot be read).
+func (s *soak) kubeletInvocation(slot string) string {
+	out, _ := s.r.h.Run(s.ctx, "systemctl", "-M", slot, "show", "-p", "InvocationID", "--value", nodeconfig.KubeletUnit)
 	return strings.TrimSpace(string(out))
 }
 

@@ -176,7 +176,7 @@ func run() int {
 		{"AgentUpgrade to a newer bundle", d.agentUpgrade, []string{units.Watcher, "kubeslot-upgrade.service", "kubeslot-recovery.service"}},
 		{"kubeslot verify after the agent upgrade", d.verifyClean, []string{units.Watcher, "kubeslot-upgrade.service"}},
 		{"NodeRestart", d.nodeRestart, []string{units.Watcher, "kubeslot-restart.service"}},
-		{"the workload runs again: its downtime across the restart", d.workloadAfterRestart, []string{units.Watcher}},
+		{"the workload stays up through the restart: its pod Ready, its downtime", d.workloadAfterRestart, []string{units.Watcher}},
 	}
 	if f.keep { // before the reset, so that there is a node to explore
 		steps = append(steps, step{"keep the rig running (KEEP=1)", d.keepRunning, nil})

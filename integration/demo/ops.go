@@ -141,14 +141,14 @@ func (d *demo) nodeRestart(ctx context.Context) (string, error) {
 	return detail, nil
 }
 
-// workloadAfterRepave and workloadAfterRestart show the workload back after the repave and the restart, with the
-// downtime the probe from the host saw.
+// workloadAfterRepave and workloadAfterRestart show the workload back after the repave (a new node: new containers)
+// and the restart (the same machine: the containers normally kept), with the downtime the probe from the host saw.
 func (d *demo) workloadAfterRepave(ctx context.Context) (string, error) {
-	return d.workloadBack(ctx, d.changedAt, "repave")
+	return d.workloadBack(ctx, d.changedAt, "repave", false)
 }
 
 func (d *demo) workloadAfterRestart(ctx context.Context) (string, error) {
-	return d.workloadBack(ctx, d.restartAt, "restart")
+	return d.workloadBack(ctx, d.restartAt, "restart", true)
 }
 
 // agentReset removes kubeslot from the host through an AgentReset operation.

@@ -195,14 +195,21 @@ func (d *demo) runWorkload(ctx context.Context) (string, error) {
 		pod.Name, secs(ready), d.reg.BlobGETs("workload"), pod.Status.PodIP, u), nil
 }
 
-// workloadBack waits until the pod runs again (containers started after since) and answers, and returns the
-// workload's downtime line: the longest gap between two answers of the probe since since.
-func (d *demo) workloadBack(ctx context.Context, since time.Time, what string) (string, error) {
+// workloadBack waits until the pod runs and answers after the repave or restart that began at since, and returns
+// the workload's downtime line: the longest gap between two answers of the probe since since. A repave moves the
+// pod to a new node, so its containers must have started after since; a restart in place keeps the machine, and
+// with it, normally, the containers (keep): then the pod must stay (or come back) Ready, with the containers it had
+// or new ones, and the line says which.
+func (d *demo) workloadBack(ctx context.Context, since time.Time, what string, keep bool) (string, error) {
 	if !d.pods || d.probe == nil {
 		return "", skip("%s", firstNonEmpty(d.podsSkip, "no workload is running"))
 	}
 	blobs := d.reg.BlobGETs("workload")
-	pod, err := d.waitPod(ctx, since, 4*time.Minute)
+	after := since
+	if keep {
+		after = time.Time{}
+	}
+	pod, err := d.waitPod(ctx, after, 4*time.Minute)
 	if err != nil {
 		return "", err
 	}
@@ -214,8 +221,27 @@ func (d *demo) workloadBack(ctx context.Context, since time.Time, what string) (
 	if n := d.reg.BlobGETs("workload"); n != blobs {
 		pulled = fmt.Sprintf("image pulled again (%d more blob GETs)", n-blobs)
 	}
-	return fmt.Sprintf("workload downtime across the %s %s (last answer %s -> first answer %s, from the host), pod %s Ready again, IP %s, %s",
-		what, secs(gap), last.Format("15:04:05.0"), first.Format("15:04:05.0"), pod.Name, pod.Status.PodIP, pulled), nil
+	state := "Ready again"
+	if keep {
+		state = "stayed Ready, its container kept running"
+		if containersStartedSince(pod, since) {
+			state = "Ready again, its container started anew"
+		}
+	}
+	return fmt.Sprintf("workload downtime across the %s %s (last answer %s -> first answer %s, from the host), pod %s %s, IP %s, %s",
+		what, secs(gap), last.Format("15:04:05.0"), first.Format("15:04:05.0"), pod.Name, state, pod.Status.PodIP, pulled), nil
+}
+
+// containersStartedSince reports whether any of the pod's running containers started at or after since (whole
+// seconds: the API keeps start times to the second).
+func containersStartedSince(p *corev1.Pod, since time.Time) bool {
+	floor := since.Truncate(time.Second)
+	for _, cs := range p.Status.ContainerStatuses {
+		if r := cs.State.Running; r != nil && !r.StartedAt.Time.Before(floor) {
+			return true
+		}
+	}
+	return false
 }
 
 // approveServing runs the CLI until it approved the node's serving certificate request, then waits until the
