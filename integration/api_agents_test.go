@@ -32,16 +32,24 @@ func TestAPIAgentAccess(t *testing.T) {
 	b := nodeAPI(t, cp, "api-b")
 
 	// Machines: create only one's own
-	ma := testMachine("api-a", "api-a")
+	labelled := testMachine("api-a", "api-a")
+	_, err := a.CreateMachine(ctx, labelled)
+	wantRejected(t, "api-a creates its own Machine with labels of its choosing", err, apierrors.IsForbidden,
+		"ValidatingAdmissionPolicy 'kubeslot-agent-writes'", "node api-a may not create a Machine with metadata.labels or metadata.annotations")
+	annotated := nodeMachine("api-a", "api-a")
+	annotated.Annotations = map[string]string{"example.com/x": "y"}
+	_, err = a.CreateMachine(ctx, annotated)
+	wantRejected(t, "api-a creates its own Machine with an annotation", err, apierrors.IsForbidden, "may not create a Machine with metadata.labels or metadata.annotations")
+	ma := nodeMachine("api-a", "api-a")
 	if _, err := a.CreateMachine(ctx, ma); err != nil {
 		t.Fatalf("node api-a may create its own Machine: %v", err)
 	}
-	_, err := a.CreateMachine(ctx, testMachine("api-b", "api-b"))
+	_, err = a.CreateMachine(ctx, nodeMachine("api-b", "api-b"))
 	wantRejected(t, "api-a creates api-b's Machine", err, apierrors.IsForbidden,
 		"ValidatingAdmissionPolicy 'kubeslot-agent-writes'", `node api-a may create only its own Machine: spec.nodeName must be "api-a", not "api-b"`)
-	_, err = a.CreateMachine(ctx, testMachine("api-a-2", "api-b"))
+	_, err = a.CreateMachine(ctx, nodeMachine("api-a-2", "api-b"))
 	wantRejected(t, "api-a creates a Machine for node api-b", err, apierrors.IsForbidden, "may create only its own Machine")
-	fin := testMachine("api-c", "api-c")
+	fin := nodeMachine("api-c", "api-c")
 	fin.Finalizers = []string{"example.com/hold"}
 	_, err = nodeAPI(t, cp, "api-c").CreateMachine(ctx, fin)
 	wantRejected(t, "api-c creates its Machine with a finalizer", err, apierrors.IsForbidden,
@@ -51,13 +59,13 @@ func TestAPIAgentAccess(t *testing.T) {
 	}
 	// A second Machine for the node, under another name: only a cluster admin makes one (checked from the request
 	// alone, so it costs the same however many Machines the cluster has: BenchmarkAgentAdmission).
-	_, err = a.CreateMachine(ctx, testMachine("api-a-2", "api-a"))
+	_, err = a.CreateMachine(ctx, nodeMachine("api-a-2", "api-a"))
 	wantRejected(t, "api-a creates a second Machine", err, apierrors.IsForbidden,
 		"ValidatingAdmissionPolicy 'kubeslot-agent-writes'", `node api-a may create only the Machine named after it ("api-a"), not "api-a-2"`)
 	if _, err := admin.CreateMachine(ctx, testMachine("api-d-host", "api-d")); err != nil {
 		t.Fatalf("admin creates Machine api-d-host for node api-d: %v", err)
 	}
-	_, err = nodeAPI(t, cp, "api-d").CreateMachine(ctx, testMachine("api-d-2", "api-d"))
+	_, err = nodeAPI(t, cp, "api-d").CreateMachine(ctx, nodeMachine("api-d-2", "api-d"))
 	wantRejected(t, "api-d creates a second Machine beside the admin's", err, apierrors.IsForbidden, "may create only the Machine named after it")
 
 	// Machine status: only one's own
@@ -155,7 +163,7 @@ func TestAPIAgentAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = imp.CreateMachine(ctx, testMachine("api-impostor", "impostor"))
+	_, err = imp.CreateMachine(ctx, nodeMachine("api-impostor", "impostor"))
 	wantRejected(t, "a system:nodes member that is not a node creates a Machine", err, apierrors.IsForbidden,
 		"user impostor is in group system:nodes but is not a node identity")
 
@@ -432,7 +440,7 @@ func TestAPIWatchHelpers(t *testing.T) {
 	admin := adminAPI(t, cp)
 	w := nodeAPI(t, cp, "api-w")
 
-	if _, err := w.CreateMachine(ctx, testMachine("api-w", "api-w")); err != nil {
+	if _, err := w.CreateMachine(ctx, nodeMachine("api-w", "api-w")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreateMachine(ctx, testMachine("api-w-other", "api-w-other")); err != nil {

@@ -147,13 +147,20 @@ const (
 	testSHA2 v1alpha1.SHA256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 )
 
-// testMachine is a valid Machine with every spec field set.
+// nodeMachine is testMachine as a node may create it for itself: no labels (only a cluster admin sets them).
+func nodeMachine(name, node string) *v1alpha1.Machine {
+	m := testMachine(name, node)
+	m.Labels = nil
+	return m
+}
+
+// testMachine is a valid Machine with every spec field set, as a cluster admin makes it: enrolled in the fleet.
 func testMachine(name, node string) *v1alpha1.Machine {
 	art := func(n string) *v1alpha1.Artifact {
 		return &v1alpha1.Artifact{URL: v1alpha1.URL("https://dl.example.com/" + n + "?sig=abc"), SHA256: testSHA2}
 	}
 	return &v1alpha1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name, v1alpha1.LabelEnrolled: "true"}},
 		Spec: v1alpha1.MachineSpec{
 			NodeName: node,
 			Node: v1alpha1.NodeConfig{

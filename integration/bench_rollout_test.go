@@ -231,6 +231,7 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 				m.Labels = map[string]string{}
 			}
 			m.Labels["rollout-bench"] = prefix
+			m.Labels[v1alpha1.LabelEnrolled] = "true"
 			_, err = admin.UpdateMachine(ctx, m)
 		}
 		if err != nil {

@@ -88,8 +88,8 @@ type agentCfg struct{ opts watcher.Options }
 
 const roHold = 1200 * time.Millisecond
 
-// newRolloutFleet starts n agents named <prefix>-<i>, waits for their Machines and labels each with rollout=prefix
-// and order=<i>.
+// newRolloutFleet starts n agents named <prefix>-<i>, waits for their Machines and, as the cluster admin, enrolls
+// each (kubeslot.dev/enrolled=true) and labels it rollout=prefix and order=<i>.
 func newRolloutFleet(t *testing.T, prefix string, n int) *roHarness {
 	cp := needAPI(t)
 	h := &roHarness{t: t, cp: cp, admin: adminAPI(t, cp), cfgs: map[string]*agentCfg{}}
@@ -136,6 +136,7 @@ func newRolloutFleet(t *testing.T, prefix string, n int) *roHarness {
 					m.Labels = map[string]string{}
 				}
 				m.Labels["rollout"], m.Labels["order"] = prefix, fmt.Sprint(i)
+				m.Labels[v1alpha1.LabelEnrolled] = "true"
 				if _, err = h.admin.UpdateMachine(wctx, m); err == nil {
 					break
 				}

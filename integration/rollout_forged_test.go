@@ -1,8 +1,11 @@
 package integration
 
-// A node can write entries under its own node name into any operation's status.machines: admission checks status
-// writes from the request alone (DESIGN.md, "Admission cost"). What keeps such an entry from steering a rollout is
-// that every reader counts only entries whose Machine exists with that node name and that the operation targets.
+// Each test here plays a node that is no target of the rollout, with its own real node credentials, and forges what
+// admission lets a node write. A node can write entries under its own node name into any operation's status.machines
+// and its summary (admission checks status writes from the request alone: DESIGN.md, "Admission cost"), create
+// RolloutLeases in its own name, and create its own Machine. What keeps each from steering a rollout: every reader
+// counts only entries whose Machine is an enrolled target with that node name, sizes the rollout from its own List of
+// those targets, counts only leases of the slots' shape held by a target, and only an administrator labels a Machine.
 
 import (
 	"context"
@@ -10,9 +13,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/rollout"
 )
 
 // TestRolloutForgedEntries: a node no operation targets writes, while the rollout is paused, a Failed entry for a
@@ -76,5 +83,128 @@ func TestRolloutForgedEntries(t *testing.T) {
 	}
 	if p := h.peak.Load(); p != 1 {
 		t.Errorf("%d requests ran at once, want 1 (maxUnavailable 1)", p)
+	}
+}
+
+// TestRolloutForgedMachine: a node that is no target tries to make itself one. Its own Machine with the fleet's
+// labels (and the enrollment mark) is refused; so is a later label of its own. The unlabelled Machine it may create
+// is matched by no selector, and the Succeeded entry it writes for it passes no canary: with canary 1 and
+// maxUnavailable 3, the first target still runs alone, and the rollout ends with the three real targets done.
+func TestRolloutForgedMachine(t *testing.T) {
+	h := newRolloutFleet(t, "ro8", 3)
+	const outsider = "ro8-outsider"
+	forger := nodeAPI(t, h.cp, outsider)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	m := nodeMachine(outsider, outsider)
+	m.Labels = map[string]string{"rollout": "ro8", "order": "!", v1alpha1.LabelEnrolled: "true"}
+	_, err := forger.CreateMachine(ctx, m)
+	wantRejected(t, "the outsider creates its Machine with the rollout's labels", err, apierrors.IsForbidden,
+		"may not create a Machine with metadata.labels or metadata.annotations")
+	own, err := forger.CreateMachine(ctx, nodeMachine(outsider, outsider))
+	if err != nil {
+		t.Fatalf("the outsider creates its own Machine without labels: %v", err)
+	}
+	t.Cleanup(func() { _ = h.admin.DeleteMachine(context.Background(), outsider) })
+	own.Labels = map[string]string{"rollout": "ro8", v1alpha1.LabelEnrolled: "true"}
+	_, err = forger.UpdateMachine(ctx, own)
+	wantRejected(t, "the outsider labels its own Machine", err, apierrors.IsForbidden, "forbidden")
+
+	h.pacedOperation("ro8-repave", "ro8", v1alpha1.Rollout{Canary: 1, MaxUnavailable: &intstr.IntOrString{IntVal: 3}, Paused: true})
+	h.waitOp("ro8-repave", time.Minute, "three targets Waiting (paused)", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Waiting == 3
+	})
+	_, err = forger.UpdateOperationStatus(ctx, "ro8-repave", func(op *v1alpha1.MachineOperation) error {
+		v1alpha1.SetMachineResult(op, v1alpha1.MachineOperationTarget{Name: outsider, NodeName: outsider,
+			Phase: v1alpha1.OperationSucceeded, Message: "forged canary"}, v1alpha1.CountAll)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the outsider writes a Succeeded entry for its own Machine: %v (admission checks only the node name)", err)
+	}
+	h.unpause("ro8-repave")
+	op := h.waitOp("ro8-repave", 3*time.Minute, "Succeeded with 3 done", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
+	})
+	// The canary alone, then the other two together: a canary the forged success had passed lets all three at once.
+	if p := h.peak.Load(); p > 2 {
+		t.Errorf("%d requests ran at once: the forged success passed the canary (want the canary alone first)", p)
+	}
+	if !strings.Contains(op.Status.Message, "1 entries not counted") {
+		t.Errorf("final summary %s: want the forged entry said not counted", describeOp(op))
+	}
+}
+
+// TestRolloutForgedCountAndLeases: a node that is no target inflates status.targets from 3 to 400 (with maxUnavailable
+// 25 %, 100 slots instead of 1) and squats the rollout's slots with leases of its own: slot 0 without an owner, and a
+// lease of a name no slot has, both for an hour. The agents size the rollout from their own List of the enrolled
+// targets and count neither lease: one target at a time, and the rollout finishes.
+func TestRolloutForgedCountAndLeases(t *testing.T) {
+	h := newRolloutFleet(t, "ro9", 3)
+	const outsider = "ro9-outsider"
+	forger := nodeAPI(t, h.cp, outsider)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	quarter := intstr.FromString("25%")
+	h.pacedOperation("ro9-repave", "ro9", v1alpha1.Rollout{MaxUnavailable: &quarter, Paused: true})
+	op := h.waitOp("ro9-repave", time.Minute, "three targets Waiting (paused)", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Waiting == 3
+	})
+	_, err := forger.UpdateOperationStatus(ctx, "ro9-repave", func(op *v1alpha1.MachineOperation) error {
+		v1alpha1.SetMachineResult(op, v1alpha1.MachineOperationTarget{Name: outsider, NodeName: outsider,
+			Phase: v1alpha1.OperationWaiting, Message: "forged"}, v1alpha1.CountAll)
+		op.Status.Targets = 400
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the outsider rewrites status.targets with an entry of its own: %v", err)
+	}
+	leases := rollout.REST{Client: forger.REST()}
+	squat := func(name string, owned bool) {
+		t.Helper()
+		l := &v1alpha1.RolloutLease{Spec: v1alpha1.RolloutLeaseSpec{HolderIdentity: outsider, LeaseDurationSeconds: 3600}}
+		l.Name, l.Labels = name, map[string]string{v1alpha1.LabelOperation: "ro9-repave"}
+		if owned {
+			l.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(),
+				Kind: "MachineOperation", Name: op.Name, UID: op.UID}}
+		}
+		if _, err := leases.Create(ctx, l); err != nil {
+			t.Fatalf("the outsider creates lease %s in its own name: %v (admission checks only the holder)", name, err)
+		}
+		t.Cleanup(func() { adminDeleteLease(h.admin, name) })
+	}
+	squat(rollout.Name("ro9-repave", 0), false)
+	squat("ro9-repave-anything", true)
+
+	h.unpause("ro9-repave")
+	op = h.waitOp("ro9-repave", 3*time.Minute, "Succeeded with 3 done", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
+	})
+	if p := h.peak.Load(); p != 1 {
+		t.Errorf("%d requests ran at once, want 1 (25%% of the 3 enrolled targets; status.targets said 400)", p)
+	}
+	for _, a := range h.agents {
+		if n := a.ran.Load(); n != 1 {
+			t.Errorf("%s ran %d requests, want 1", a.name, n)
+		}
+	}
+}
+
+// unpause sets spec.rollout.paused false, as the cluster admin.
+func (h *roHarness) unpause(name string) {
+	h.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		op, err := h.admin.GetOperation(context.Background(), name)
+		if err != nil {
+			return err
+		}
+		op.Spec.Rollout.Paused = false
+		_, err = h.admin.UpdateOperation(context.Background(), op)
+		return err
+	})
+	if err != nil {
+		h.t.Fatalf("unpause %s: %v", name, err)
 	}
 }

@@ -253,6 +253,7 @@ func newRolloutRig(t *testing.T, ctx context.Context, prefix string, n int) *rol
 				m.Labels = map[string]string{}
 			}
 			m.Labels["rollout"], m.Labels["order"] = prefix, fmt.Sprint(i)
+			m.Labels[v1alpha1.LabelEnrolled] = "true"
 			m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainEvict}
 		})
 	}

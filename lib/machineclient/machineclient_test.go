@@ -212,7 +212,7 @@ func TestWatchOperationsForFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{"pool": "a"}}}
+	m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{"pool": "a", v1alpha1.LabelEnrolled: "true"}}}
 	w, err := c.WatchOperationsFor(context.Background(), m, "7")
 	if err != nil {
 		t.Fatal(err)

@@ -98,8 +98,9 @@ func (k *Keeper) Recover(ctx context.Context, op Owner) (bool, error) {
 
 // Try makes an attempt to take a slot of op among slots, unless the last
 // attempt was less than an interval ago. It reports whether a slot is
-// held, and when not, how long until the next attempt is due.
-func (k *Keeper) Try(ctx context.Context, op Owner, slots int) (bool, time.Duration, error) {
+// held, and when not, how long until the next attempt is due. holders says
+// which nodes may hold a slot of op (Semaphore.TryAcquire).
+func (k *Keeper) Try(ctx context.Context, op Owner, slots int, holders func(string) bool) (bool, time.Duration, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.dropStale(op)
@@ -113,7 +114,7 @@ func (k *Keeper) Try(ctx context.Context, op Owner, slots int) (bool, time.Durat
 	// ±25 % jitter, so agents that started together drift apart.
 	wait := time.Duration(float64(k.interval) * (0.75 + 0.5*rand.Float64()))
 	k.next[op.Name] = now.Add(wait)
-	l, err := k.sem.TryAcquire(ctx, op, slots)
+	l, err := k.sem.TryAcquire(ctx, op, slots, holders)
 	if err != nil {
 		return false, wait, err
 	}

@@ -3,8 +3,12 @@
 // with optimistic concurrency (create, or update at the resourceVersion
 // read), renewed while held, deleted when the holder is done, and taken over
 // when the holder has not renewed within the lease's duration, so a dead
-// agent's slot frees itself. The cluster is reached through the narrow Store
-// interface; REST is the real one. Imported by lib/watcher.
+// agent's slot frees itself. Any node may write a lease in its own name, so
+// a lease counts as a held slot only when it has the slot's name, is owned
+// by the operation, is held by one of the operation's targets and was
+// renewed within the agents' own duration; any other lease is nobody's
+// slot. The cluster is reached through the narrow Store interface; REST is
+// the real one. Imported by lib/watcher.
 package rollout
 
 import (
@@ -110,7 +114,9 @@ func Stale(l *v1alpha1.RolloutLease, op Owner) bool {
 }
 
 // expired reports whether l has not changed for its duration since this
-// semaphore first saw it in this state.
+// semaphore first saw it in this state. The duration is the lease's own,
+// but never longer than this semaphore's: a holder cannot keep a slot for
+// an hour by writing a long duration.
 func (s *Semaphore) expired(l *v1alpha1.RolloutLease, now time.Time) bool {
 	if s.seen == nil {
 		s.seen = map[string]sighting{}
@@ -120,16 +126,22 @@ func (s *Semaphore) expired(l *v1alpha1.RolloutLease, now time.Time) bool {
 		s.seen[l.Name] = sighting{rv: l.ResourceVersion, since: now}
 		return false
 	}
-	return now.Sub(sg.since) >= time.Duration(l.Spec.LeaseDurationSeconds)*time.Second
+	d := time.Duration(l.Spec.LeaseDurationSeconds) * time.Second
+	if s.Duration > 0 {
+		d = min(d, max(s.Duration, time.Second))
+	}
+	return now.Sub(sg.since) >= d
 }
 
 // TryAcquire makes one attempt to take one of the first slots slots of op:
 // the holder's own lease if it has one already (a restarted agent keeps
-// its slot), else a slot with no lease or an expired one. It returns nil
-// when every slot is held, or when another agent won the race. Leases of op
-// at indexes beyond slots (the slot count grows after a canary) count as
-// held while they live, so no more than slots are ever live at once.
-func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alpha1.RolloutLease, error) {
+// its slot), else a slot with no lease, an expired one or one that is
+// nobody's (see held). It returns nil when every slot is held, or when
+// another agent won the race. Leases of op at indexes beyond slots (the
+// slot count grows after a canary) count as held while they live, so no
+// more than slots are ever live at once. holders says which nodes may hold
+// a slot (the operation's targets); nil trusts none but this holder.
+func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int, holders func(string) bool) (*v1alpha1.RolloutLease, error) {
 	if slots < 1 {
 		return nil, fmt.Errorf("operation %s: %d slots: need at least 1", op.Name, slots)
 	}
@@ -142,11 +154,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 	}
 	now := s.now()
 	byName := map[string]*v1alpha1.RolloutLease{}
+	taken := map[string]bool{}
 	live := 0
 	for i := range ls {
 		l := &ls[i]
 		byName[l.Name] = l
-		if !s.free(l, op, now) {
+		if s.held(l, op, holders, now) {
+			taken[l.Name] = true
 			live++
 		}
 	}
@@ -168,7 +182,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 				continue
 			}
 			return l, err
-		case s.free(cur, op, now):
+		case !taken[name]:
 			// Taken over in place: the owner reference too, so a stale
 			// lease becomes the current operation's.
 			f := s.fresh(op, name, now)
@@ -186,12 +200,43 @@ func (s *Semaphore) TryAcquire(ctx context.Context, op Owner, slots int) (*v1alp
 	return nil, nil
 }
 
-// free reports whether l may be taken: expired, or left by an earlier
-// operation of the same name. It is called once per lease per attempt, as
+// held reports whether l is a live slot of op: named as slot i of op, owned
+// by op, held by a node holders names, and not expired. Anything else (a
+// lease a node made up with another name, no owner or a long duration, or
+// one held by a node that is no target) is counted as nothing, and a slot
+// it sits on may be taken over. It is called once per lease per attempt, as
 // expired keeps its sightings.
-func (s *Semaphore) free(l *v1alpha1.RolloutLease, op Owner, now time.Time) bool {
+func (s *Semaphore) held(l *v1alpha1.RolloutLease, op Owner, holders func(string) bool, now time.Time) bool {
 	exp := s.expired(l, now)
-	return exp || Stale(l, op)
+	switch {
+	case exp, Stale(l, op), !slotName(l.Name, op.Name), !ownedBy(l, op):
+		return false
+	}
+	return l.Spec.HolderIdentity == s.Holder || (holders != nil && holders(l.Spec.HolderIdentity))
+}
+
+// slotName reports whether name is "<op>-<i>" for a slot index i.
+func slotName(name, op string) bool {
+	i, ok := strings.CutPrefix(name, op+"-")
+	if !ok || i == "" || (len(i) > 1 && i[0] == '0') {
+		return false
+	}
+	n, err := strconv.Atoi(i)
+	return err == nil && n >= 0
+}
+
+// ownedBy reports whether l carries op as its owner (any lease does for an
+// op without a UID: tests and tools that name no operation object).
+func ownedBy(l *v1alpha1.RolloutLease, op Owner) bool {
+	if op.UID == "" {
+		return true
+	}
+	for _, r := range l.OwnerReferences {
+		if r.Kind == "MachineOperation" && r.Name == op.Name && r.UID == op.UID {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Semaphore) fresh(op Owner, name string, now time.Time) *v1alpha1.RolloutLease {

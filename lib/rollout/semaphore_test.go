@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 )
@@ -110,32 +111,32 @@ func TestSlotsAreExclusive(t *testing.T) {
 	ctx := context.Background()
 	f, c := newFake(), &clock{t: time.Unix(1000, 0)}
 	a, b, x := sem(f, "a", c), sem(f, "b", c), sem(f, "x", c)
-	la, err := a.TryAcquire(ctx, op, 2)
+	la, err := a.TryAcquire(ctx, op, 2, anyNode)
 	if err != nil || la == nil || la.Name != "roll-0" {
 		t.Fatalf("a: %v %v, want roll-0", la, err)
 	}
 	if la.OwnerReferences[0].UID != "uid-1" || la.Labels[v1alpha1.LabelOperation] != "roll" {
 		t.Errorf("lease carries no owner or label: %+v", la.ObjectMeta)
 	}
-	lb, _ := b.TryAcquire(ctx, op, 2)
+	lb, _ := b.TryAcquire(ctx, op, 2, anyNode)
 	if lb == nil || lb.Name != "roll-1" {
 		t.Fatalf("b: %v, want roll-1", lb)
 	}
-	if lx, _ := x.TryAcquire(ctx, op, 2); lx != nil {
+	if lx, _ := x.TryAcquire(ctx, op, 2, anyNode); lx != nil {
 		t.Fatalf("x took %s while both slots are held", lx.Name)
 	}
 	// Again for a: its own slot, not a second one.
-	if again, _ := a.TryAcquire(ctx, op, 2); again == nil || again.Name != "roll-0" {
+	if again, _ := a.TryAcquire(ctx, op, 2, anyNode); again == nil || again.Name != "roll-0" {
 		t.Errorf("a again: %v, want its roll-0", again)
 	}
 	if err := a.Release(ctx, "roll-0"); err != nil {
 		t.Fatal(err)
 	}
-	if lx, _ := x.TryAcquire(ctx, op, 2); lx == nil || lx.Name != "roll-0" {
+	if lx, _ := x.TryAcquire(ctx, op, 2, anyNode); lx == nil || lx.Name != "roll-0" {
 		t.Errorf("x after a released: %v, want roll-0", lx)
 	}
 	// A slot count that shrinks (the canary) still counts every live lease.
-	if ly, _ := sem(f, "y", c).TryAcquire(ctx, op, 1); ly != nil {
+	if ly, _ := sem(f, "y", c).TryAcquire(ctx, op, 1, anyNode); ly != nil {
 		t.Errorf("y took %s with 1 slot and 2 live leases", ly.Name)
 	}
 }
@@ -144,11 +145,11 @@ func TestExpiredSlotIsTakenOver(t *testing.T) {
 	ctx := context.Background()
 	f, c := newFake(), &clock{t: time.Unix(1000, 0)}
 	a, b := sem(f, "a", c), sem(f, "b", c)
-	la, _ := a.TryAcquire(ctx, op, 1)
+	la, _ := a.TryAcquire(ctx, op, 1, anyNode)
 	if la == nil {
 		t.Fatal("a took nothing")
 	}
-	if lb, _ := b.TryAcquire(ctx, op, 1); lb != nil {
+	if lb, _ := b.TryAcquire(ctx, op, 1, anyNode); lb != nil {
 		t.Fatal("b took a live slot")
 	}
 	// a renews within its duration: b must not take it, however long it
@@ -159,17 +160,17 @@ func TestExpiredSlotIsTakenOver(t *testing.T) {
 		if la, err = a.Renew(ctx, la); err != nil {
 			t.Fatal(err)
 		}
-		if lb, _ := b.TryAcquire(ctx, op, 1); lb != nil {
+		if lb, _ := b.TryAcquire(ctx, op, 1, anyNode); lb != nil {
 			t.Fatalf("b took a slot renewed %v ago", 0)
 		}
 	}
 	// a stops renewing (dead): after the duration on b's clock, b takes it.
 	c.t = c.t.Add(29 * time.Second)
-	if lb, _ := b.TryAcquire(ctx, op, 1); lb != nil {
+	if lb, _ := b.TryAcquire(ctx, op, 1, anyNode); lb != nil {
 		t.Fatal("b took the slot before the duration passed")
 	}
 	c.t = c.t.Add(2 * time.Second)
-	lb, err := b.TryAcquire(ctx, op, 1)
+	lb, err := b.TryAcquire(ctx, op, 1, anyNode)
 	if err != nil || lb == nil || lb.Spec.HolderIdentity != "b" || lb.Spec.LeaseTransitions != 1 {
 		t.Fatalf("b after expiry: %+v %v, want b's with 1 transition", lb, err)
 	}
@@ -189,7 +190,7 @@ func TestRenewAfterOwnWriteConflict(t *testing.T) {
 	ctx := context.Background()
 	f, c := newFake(), &clock{t: time.Unix(1000, 0)}
 	a := sem(f, "a", c)
-	la, _ := a.TryAcquire(ctx, op, 1)
+	la, _ := a.TryAcquire(ctx, op, 1, anyNode)
 	if _, err := a.Renew(ctx, la); err != nil {
 		t.Fatal(err)
 	}
@@ -203,12 +204,12 @@ func TestKeeperPacesAndRecovers(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
 	busy := NewKeeper(f, "busy", time.Minute, time.Hour, nil)
-	if ok, _, err := busy.Try(ctx, op, 1); !ok || err != nil {
+	if ok, _, err := busy.Try(ctx, op, 1, anyNode); !ok || err != nil {
 		t.Fatalf("busy: %v %v", ok, err)
 	}
 	k := NewKeeper(f, "k", time.Minute, time.Hour, nil)
 	for i := range 5 {
-		ok, wait, err := k.Try(ctx, op, 1)
+		ok, wait, err := k.Try(ctx, op, 1, anyNode)
 		if ok || err != nil || wait <= 0 {
 			t.Fatalf("attempt %d: %v %v %v, want a wait", i, ok, wait, err)
 		}
@@ -242,7 +243,7 @@ func TestStaleLeasesOfARecreatedOperation(t *testing.T) {
 	f := newFake()
 	old := Owner{Name: "roll", UID: "uid-old"}
 	a := NewKeeper(f, "a", time.Minute, time.Millisecond, nil)
-	if ok, _, err := a.Try(ctx, old, 1); !ok || err != nil {
+	if ok, _, err := a.Try(ctx, old, 1, anyNode); !ok || err != nil {
 		t.Fatalf("take a slot of the old operation: %v %v", ok, err)
 	}
 	// The operation is recreated; the old lease (held by a, unexpired) is
@@ -256,7 +257,7 @@ func TestStaleLeasesOfARecreatedOperation(t *testing.T) {
 		t.Errorf("recover for the new operation: %v %v, want no slot (the lease is the old one's)", ok, err)
 	}
 	b := NewKeeper(f, "b", time.Minute, time.Millisecond, nil)
-	if ok, _, err := b.Try(ctx, cur, 1); !ok || err != nil {
+	if ok, _, err := b.Try(ctx, cur, 1, anyNode); !ok || err != nil {
 		t.Fatalf("b's attempt on the new operation: %v %v, want the stale slot", ok, err)
 	}
 	l := f.leases[Name("roll", 0)]
@@ -265,11 +266,80 @@ func TestStaleLeasesOfARecreatedOperation(t *testing.T) {
 	}
 	// Now the slot is live for the new operation: a cannot take it.
 	time.Sleep(2 * time.Millisecond)
-	if ok, _, err := a.Try(ctx, cur, 1); ok || err != nil {
+	if ok, _, err := a.Try(ctx, cur, 1, anyNode); ok || err != nil {
 		t.Errorf("a's attempt while b holds the new operation's slot: %v %v", ok, err)
 	}
 	// a's release for the new operation gives back nothing of b's.
 	if err := a.Release(ctx, cur); err != nil || f.leases[Name("roll", 0)] == nil {
 		t.Errorf("a's release: %v, lease %v", err, f.leases[Name("roll", 0)])
+	}
+}
+
+// anyNode lets every node hold a slot (the tests' agents are all targets).
+func anyNode(string) bool { return true }
+
+// TestLeasesNoTargetMayHoldCountForNothing: leases a node wrote for itself
+// outside the rollout's shape (another name, no owner, an hour's duration, a
+// holder that is no target) are nobody's slot: they neither block a target
+// nor last longer than the agents' own duration.
+func TestLeasesNoTargetMayHoldCountForNothing(t *testing.T) {
+	ctx := context.Background()
+	targets := func(n string) bool { return n == "a" || n == "b" || n == "t" }
+	hour := int32(3600)
+	forge := func(name, holder string, owned bool) *v1alpha1.RolloutLease {
+		l := &v1alpha1.RolloutLease{Spec: v1alpha1.RolloutLeaseSpec{HolderIdentity: holder, LeaseDurationSeconds: hour}}
+		l.Name, l.Labels = name, map[string]string{v1alpha1.LabelOperation: op.Name}
+		if owned {
+			l.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(),
+				Kind: "MachineOperation", Name: op.Name, UID: op.UID}}
+		}
+		return l
+	}
+	cases := []struct {
+		name  string
+		lease *v1alpha1.RolloutLease
+	}{
+		{"ownerless on slot 0", forge("roll-0", "x", false)},
+		{"a name of no slot", forge("roll-anything", "x", true)},
+		{"held by a node that is no target", forge("roll-0", "x", true)},
+		{"a zero-padded slot name", forge("roll-00", "t", true)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			c := &clock{t: time.Unix(1000, 0)}
+			if _, err := f.Create(ctx, tc.lease); err != nil {
+				t.Fatal(err)
+			}
+			l, err := sem(f, "a", c).TryAcquire(ctx, op, 1, targets)
+			if err != nil || l == nil || l.Spec.HolderIdentity != "a" {
+				t.Fatalf("a target's attempt on a one-slot rollout: %+v, %v; want the slot", l, err)
+			}
+			if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != op.UID {
+				t.Errorf("the slot taken: owners %+v, want the operation", l.OwnerReferences)
+			}
+		})
+	}
+	// A target's own lease with an hour's duration lasts as long as the agents' duration, not an hour.
+	f := newFake()
+	c := &clock{t: time.Unix(1000, 0)}
+	if _, err := f.Create(ctx, forge("roll-0", "t", true)); err != nil {
+		t.Fatal(err)
+	}
+	b := sem(f, "b", c)
+	if l, _ := b.TryAcquire(ctx, op, 1, targets); l != nil {
+		t.Fatalf("b took a live target's slot at once: %+v", l)
+	}
+	c.t = c.t.Add(31 * time.Second)
+	if l, _ := b.TryAcquire(ctx, op, 1, targets); l == nil || l.Spec.HolderIdentity != "b" {
+		t.Errorf("after the agents' 30 s without a renewal: %+v, want b's (the lease's 3600 s is not believed)", l)
+	}
+	// nil holders trusts no other node.
+	f = newFake()
+	if _, err := f.Create(ctx, forge("roll-0", "t", true)); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := sem(f, "a", c).TryAcquire(ctx, op, 1, nil); l == nil {
+		t.Error("with no holders named, another node's lease still counted")
 	}
 }

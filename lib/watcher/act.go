@@ -47,11 +47,15 @@ func (l *loop) inputs() (Inputs, error) {
 	}
 	in.Now = time.Now()
 	in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{}
+	in.Targets = map[string]int{}
 	if l.targets != nil {
 		l.forgetGone(in.Operations)
 		for i := range in.Operations {
 			op := &in.Operations[i]
 			in.Checks[op.Name] = l.targets.check(op, in.Machine, l.NodeName)
+			if n, ok := l.targets.count(op); ok {
+				in.Targets[op.Name] = n
+			}
 		}
 	}
 	in.Slots = map[string]bool{}

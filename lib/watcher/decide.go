@@ -64,6 +64,11 @@ type Inputs struct {
 	// Checks say, by operation name, which entries of its status.machines
 	// count (targets.go); an operation without one counts none.
 	Checks map[string]func(v1alpha1.MachineOperationTarget) bool
+	// Targets are, by operation name, how many enrolled Machines a
+	// selector operation targets, as this agent last Listed them (absent:
+	// not Listed yet). A rollout's slots and its line are computed from
+	// it, never from status.targets, which any participating node writes.
+	Targets map[string]int
 	// Slots are the rollout operations this agent holds a slot of.
 	Slots map[string]bool
 	// Now is when the inputs were read (an ordered rollout's join window).

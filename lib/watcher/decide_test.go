@@ -146,12 +146,19 @@ func TestDecide(t *testing.T) {
 			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m2")}
 		}, []string{"report Ready"}},
 		{"selector operation matching the labels", func(in *Inputs) {
-			in.Machine.Labels = map[string]string{"pool": "x"}
+			in.Machine.Labels = map[string]string{"pool": "x", v1alpha1.LabelEnrolled: "true"}
 			o := op("r1", v1alpha1.OperationNodeRestart, "")
 			o.Spec.MachineRef = nil
 			o.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: map[string]string{"pool": "x"}}
 			in.Operations = []v1alpha1.MachineOperation{o}
 		}, []string{"write restart-4-r1", "report Ready"}},
+		{"selector operation matching the labels of a Machine no administrator enrolled", func(in *Inputs) {
+			in.Machine.Labels = map[string]string{"pool": "x"}
+			o := op("r1", v1alpha1.OperationNodeRestart, "")
+			o.Spec.MachineRef = nil
+			o.Spec.MachineSelector = &v1alpha1.MachineSelector{MatchLabels: map[string]string{"pool": "x"}}
+			in.Operations = []v1alpha1.MachineOperation{o}
+		}, []string{"report Ready"}},
 		{"operation already dispatched under an older generation", func(in *Inputs) {
 			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1")}
 			in.Statuses = []*requests.Status{{RequestID: "restart-3-r1", Kind: requests.Restart, Operation: "r1", Phase: requests.InProgress}}

@@ -48,9 +48,9 @@ type slotGate struct {
 	Slots     int
 	// Message is the Waiting entry's message.
 	Message string
-	// CountTargets: maxUnavailable is a percentage and status.targets is
-	// not set yet; the agent counts the Machines the selector matches and
-	// sets it with its entry.
+	// CountTargets: maxUnavailable is a percentage, or the rollout is
+	// ordered, and this agent has not Listed the targets yet: it Lists
+	// them before it decides (and shows the count in status.targets).
 	CountTargets bool
 	// OrderKey is this Machine's value of spec.rollout.orderByLabel.
 	OrderKey string
@@ -70,12 +70,14 @@ func paced(op *v1alpha1.MachineOperation) bool {
 	return op.Spec.Rollout != nil && op.Spec.MachineSelector != nil
 }
 
-// rolloutGate decides, from the operation's status alone, whether the agent
-// of Machine m on node may try for a slot: not when the failure budget is
-// spent, when paused, or (with an order or a canary) when other waiting
-// targets come first. It counts only the entries check passes (targets.go):
-// an entry any node can write must not halt, order or pass a canary.
-func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time, check func(v1alpha1.MachineOperationTarget) bool) slotGate {
+// rolloutGate decides whether the agent of Machine m on node may try for a
+// slot: not when the failure budget is spent, when paused, or (with an
+// order or a canary) when other waiting targets come first. It counts only
+// the entries check passes (targets.go), and takes the number of targets
+// from this agent's own List (targets, 0 when not Listed yet), never from
+// status.targets: an entry or a summary any node can write must not halt,
+// order, size or pass a rollout.
+func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time, check func(v1alpha1.MachineOperationTarget) bool, targets int) slotGate {
 	r := op.Spec.Rollout
 	g := slotGate{}
 	ordered := r.OrderByLabel != "" || r.Canary > 0
@@ -113,12 +115,12 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		g.Stop = true
 		g.Message = "paused: spec.rollout.paused is true"
 		return g
-	case (r.Percent() || ordered) && op.Status.Targets == 0:
+	case (r.Percent() || ordered) && targets == 0:
 		g.CountTargets = true
 		g.Message = "counting the targets of the rollout"
 		return g
 	}
-	slots, err := r.Slots(int(op.Status.Targets))
+	slots, err := r.Slots(targets)
 	if err != nil {
 		g.Stop = true
 		g.Message = "refused: " + err.Error()
@@ -136,9 +138,9 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	}
 	// The line is known once every target has reported (or the window
 	// is over): before, a target late to report could be passed over.
-	if left := op.CreationTimestamp.Add(joinWindow).Sub(now); len(counted) < int(op.Status.Targets) && left > 0 {
+	if left := op.CreationTimestamp.Add(joinWindow).Sub(now); len(counted) < targets && left > 0 {
 		g.JoinWait = left
-		g.Message = fmt.Sprintf("waiting for all %d targets to report before the ordered rollout starts", op.Status.Targets)
+		g.Message = fmt.Sprintf("waiting for all %d targets to report before the ordered rollout starts", targets)
 		return g
 	}
 	slices.SortFunc(waiting, func(a, b waiter) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.name, b.name)) })
@@ -170,7 +172,7 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 		// for; a slot taken for it goes back.
 		return Action{Type: ReleaseSlot, Operation: op}, held, false
 	}
-	g := rolloutGate(op, m, in.NodeName, in.Now, in.Checks[op.Name])
+	g := rolloutGate(op, m, in.NodeName, in.Now, in.Checks[op.Name], in.Targets[op.Name])
 	if held && !g.Stop {
 		return Action{}, false, true
 	}
@@ -216,7 +218,8 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 		return err
 	}
 	m := l.machineOrEmpty()
-	g := rolloutGate(op, m, l.NodeName, now, l.targets.check(op, m, l.NodeName))
+	n, _ := l.targets.count(op)
+	g := rolloutGate(op, m, l.NodeName, now, l.targets.check(op, m, l.NodeName), n)
 	if err := l.reportWaiting(ctx, op, &g); err != nil {
 		return err
 	}
@@ -237,7 +240,7 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 		l.nudgeIn(max(time.Until(next), time.Millisecond))
 		return nil
 	}
-	ok, wait, err := l.slots.Try(ctx, slotOwner(op), g.Slots)
+	ok, wait, err := l.slots.Try(ctx, slotOwner(op), g.Slots, l.targets.holders(op))
 	if err != nil {
 		return err
 	}
@@ -255,7 +258,8 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	if _, err := l.targets.refresh(ctx, l.listMachines, fresh, true, time.Now()); err != nil {
 		return err
 	}
-	if g2 := rolloutGate(fresh, m, l.NodeName, time.Now(), l.targets.check(fresh, m, l.NodeName)); g2.Stop {
+	n, _ = l.targets.count(fresh)
+	if g2 := rolloutGate(fresh, m, l.NodeName, time.Now(), l.targets.check(fresh, m, l.NodeName), n); g2.Stop {
 		l.Log.Info("gave the rollout slot back: the operation says wait", "operation", op.Name, "why", g2.Message)
 		return l.slots.Release(ctx, slotOwner(op))
 	}
@@ -277,7 +281,8 @@ func (l *loop) machineOrEmpty() *v1alpha1.Machine {
 }
 
 // reportWaiting writes this Machine's Waiting entry when it differs from
-// the one there (and status.targets when the gate asks for the count).
+// the one there (and status.targets, for people to read, while it is unset
+// and this agent has Listed the targets; no agent reads it back).
 //
 // Every target of a rollout writes its entry into the one operation at
 // about the same time, so the write is built on the informer's copy (no
@@ -292,7 +297,8 @@ func (l *loop) reportWaiting(ctx context.Context, op *v1alpha1.MachineOperation,
 		return cur != nil && cur.Phase == e.Phase && cur.Message == e.Message && cur.OrderKey == e.OrderKey
 	}
 	cur := op.Status.Target(e.Name, e.NodeName)
-	setTargets := g.CountTargets && op.Status.Targets == 0
+	listed, counted := l.targets.count(op)
+	setTargets := op.Spec.MachineSelector != nil && op.Status.Targets == 0 && counted && listed > 0
 	if cur != nil && cur.Phase != v1alpha1.OperationWaiting {
 		return nil // dispatched meanwhile (another pass)
 	}
@@ -314,11 +320,7 @@ func (l *loop) reportWaiting(ctx context.Context, op *v1alpha1.MachineOperation,
 	}
 	next := op.DeepCopy()
 	if setTargets {
-		nodes, err := l.targets.list(ctx, l.listMachines, op, now)
-		if err != nil {
-			return err
-		}
-		next.Status.Targets = int32(len(nodes))
+		next.Status.Targets = int32(listed)
 	}
 	v1alpha1.SetMachineResult(next, e, l.targets.check(next, l.machineOrEmpty(), l.NodeName))
 	err := l.patchOperationStatus(ctx, next)

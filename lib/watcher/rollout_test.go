@@ -110,13 +110,15 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base(t)
-			in.Machine.Labels = map[string]string{"pool": "p", "zone": "b"}
+			in.Machine.Labels = map[string]string{"pool": "p", "zone": "b", v1alpha1.LabelEnrolled: "true"}
 			o := pacedOp(tc.r)
 			o.Status.Machines = append(o.Status.Machines, tc.others...)
 			if tc.mine != "" {
 				o.Status.Machines = append(o.Status.Machines, v1alpha1.MachineOperationTarget{Name: "m1", NodeName: node, Phase: tc.mine})
 			}
-			o.Status.Targets = int32(len(o.Status.Machines)) + tc.missing
+			// What this agent Listed; status.targets is a summary any node writes, and says something else.
+			in.Targets = map[string]int{o.Name: len(o.Status.Machines) + int(tc.missing)}
+			o.Status.Targets = 400
 			real := v1alpha1.TargetNodes{}
 			for _, e := range o.Status.Machines {
 				real[e.Name] = e.NodeName
@@ -146,18 +148,19 @@ func TestDecideRolloutWaitsForSlot(t *testing.T) {
 
 func TestRolloutGateMessages(t *testing.T) {
 	in := base(t)
-	in.Machine.Labels = map[string]string{"pool": "p"}
+	in.Machine.Labels = map[string]string{"pool": "p", v1alpha1.LabelEnrolled: "true"}
 	o := pacedOp(v1alpha1.Rollout{MaxUnavailable: &intstr.IntOrString{Type: intstr.String, StrVal: "50%"}})
-	g := rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll)
+	o.Status.Targets = 5 // written by some node: not a count this agent made
+	g := rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll, 0)
 	if !g.CountTargets || g.Try || g.Stop {
-		t.Errorf("percent without status.targets: %+v, want a count first", g)
+		t.Errorf("percent before this agent Listed the targets: %+v, want a count first (status.targets is not believed)", g)
 	}
-	o.Status.Targets = 5
-	if g = rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll); g.Slots != 2 || !g.Try {
-		t.Errorf("50%% of 5: %+v, want 2 slots", g)
+	o.Status.Targets = 400
+	if g = rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll, 5); g.Slots != 2 || !g.Try {
+		t.Errorf("50%% of the 5 targets Listed (status.targets says 400): %+v, want 2 slots", g)
 	}
 	o.Status.Machines = []v1alpha1.MachineOperationTarget{entry("a", v1alpha1.OperationFailed, ""), entry("b", v1alpha1.OperationFailed, "")}
-	g = rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll)
+	g = rolloutGate(&o, in.Machine, node, time.Now(), v1alpha1.CountAll, 5)
 	if !g.Stop || !strings.Contains(g.Message, "halted") || !strings.Contains(g.Message, "[a b]") {
 		t.Errorf("halted: %+v, want the failed machines named", g)
 	}
@@ -186,14 +189,14 @@ func TestTargetBook(t *testing.T) {
 	o.UID = "u1"
 	mk := func(name, node, pool string) v1alpha1.Machine {
 		m := v1alpha1.Machine{}
-		m.Name, m.Spec.NodeName, m.Labels = name, node, map[string]string{"pool": pool}
+		m.Name, m.Spec.NodeName, m.Labels = name, node, map[string]string{"pool": pool, v1alpha1.LabelEnrolled: "true"}
 		return m
 	}
 	lists := 0
 	machines := []v1alpha1.Machine{mk("x", "n-x", "p"), mk("y", "n-y", "q")}
 	list := func(_ context.Context, sel string) ([]v1alpha1.Machine, error) {
-		if sel != "pool=p" {
-			t.Errorf("listed with selector %q, want pool=p", sel)
+		if want := v1alpha1.LabelEnrolled + "=true,pool=p"; sel != want {
+			t.Errorf("listed with selector %q, want %s", sel, want)
 		}
 		lists++
 		return machines, nil // the server's filter left out: the book checks the selector itself

@@ -68,6 +68,35 @@ func (b *targetBook) check(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, n
 	return func(e v1alpha1.MachineOperationTarget) bool { return mine(e) || nodes.Check(e) }
 }
 
+// count is how many Machines the last List of op found targeted (ok false
+// before the first List).
+func (b *targetBook) count(op *v1alpha1.MachineOperation) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.ops[op.Name]
+	if t == nil || t.uid != op.UID {
+		return 0, false
+	}
+	return len(t.nodes), true
+}
+
+// holders says which node names may hold a slot of op: the nodes of the
+// targets the last List found. A lease held by any other node is nobody's
+// slot (lib/rollout).
+func (b *targetBook) holders(op *v1alpha1.MachineOperation) func(string) bool {
+	b.mu.Lock()
+	var nodes v1alpha1.TargetNodes
+	if t := b.ops[op.Name]; t != nil && t.uid == op.UID {
+		nodes = t.nodes
+	}
+	b.mu.Unlock()
+	set := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		set[n] = true
+	}
+	return func(node string) bool { return set[node] }
+}
+
 // unknown reports whether op has an entry the last List did not account
 // for (or there was none), and when the next unforced List may run.
 func (b *targetBook) unknown(op *v1alpha1.MachineOperation) (bool, time.Time) {

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 )
 
 // The agent identity is the node's own: the kubelet client certificate the
@@ -44,9 +45,20 @@ func (s *MachineSelector) AsLabelSelector() *metav1.LabelSelector {
 	return out
 }
 
-// Selector returns s as a labels.Selector. An empty or nil selector selects
-// nothing here (the schema refuses it anyway): an operation must never reach
-// every Machine by accident.
+// LabelEnrolled, with the value "true", marks a Machine a member of the
+// fleet: only such Machines are targets of a selector operation, and only
+// they take part in a rollout's counts. Nodes can never set a Machine's
+// labels (admission refuses labels on the one create a node may make, and
+// refuses nodes every update of a Machine's metadata), so the mark is an
+// administrator's: a Machine a node made for itself is matched by no
+// selector, however the selector is written, until an administrator
+// enrolls it.
+const LabelEnrolled = "kubeslot.dev/enrolled"
+
+// Selector returns the Machines s selects as a labels.Selector: those whose
+// labels match s and that carry LabelEnrolled=true. An empty or nil
+// selector selects nothing here (the schema refuses it anyway): an
+// operation must never reach every Machine by accident.
 func (s *MachineSelector) Selector() (labels.Selector, error) {
 	if s == nil || (len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0) {
 		return labels.Nothing(), nil
@@ -55,7 +67,11 @@ func (s *MachineSelector) Selector() (labels.Selector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("machineSelector: %w", err)
 	}
-	return sel, nil
+	enrolled, err := labels.NewRequirement(LabelEnrolled, selection.Equals, []string{"true"})
+	if err != nil {
+		return nil, err
+	}
+	return sel.Add(*enrolled), nil
 }
 
 // Targets reports whether op is meant for m: its machineRef names m, or its

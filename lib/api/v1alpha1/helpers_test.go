@@ -10,7 +10,7 @@ import (
 )
 
 func TestTargets(t *testing.T) {
-	m := &Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{"pool": "gpu", "zone": "a"}}}
+	m := &Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{"pool": "gpu", "zone": "a", LabelEnrolled: "true"}}}
 	sel := func(s MachineSelector) *MachineOperation {
 		return &MachineOperation{Spec: MachineOperationSpec{MachineSelector: &s}}
 	}
@@ -38,6 +38,24 @@ func TestTargets(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%s: Targets = %v, %v; want %v", tc.name, got, err, tc.want)
 		}
+	}
+	// A Machine an administrator has not enrolled (as every Machine a node made for itself) is nobody's target,
+	// not even of a selector that would match a Machine without labels.
+	made := &Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{"pool": "gpu"}}}
+	for _, tc := range cases {
+		if tc.op.Spec.MachineSelector == nil {
+			continue
+		}
+		if got, err := tc.op.Targets(made); err != nil || got {
+			t.Errorf("%s, Machine not enrolled: Targets = %v, %v; want false", tc.name, got, err)
+		}
+		if got, err := tc.op.Targets(&Machine{}); err != nil || got {
+			t.Errorf("%s, Machine without labels: Targets = %v, %v; want false", tc.name, got, err)
+		}
+	}
+	wrong := &Machine{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"pool": "gpu", "zone": "a", LabelEnrolled: "yes"}}}
+	if got, _ := cases[3].op.Targets(wrong); got {
+		t.Errorf("%s=yes counts as enrolled; only \"true\" does", LabelEnrolled)
 	}
 	bad := sel(MachineSelector{MatchExpressions: []SelectorRequirement{{Key: "zone", Operator: "Near", Values: []string{"a"}}}})
 	if got, err := bad.Targets(m); err == nil || got {
@@ -96,6 +114,7 @@ func TestSummaryCountsOnlyVerifiedEntries(t *testing.T) {
 		Rollout: &Rollout{}}}
 	mk := func(name, node string, labels map[string]string) Machine {
 		m := Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		m.Labels[LabelEnrolled] = "true"
 		m.Spec.NodeName = node
 		return m
 	}
