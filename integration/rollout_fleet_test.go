@@ -220,6 +220,10 @@ func (h *roHarness) runner(ctx context.Context, a *roAgent) {
 		if a.fail.Load() {
 			st.Phase, st.Message = requests.Failed, "fake repave failed: broken kubelet"
 		}
+		// The fake's point of no return is the end of its hold, where the real worker checks its slot too.
+		if err := dir.CheckSlot(r.ID); err != nil {
+			st.Phase, st.Message = requests.Failed, "fake repave stopped before the switch: "+err.Error()
+		}
 		if err := dir.WriteStatus(st); err != nil {
 			h.t.Errorf("%s: %v", a.name, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
 
@@ -206,5 +207,85 @@ func (h *roHarness) unpause(name string) {
 	})
 	if err != nil {
 		h.t.Fatalf("unpause %s: %v", name, err)
+	}
+}
+
+// TestRolloutSlotTakenOver: a node that is no target takes a target's live slot over in its own name (admission
+// allows any node to write a lease in its own name) and deletes it, so that the next target gets the slot while the
+// victim still runs. The victim's watcher finds the slot lost at its next renewal and tells its worker, which stops
+// before its point of no return and says so on its entry; the other target then runs, and the rollout ends.
+func TestRolloutSlotTakenOver(t *testing.T) {
+	h := newRolloutFleet(t, "ro10", 2)
+	holds := map[string]chan struct{}{}
+	for _, a := range h.agents {
+		holds[a.name] = make(chan struct{})
+		a.hold = holds[a.name]
+	}
+	const outsider = "ro10-outsider"
+	forger := rollout.REST{Client: nodeAPI(t, h.cp, outsider).REST()}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var never int32
+	h.pacedOperation("ro10-repave", "ro10", v1alpha1.Rollout{MaxUnavailable: &intstr.IntOrString{IntVal: 1}, FailureBudget: &never})
+
+	// The victim: whoever holds slot 0 and runs.
+	var victim *roAgent
+	var lease *v1alpha1.RolloutLease
+	deadline := time.Now().Add(time.Minute)
+	for victim == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no target took slot 0 and ran within a minute; leases %v", rollout.Names(h.leases("ro10-repave")))
+		}
+		time.Sleep(100 * time.Millisecond)
+		l, err := forger.Get(ctx, rollout.Name("ro10-repave", 0))
+		if err != nil {
+			continue
+		}
+		for _, a := range h.agents {
+			if a.name == l.Spec.HolderIdentity && a.running.Load() {
+				victim, lease = a, l
+			}
+		}
+	}
+	taken := lease.DeepCopy()
+	taken.Spec.HolderIdentity = outsider
+	taken, err := forger.Update(ctx, taken)
+	if err != nil {
+		t.Fatalf("the outsider takes %s's live slot over in its own name: %v (admission checks only the new holder)", victim.name, err)
+	}
+	if err := forger.Delete(ctx, taken.Name, taken.ResourceVersion); err != nil {
+		t.Fatalf("the outsider deletes the slot it now holds: %v", err)
+	}
+
+	// The victim's worker is told before its point of no return.
+	dir := requests.New(victim.root)
+	var lost *requests.SlotLost
+	deadline = time.Now().Add(time.Minute)
+	for lost == nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		sts, _, _ := dir.ListStatus()
+		for _, s := range sts {
+			if s.Operation == "ro10-repave" {
+				lost, _ = dir.ReadSlotLost(s.RequestID)
+			}
+		}
+	}
+	if lost == nil {
+		t.Fatalf("%s's watcher did not tell its worker the slot was lost within a minute", victim.name)
+	}
+	t.Logf("%s's worker was told: %s", victim.name, lost.Reason)
+	for _, c := range holds {
+		close(c)
+	}
+	op := h.waitOp("ro10-repave", 2*time.Minute, "both entries finished", func(op *v1alpha1.MachineOperation) bool {
+		return op.Status.Done+op.Status.Failed == 2
+	})
+	for _, e := range op.Status.Machines {
+		switch {
+		case e.Name == victim.name && (e.Phase != v1alpha1.OperationFailed || !strings.Contains(e.Message, "rollout slot was lost")):
+			t.Errorf("the victim's entry: %s %q, want Failed, saying its slot was lost", e.Phase, e.Message)
+		case e.Name != victim.name && e.NodeName != outsider && e.Phase != v1alpha1.OperationSucceeded:
+			t.Errorf("the other target's entry: %s %q, want Succeeded", e.Phase, e.Message)
+		}
 	}
 }

@@ -60,7 +60,12 @@ func (d *Deps) drainer(cfg *config.Config, progress func(drain.Progress)) (*drai
 // serves and the target is warm: a failure (time out under Fail, pods it
 // may not evict) rolls back before the old node is touched, and the
 // rollback uncordons. A drain resumed after a kill finds its own cordon.
+// A paced rollout's request whose slot the watcher lost stops here, before
+// the first disruption (requests.CheckSlot).
 func (d *Deps) drainOld(ctx context.Context, st *State, _ isolation.Backend) error {
+	if err := d.Requests.CheckSlot(st.RequestID); err != nil {
+		return err
+	}
 	if st.SkipDrain {
 		d.Log.Info("drain skipped (--no-drain)")
 		return nil
@@ -118,8 +123,8 @@ func (d *Deps) uncordon(ctx context.Context, st *State, _ isolation.Backend) err
 }
 
 func joinWarning(w, more string) string {
-	if w == "" {
-		return more
+	if w == "" || more == "" {
+		return w + more
 	}
 	return w + "; " + more
 }

@@ -77,6 +77,7 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 			down = st.ReadyAt.Sub(st.SwitchAt)
 		}
 		msg := fmt.Sprintf("repaved from slot %s to slot %s", st.From, st.To)
+		st.Warning = joinWarning(st.Warning, d.lostAfterSwitch(st.RequestID))
 		if st.Warning != "" {
 			msg += "; " + st.Warning
 		}
@@ -113,6 +114,17 @@ func (d *Deps) finish(st *State, phase requests.Phase, msg, active string, down 
 		return s, errors.Join(err, rerr)
 	}
 	return s, err
+}
+
+// lostAfterSwitch is the warning of a request that finished without the
+// rollout slot it was started under ("" when it kept it): lost past the
+// point of no return, so it went on, and the rollout may have had one more
+// target disrupted than its maxUnavailable.
+func (d *Deps) lostAfterSwitch(id string) string {
+	if err := d.Requests.CheckSlot(id); err != nil {
+		return "its rollout slot was lost after the point of no return, so it finished; another target may have been disrupted at the same time (" + err.Error() + ")"
+	}
+	return ""
 }
 
 // table is the repave's phases: the forward chain to clean, then the
@@ -206,6 +218,10 @@ func (d *Deps) switchOld(ctx context.Context, st *State, target isolation.Backen
 		return err
 	}
 	if st.SwitchAt.IsZero() {
+		// The point of no return: a slot lost since the drain stops here.
+		if err := d.Requests.CheckSlot(st.RequestID); err != nil {
+			return err
+		}
 		d.handRuntime(ctx, st, old, target)
 		st.SwitchAt = d.now().UTC()
 		if err := saveState(d.Root, st); err != nil {
@@ -411,6 +427,9 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *dra
 		Timed: func(t requests.PhaseTiming, _ error) { st.Phases = append(st.Phases, t) }}
 	_, err = tr.Run(ctx, []transition.Phase{
 		{Name: string(Drain), What: "cordon the node, evict its pods", Run: func(ctx context.Context) error {
+			if err := d.Requests.CheckSlot(id); err != nil {
+				return err
+			}
 			if skipDrain {
 				return nil
 			}
@@ -434,6 +453,9 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *dra
 			return err
 		}},
 		{Name: string(RestartNode), What: "restart the node (its services, or its machine)", Run: func(ctx context.Context) error {
+			if err := d.Requests.CheckSlot(id); err != nil {
+				return err // before t0: the node was not stopped
+			}
 			t0 = d.now()
 			// The downtime starts when the node stopped serving, which a
 			// restart that keeps the machine reports (after containerd's
@@ -470,6 +492,7 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *dra
 		if w := d.syncLabels(ctx, a.Config, nil); w != "" {
 			rs.Warning = joinWarning(rs.Warning, w)
 		}
+		rs.Warning = joinWarning(rs.Warning, d.lostAfterSwitch(id))
 	}
 	if rs.Warning != "" {
 		st.Message += "; " + rs.Warning

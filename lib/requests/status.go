@@ -165,6 +165,9 @@ func (d *Dir) Prune(p Published, cutoff time.Time) ([]string, error) {
 		if err := atomicfile.Remove(path); err != nil {
 			return removed, fmt.Errorf("prune %s: %w", path, err)
 		}
+		if err := d.removeSlotLost(s.RequestID); err != nil {
+			return removed, fmt.Errorf("prune the slot marker of %s: %w", s.RequestID, err)
+		}
 		removed = append(removed, s.RequestID)
 		delete(present, s.RequestID)
 	}

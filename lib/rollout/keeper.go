@@ -28,6 +28,12 @@ type Keeper struct {
 	checked map[string]bool                   // operations looked up on the server by this process
 	next    map[string]time.Time              // earliest next attempt, by operation
 	uid     map[string]types.UID              // the operation UID the entries above are of, by operation
+
+	// OnLost, when set, is told of each slot Renew finds lost (the
+	// operation's name and what was seen), so that the work started under
+	// it stops before it disrupts the node. It runs with the keeper locked
+	// and must not call back into it.
+	OnLost func(op, reason string)
 }
 
 // Defaults of NewKeeper.
@@ -171,7 +177,10 @@ func (k *Keeper) Renew(ctx context.Context) {
 		switch {
 		case errors.Is(err, ErrLost):
 			delete(k.held, op)
-			k.log.Warn("lost the rollout slot: it was not renewed within its duration", "operation", op, "err", err.Error())
+			k.log.Warn("lost the rollout slot: it was taken over or deleted", "operation", op, "err", err.Error())
+			if k.OnLost != nil {
+				k.OnLost(op, err.Error())
+			}
 		case err != nil:
 			k.log.Warn("cannot renew the rollout slot; retrying", "operation", op, "lease", l.Name, "err", err.Error())
 		default:

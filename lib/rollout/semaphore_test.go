@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -341,5 +342,34 @@ func TestLeasesNoTargetMayHoldCountForNothing(t *testing.T) {
 	}
 	if l, _ := sem(f, "a", c).TryAcquire(ctx, op, 1, nil); l == nil {
 		t.Error("with no holders named, another node's lease still counted")
+	}
+}
+
+// TestKeeperTellsOfALostSlot: a slot taken over by another node (as any node
+// may, in its own name) is reported to OnLost at the next renewal.
+func TestKeeperTellsOfALostSlot(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	a := NewKeeper(f, "a", time.Minute, time.Millisecond, nil)
+	var lost []string
+	a.OnLost = func(op, reason string) { lost = append(lost, op+": "+reason) }
+	if ok, _, err := a.Try(ctx, op, 1, anyNode); !ok || err != nil {
+		t.Fatalf("take the slot: %v %v", ok, err)
+	}
+	a.Renew(ctx)
+	if len(lost) != 0 {
+		t.Fatalf("renewed a slot still held: lost %v", lost)
+	}
+	l := f.leases[Name(op.Name, 0)].DeepCopy()
+	l.Spec.HolderIdentity = "x"
+	if _, err := f.Update(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	a.Renew(ctx)
+	if len(lost) != 1 || !strings.Contains(lost[0], "roll: ") || !strings.Contains(lost[0], "held by x") {
+		t.Errorf("after the take-over: lost %v, want one report naming x", lost)
+	}
+	if a.Held(op) {
+		t.Error("the keeper still counts the slot held")
 	}
 }

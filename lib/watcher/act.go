@@ -201,8 +201,15 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 	case AwaitSlot:
 		return l.awaitSlot(ctx, a)
 	case KeepSlot:
-		if _, err := l.slots.Recover(ctx, slotOwner(a.Operation)); err != nil {
+		held, err := l.slots.Recover(ctx, slotOwner(a.Operation))
+		if err != nil {
 			return err
+		}
+		if !held {
+			// Its request runs, or is about to, and the slot it was
+			// written under is gone (taken over, or deleted, while this
+			// watcher was away): its worker must not disrupt the node.
+			l.slotLost(a.Operation.Name, "no rollout slot of operation "+a.Operation.Name+" is held by this node any more")
 		}
 		if a.Request != nil {
 			// Its Pending entry did not land with the request (rollout.go).

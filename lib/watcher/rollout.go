@@ -267,6 +267,26 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	return nil
 }
 
+// slotLost marks every request of operation op on disk (pending or claimed,
+// a repave or a restart) as having lost its rollout slot: its worker stops
+// before it disrupts the node, or, past its point of no return, records
+// that it finished without the slot (requests.MarkSlotLost).
+func (l *loop) slotLost(op, reason string) {
+	for _, k := range []requests.Kind{requests.Repave, requests.Restart} {
+		for _, read := range []func(requests.Kind) (*requests.Request, error){l.dir.Pending, l.dir.Claimed} {
+			r, err := read(k)
+			if err != nil || r == nil || r.Operation != op {
+				continue
+			}
+			if err := l.dir.MarkSlotLost(r.ID, reason); err != nil {
+				l.Log.Error("cannot tell the worker its rollout slot is lost", "request", r.ID, "err", err.Error())
+				continue
+			}
+			l.Log.Warn("rollout slot lost: the worker stops before it disrupts the node", "request", r.ID, "operation", op, "why", reason)
+		}
+	}
+}
+
 // slotOwner names op's slots: by name and UID, so the leases of an earlier
 // operation of the same name are not taken for this one's.
 func slotOwner(op *v1alpha1.MachineOperation) rollout.Owner {

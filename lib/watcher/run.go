@@ -139,6 +139,7 @@ func Run(ctx context.Context, o Options) error {
 	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1),
 		slots:       rollout.NewKeeper(rollout.REST{Client: mc.REST()}, o.NodeName, o.RolloutLease, poll, o.Log),
 		rolloutPoll: poll, targets: newTargetBook(poll), waitWrites: map[types.UID]*waitWrite{}}
+	l.slots.OnLost = l.slotLost
 	if o.BetweenReads != nil {
 		l.store.SetBetweenReads(o.BetweenReads)
 	}
