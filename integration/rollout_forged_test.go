@@ -289,3 +289,57 @@ func TestRolloutSlotTakenOver(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutForgedDelete: a node that is no target writes a Succeeded entry under its own name (and the summary
+// that follows from it) into a rollout in flight that asks to be deleted a second after it finishes, then deletes
+// it: refused, as it is for a target, since no node can show admission it is one. `kubeslot cluster expire`, the
+// cluster side's TTL, leaves it while its targets wait, and deletes it once they have finished and its TTL passed.
+func TestRolloutForgedDelete(t *testing.T) {
+	h := newRolloutFleet(t, "ro11", 2)
+	const outsider = "ro11-outsider"
+	forger := nodeAPI(t, h.cp, outsider)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	op := &v1alpha1.MachineOperation{Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationRepave,
+		MachineSelector: &v1alpha1.MachineSelector{MatchLabels: map[string]string{"rollout": "ro11"}},
+		Rollout:         &v1alpha1.Rollout{Paused: true}, TTLSecondsAfterFinished: ptrInt32(1)}}
+	op.Name = "ro11-repave"
+	if _, err := h.admin.CreateOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.admin.DeleteOperation(context.Background(), op.Name) })
+	h.waitOp(op.Name, time.Minute, "two targets Waiting (paused)", func(op *v1alpha1.MachineOperation) bool { return op.Status.Waiting == 2 })
+
+	now := metav1.NewTime(time.Now().Add(-time.Hour))
+	got, err := forger.UpdateOperationStatus(ctx, op.Name, func(op *v1alpha1.MachineOperation) error {
+		v1alpha1.SetMachineResult(op, v1alpha1.MachineOperationTarget{Name: outsider, NodeName: outsider,
+			Phase: v1alpha1.OperationSucceeded, CompletionTime: &now, Message: "forged"}, nil)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the outsider writes a finished entry of its own: %v", err)
+	}
+	if got.Status.Phase != v1alpha1.OperationSucceeded || got.Status.CompletionTime == nil {
+		t.Fatalf("the forged summary: %s, want Succeeded with a completionTime (what the delete rule once read)", describeOp(got))
+	}
+	err = forger.DeleteFinishedOperation(ctx, op.Name, got.UID, got.ResourceVersion)
+	wantRejected(t, "the outsider deletes the rollout in flight", err, apierrors.IsForbidden,
+		"node "+outsider+" may not delete MachineOperation "+op.Name+": it selects its Machines by label")
+
+	bin := buildKubeslot(t)
+	if stdout, _, code := runCLI(t, ctx, h.cp, bin, "cluster", "expire"); code != 0 || strings.Contains(stdout, op.Name) {
+		t.Fatalf("kubeslot cluster expire while the targets wait: exit %d, %q; want the operation kept", code, stdout)
+	}
+	if _, err := h.admin.GetOperation(ctx, op.Name); err != nil {
+		t.Fatalf("the rollout in flight is gone: %v", err)
+	}
+	h.unpause(op.Name)
+	h.waitOp(op.Name, 2*time.Minute, "both targets done", func(op *v1alpha1.MachineOperation) bool { return op.Status.Done == 2 })
+	time.Sleep(1500 * time.Millisecond) // its TTL
+	if stdout, _, code := runCLI(t, ctx, h.cp, bin, "cluster", "expire"); code != 0 || !strings.Contains(stdout, "deleted   "+op.Name) {
+		t.Errorf("kubeslot cluster expire after the TTL: exit %d, %q; want %s deleted", code, stdout, op.Name)
+	}
+	if _, err := h.admin.GetOperation(ctx, op.Name); !apierrors.IsNotFound(err) {
+		t.Errorf("after the expiry: %v, want the operation gone", err)
+	}
+}

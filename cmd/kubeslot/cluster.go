@@ -20,6 +20,9 @@ type clusterCmd struct {
 	Uninstall clusterUninstallCmd `cmd:"" help:"Remove what 'cluster install' installed."`
 	// The kubelets of kubeslot nodes ask the cluster for their serving
 	// certificates; Kubernetes approves none of those by itself.
+	// Agents expire only the operations of their own Machine; selector
+	// operations are expired here, with the cluster admin's rights.
+	Expire         clusterExpireCmd         `cmd:"" help:"Delete finished MachineOperations whose spec.ttlSecondsAfterFinished has passed, judging 'finished' from the entries of their enrolled targets (agents expire only those that name their own Machine)."`
 	ApproveServing clusterApproveServingCmd `cmd:"" name:"approve-serving" help:"Approve pending kubelet serving certificate requests that a node made for its own addresses (for clusters without an approver for kubernetes.io/kubelet-serving); others stay pending, with the reason."`
 }
 

@@ -1,7 +1,9 @@
 package watcher
 
-// spec.ttlSecondsAfterFinished: the watcher deletes a finished operation its
-// Machine took part in once completionTime + ttl has passed. Expiries decides
+// spec.ttlSecondsAfterFinished: the watcher deletes a finished operation
+// that names its Machine (machineRef) once completionTime + ttl has passed;
+// selector operations are the cluster side's to expire (lib/opexpiry), as
+// admission lets no node delete one. Expiries decides
 // (pure); expire deletes what is due and arms one timer for the next expiry,
 // so an idle watcher makes no API request for this. Every target's watcher
 // of a selector operation races to delete it: the delete names the UID and
@@ -53,7 +55,9 @@ func Expiries(ops []v1alpha1.MachineOperation, m *v1alpha1.Machine, node string,
 		switch {
 		case ttl == nil || *ttl < 0, !st.Phase.Finished(), st.CompletionTime == nil, op.DeletionTimestamp != nil:
 			continue
-		case op.Spec.MachineRef != nil && op.Spec.MachineRef.Name != m.Name:
+		case op.Spec.MachineRef == nil:
+			continue // a selector operation: the cluster side expires it (lib/opexpiry)
+		case op.Spec.MachineRef.Name != m.Name:
 			continue // another Machine's
 		}
 		if e := st.Target(m.Name, node); e == nil || !e.Phase.Finished() {

@@ -178,6 +178,16 @@ func SetMachineResult(op *MachineOperation, e MachineOperationTarget, check func
 	summarize(op, counted, e)
 }
 
+// Verified returns op's status as the entries check passes make it: the
+// summary recomputed from them alone, whatever summary a node wrote.
+// Readers that act on an operation's phase (the expiry of a finished
+// operation) read this, never the stored summary.
+func Verified(op *MachineOperation, check func(MachineOperationTarget) bool) MachineOperationStatus {
+	v := op.DeepCopy()
+	summarize(v, Counted(v, check), MachineOperationTarget{})
+	return v.Status
+}
+
 // summarize derives the summary from the counted entries; last is the
 // entry just written, whose message and generation the summary shows.
 func summarize(op *MachineOperation, counted []MachineOperationTarget, last MachineOperationTarget) {
