@@ -133,8 +133,8 @@ func TestClusterInstallIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Changed() || len(rep.Changes) != 11 {
-		t.Errorf("second install: %+v, want 11 objects, all unchanged", rep.Changes)
+	if rep.Changed() || len(rep.Changes) != 12 {
+		t.Errorf("second install: %+v, want 12 objects, all unchanged", rep.Changes)
 	}
 	for _, c := range rep.Changes {
 		if c.Action != clusterinstall.Unchanged {
@@ -174,8 +174,8 @@ func TestClusterUninstall(t *testing.T) {
 	}
 
 	stdout, _, code := runCLI(t, ctx, cp, bin, "cluster", "uninstall", "--delete-objects")
-	if code != 0 || strings.Count(stdout, " deleted\n") != 11 {
-		t.Errorf("uninstall --delete-objects: exit %d, want 0 and 11 objects deleted:\n%s", code, stdout)
+	if code != 0 || strings.Count(stdout, " deleted\n") != 12 {
+		t.Errorf("uninstall --delete-objects: exit %d, want 0 and 12 objects deleted:\n%s", code, stdout)
 	}
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {

@@ -231,13 +231,13 @@ func benchRolloutWait(b *testing.B, cp *kube.ControlPlane, n int) {
 				m.Labels = map[string]string{}
 			}
 			m.Labels["rollout-bench"] = prefix
-			m.Labels[v1alpha1.LabelEnrolled] = "true"
 			_, err = admin.UpdateMachine(ctx, m)
 		}
 		if err != nil {
 			b.Fatalf("label Machine %s: %v", name, err)
 		}
 	}
+	enroll(b, ctx, cp, f.Names()...)
 
 	// The same fleet idle first: what its agents cost without an operation is the fleet benchmark's figure, not
 	// the coordination's. In two halves, whose CPU rates differ by the noise a per-agent CPU figure is read against.

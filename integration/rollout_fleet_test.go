@@ -10,6 +10,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -136,7 +138,6 @@ func newRolloutFleet(t *testing.T, prefix string, n int) *roHarness {
 					m.Labels = map[string]string{}
 				}
 				m.Labels["rollout"], m.Labels["order"] = prefix, fmt.Sprint(i)
-				m.Labels[v1alpha1.LabelEnrolled] = "true"
 				if _, err = h.admin.UpdateMachine(wctx, m); err == nil {
 					break
 				}
@@ -147,7 +148,20 @@ func newRolloutFleet(t *testing.T, prefix string, n int) *roHarness {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	var names []string
+	for _, a := range h.agents {
+		names = append(names, a.name)
+	}
+	enroll(t, wctx, cp, names...)
 	return h
+}
+
+// enroll enrolls the Machines in the fleet as a cluster admin does (kubeslot cluster enroll).
+func enroll(t testing.TB, ctx context.Context, cp *kube.ControlPlane, machines ...string) {
+	t.Helper()
+	if _, err := clusterinstall.Enroll(ctx, cp.AdminConfig(), machines, true, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("enroll %v: %v", machines, err)
+	}
 }
 
 // startAgent runs a's watcher until a.cancel.
@@ -508,7 +522,7 @@ func TestRolloutAPI(t *testing.T) {
 		wantRejected(t, "change of "+m.name, err, apierrors.IsInvalid, m.want)
 	}
 
-	// Slots: an agent holds them in its own name only.
+	// Slots: only an enrolled node takes one, and only in its own name.
 	a := rollout.REST{Client: nodeAPI(t, cp, "roapi-a").REST()}
 	b := rollout.REST{Client: nodeAPI(t, cp, "roapi-b").REST()}
 	lease := func(name, holder string) *v1alpha1.RolloutLease {
@@ -516,14 +530,29 @@ func TestRolloutAPI(t *testing.T) {
 		l.Name, l.Labels = name, map[string]string{v1alpha1.LabelOperation: "roapi-ok"}
 		return l
 	}
-	// The policy is new with this install: wait until it is in force (the apiserver loads policies a little later).
+	_, err = a.Create(ctx, lease("roapi-ok-0", "roapi-a"))
+	wantRejected(t, "node roapi-a, not enrolled, takes a slot in its own name", err, apierrors.IsForbidden,
+		`cannot create resource "rolloutleases"`)
+	for _, n := range []string{"roapi-a", "roapi-b"} {
+		m := testMachine(n, n)
+		m.Labels = nil
+		if _, err := admin.CreateMachine(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.DeleteMachine(context.Background(), n) })
+	}
+	enroll(t, ctx, cp, "roapi-a", "roapi-b")
+	// The binding and the policy are new: wait until both are in force (the apiserver loads them a little later).
 	deadline := time.Now().Add(time.Minute)
 	for {
 		_, err = a.Create(ctx, lease("roapi-ok-0", "roapi-b"))
-		if err != nil || time.Now().After(deadline) {
+		rbacPending := apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource")
+		if (err != nil && !rbacPending) || time.Now().After(deadline) {
 			break
 		}
-		adminDeleteLease(admin, "roapi-ok-0")
+		if err == nil {
+			adminDeleteLease(admin, "roapi-ok-0")
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	wantRejected(t, "agent A takes a slot in B's name", err, apierrors.IsForbidden, `spec.holderIdentity must be "roapi-a"`)

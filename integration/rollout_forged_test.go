@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
@@ -137,14 +138,15 @@ func TestRolloutForgedMachine(t *testing.T) {
 	}
 }
 
-// TestRolloutForgedCountAndLeases: a node that is no target inflates status.targets from 3 to 400 (with maxUnavailable
-// 25 %, 100 slots instead of 1) and squats the rollout's slots with leases of its own: slot 0 without an owner, and a
-// lease of a name no slot has, both for an hour. The agents size the rollout from their own List of the enrolled
-// targets and count neither lease: one target at a time, and the rollout finishes.
+// TestRolloutForgedCountAndLeases: a node of the fleet that is no target of this rollout (enrolled, in another pool)
+// inflates status.targets from 3 to 400 (with maxUnavailable 25 %, 100 slots instead of 1) and squats the rollout's
+// slots with leases of its own: slot 0 without an owner, and a lease of a name no slot has, both for an hour. The
+// agents size the rollout from their own List of the enrolled targets and count neither lease: one target at a time,
+// and the rollout finishes.
 func TestRolloutForgedCountAndLeases(t *testing.T) {
 	h := newRolloutFleet(t, "ro9", 3)
 	const outsider = "ro9-outsider"
-	forger := nodeAPI(t, h.cp, outsider)
+	forger := h.fleetOutsider(outsider)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -210,7 +212,7 @@ func (h *roHarness) unpause(name string) {
 	}
 }
 
-// TestRolloutSlotTakenOver: a node that is no target takes a target's live slot over in its own name (admission
+// TestRolloutSlotTakenOver: a node of the fleet that is no target of this rollout takes a target's live slot over in its own name (admission
 // allows any node to write a lease in its own name) and deletes it, so that the next target gets the slot while the
 // victim still runs. The victim's watcher finds the slot lost at its next renewal and tells its worker, which stops
 // before its point of no return and says so on its entry; the other target then runs, and the rollout ends.
@@ -222,7 +224,7 @@ func TestRolloutSlotTakenOver(t *testing.T) {
 		a.hold = holds[a.name]
 	}
 	const outsider = "ro10-outsider"
-	forger := rollout.REST{Client: nodeAPI(t, h.cp, outsider).REST()}
+	forger := rollout.REST{Client: h.fleetOutsider(outsider).REST()}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var never int32
@@ -341,5 +343,36 @@ func TestRolloutForgedDelete(t *testing.T) {
 	}
 	if _, err := h.admin.GetOperation(ctx, op.Name); !apierrors.IsNotFound(err) {
 		t.Errorf("after the expiry: %v, want the operation gone", err)
+	}
+}
+
+// fleetOutsider enrolls a Machine for node name in another pool, as the cluster admin, and returns a client with that
+// node's credentials: a fleet member that no operation of the harness targets. A node no administrator enrolled may
+// not write a RolloutLease at all (TestRolloutAPI).
+func (h *roHarness) fleetOutsider(name string) *machineclient.Client {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := testMachine(name, name)
+	m.Labels = map[string]string{"pool": "elsewhere"}
+	if _, err := h.admin.CreateMachine(ctx, m); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = h.admin.DeleteMachine(context.Background(), name) })
+	enroll(h.t, ctx, h.cp, name)
+	c := nodeAPI(h.t, h.cp, name)
+	// The binding is in force once a dry-run create of a lease in its own name goes through.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l := &v1alpha1.RolloutLease{Spec: v1alpha1.RolloutLeaseSpec{HolderIdentity: name, LeaseDurationSeconds: 1}}
+		l.Name = name + "-probe"
+		err := c.REST().Post().Resource(v1alpha1.RolloutLeasesResource).Param("dryRun", "All").Body(l).Do(ctx).Error()
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("node %s enrolled, but still may not create a RolloutLease: %v", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

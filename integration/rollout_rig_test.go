@@ -253,9 +253,9 @@ func newRolloutRig(t *testing.T, ctx context.Context, prefix string, n int) *rol
 				m.Labels = map[string]string{}
 			}
 			m.Labels["rollout"], m.Labels["order"] = prefix, fmt.Sprint(i)
-			m.Labels[v1alpha1.LabelEnrolled] = "true"
 			m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainEvict}
 		})
+		enroll(t, ctx, h.cp, h.node)
 	}
 	rr.ns = hostName(prefix)
 	if _, err := rr.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rr.ns}}, metav1.CreateOptions{}); err != nil {

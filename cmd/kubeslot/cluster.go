@@ -20,6 +20,9 @@ type clusterCmd struct {
 	Uninstall clusterUninstallCmd `cmd:"" help:"Remove what 'cluster install' installed."`
 	// The kubelets of kubeslot nodes ask the cluster for their serving
 	// certificates; Kubernetes approves none of those by itself.
+	// Only a cluster admin enrolls a Machine in the fleet: nodes set no
+	// labels and bind no roles.
+	Enroll clusterEnrollCmd `cmd:"" help:"Enroll Machines in the fleet (label kubeslot.dev/enrolled=true, and their nodes' binding to kubeslot:fleet-member): only enrolled Machines are targets of selector operations and take rollout slots."`
 	// Agents expire only the operations of their own Machine; selector
 	// operations are expired here, with the cluster admin's rights.
 	Expire         clusterExpireCmd         `cmd:"" help:"Delete finished MachineOperations whose spec.ttlSecondsAfterFinished has passed, judging 'finished' from the entries of their enrolled targets (agents expire only those that name their own Machine)."`

@@ -1,7 +1,8 @@
 // Package clusterinstall puts kubeslot's cluster API into a cluster and
 // takes it out again: the CustomResourceDefinitions, the agents' RBAC and the
-// admission policies embedded in lib/api/v1alpha1. It is the logic of
-// `kubeslot cluster install|uninstall`, and the test rig calls it too.
+// admission policies embedded in lib/api/v1alpha1, and enrolls Machines in
+// the fleet. It is the logic of `kubeslot cluster install|uninstall|enroll`,
+// and the test rig calls it too.
 // Imported by cmd/kubeslot only.
 //
 // Install is idempotent: it applies every object with server-side apply
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
@@ -264,6 +266,13 @@ func Uninstall(ctx context.Context, cfg *rest.Config, log *slog.Logger, opts Uni
 		if err := refuseIfObjects(ctx, dc); err != nil {
 			return rep, err
 		}
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return rep, fmt.Errorf("cluster client: %w", err)
+	}
+	if err := deleteFleetBindings(ctx, cs); err != nil {
+		return rep, err
 	}
 	all := append(append([]*unstructured.Unstructured{}, crds...), access...)
 	for i := len(all) - 1; i >= 0; i-- {

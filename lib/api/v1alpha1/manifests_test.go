@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestAccessControlManifests(t *testing.T) {
 		"ValidatingAdmissionPolicy/kubeslot-agent-writes", "ValidatingAdmissionPolicyBinding/kubeslot-agent-writes",
 		"ValidatingAdmissionPolicy/kubeslot-agent-operation-targets", "ValidatingAdmissionPolicyBinding/kubeslot-agent-operation-targets",
 		"ValidatingAdmissionPolicy/kubeslot-agent-rollout-leases", "ValidatingAdmissionPolicyBinding/kubeslot-agent-rollout-leases",
-		"ClusterRole/kubeslot:agent", "ClusterRoleBinding/kubeslot:agent",
+		"ClusterRole/kubeslot:agent", "ClusterRole/kubeslot:fleet-member", "ClusterRoleBinding/kubeslot:agent",
 	}
 	if !slices.Equal(order, want) {
 		t.Fatalf("access control, in apply order:\n got %q\nwant %q (policies before the grant they limit)", order, want)
@@ -52,7 +53,7 @@ func TestAccessControlManifests(t *testing.T) {
 		"machines/status":          {"get", "update", "patch"},
 		"machineoperations":        {"get", "list", "watch", "delete"},
 		"machineoperations/status": {"get", "update", "patch"},
-		"rolloutleases":            {"get", "list", "create", "update", "delete"},
+		"rolloutleases":            {"get", "list"},
 	}
 	for res, verbs := range wantGrants {
 		if !slices.Equal(granted[res], verbs) {
@@ -61,6 +62,16 @@ func TestAccessControlManifests(t *testing.T) {
 	}
 	if len(granted) != len(wantGrants) {
 		t.Errorf("agents are granted %v", granted)
+	}
+	// Taking rollout slots: a role no manifest binds (kubeslot cluster enroll binds it per enrolled node).
+	fleet, _, _ := unstructured.NestedSlice(byName["ClusterRole/kubeslot:fleet-member"].Object, "rules")
+	if len(fleet) != 1 || fmt.Sprint(fleet[0].(map[string]any)["resources"]) != "[rolloutleases]" {
+		t.Errorf("kubeslot:fleet-member grants %v, want rolloutleases alone", fleet)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRoleBinding" && o.GetName() != "kubeslot:agent" {
+			t.Errorf("a manifest binds %s: only enrollment binds a node to the fleet role", o.GetName())
+		}
 	}
 	subjects, _, _ := unstructured.NestedSlice(byName["ClusterRoleBinding/kubeslot:agent"].Object, "subjects")
 	if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != NodesGroup {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/opexpiry"
 )
@@ -95,4 +96,26 @@ func (c expireCluster) ListMachines(ctx context.Context, selector string) ([]v1a
 
 func (c expireCluster) DeleteOperation(ctx context.Context, name string, uid types.UID, rv string) error {
 	return c.mc.DeleteFinishedOperation(ctx, name, uid, rv)
+}
+
+// clusterEnrollCmd makes Machines members of the fleet, or takes them out
+// (lib/clusterinstall.Enroll).
+type clusterEnrollCmd struct {
+	clusterFlags
+	Remove   bool     `help:"Take the Machines out of the fleet instead."`
+	Machines []string `arg:"" name:"machine" help:"Machines to enroll."`
+}
+
+func (c *clusterEnrollCmd) Run(e *env) error {
+	cfg, log, err := c.setup(e)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	done, err := clusterinstall.Enroll(ctx, cfg, c.Machines, !c.Remove, log)
+	for _, d := range done {
+		fmt.Fprintln(e.io.Stdout, d)
+	}
+	return err
 }
