@@ -86,6 +86,29 @@ func TestReleasePinsAndLocalMirror(t *testing.T) {
 	}
 }
 
+func TestUnpinnedKubeletWarning(t *testing.T) {
+	remote := with(noKubelet(), "kubernetes.release", `mirror = "https://dl.example.com/release"`)
+	w := mustParse(t, remote).UnpinnedKubeletWarning()
+	for _, want := range []string{"1.37.2", "https://dl.example.com/release", "kubelet_sha256"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q lacks %q", w, want)
+		}
+	}
+	for name, doc := range map[string]string{
+		"pinned":        with(remote, "kubernetes.release.kubelet_sha256", `"1.37.2" = "`+strings.Repeat("ab", 32)+`"`),
+		"explicit file": minimal,
+		"local mirror":  with(noKubelet(), "kubernetes.release", `mirror = "/srv/k8s/release"`),
+		"explicit wins": with(minimal, "kubernetes.release", `mirror = "https://dl.example.com/release"`),
+	} {
+		if w := mustParse(t, doc).UnpinnedKubeletWarning(); w != "" {
+			t.Errorf("%s: warning %q", name, w)
+		}
+	}
+	if w := mustParse(t, with(remote, "kubernetes.release.kubelet_sha256", `"1.36.0" = "`+strings.Repeat("ab", 32)+`"`)).UnpinnedKubeletWarning(); w == "" {
+		t.Error("a pin for another version does not pin kubernetes.version")
+	}
+}
+
 // Timeouts whose worst case does not fit in a worker unit's own start
 // timeout are refused, naming the sum and the bound.
 func TestTimeoutsFitTheStageBudget(t *testing.T) {
