@@ -195,6 +195,7 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 
 	m := testMachine("api-valid", "api-valid.example.com")
 	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA, Paths: []v1alpha1.DevicePath{"/dev/fuse", "/dev/dri/renderD128"}}
+	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://dl.example.com/release", KubeletSHA256: testSHA}
 	got, err := admin.CreateMachine(ctx, m)
 	if err != nil {
 		t.Fatalf("a valid Machine was refused: %v", err)
@@ -294,6 +295,14 @@ func TestAPIInvalidObjectsRejected(t *testing.T) {
 			[]string{"spec.node.taints[0]", "NoSchedule, PreferNoSchedule, NoExecute"}},
 		{"taint bad key", func(m *v1alpha1.Machine) { m.Spec.Node.Taints[0] = "-bad:NoSchedule" },
 			[]string{"spec.node.taints[0]", "key=value:Effect"}},
+		{"http release mirror", func(m *v1alpha1.Machine) {
+			m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "http://dl.example.com/release"}
+		},
+			[]string{"spec.node.kubernetesRelease.mirror", "https URL"}},
+		{"kubelet pin not a digest", func(m *v1alpha1.Machine) {
+			m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://dl.example.com/release", KubeletSHA256: "xyz"}
+		},
+			[]string{"spec.node.kubernetesRelease.kubeletSHA256", "sha256 digest"}},
 		{"version with v", func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = "v1.37.2" },
 			[]string{"spec.node.kubernetesVersion", "MAJOR.MINOR.PATCH"}},
 		{"node name", func(m *v1alpha1.Machine) { m.Spec.NodeName = "Node_1" },

@@ -165,7 +165,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		t.Fatalf("host: %v", err)
 	}
 	if o.Pods {
-		r.connect(append([]string{strings.TrimPrefix(cp.URL(), "https://"), strings.TrimSuffix(strings.TrimPrefix(r.srv.URL(""), "http://"), "/")}, o.Forward...))
+		r.connect(append([]string{strings.TrimPrefix(cp.URL(), "https://"), r.srv.Addr(), r.srv.TLSAddr()}, o.Forward...))
 	}
 	rigTiming(t, "bootstrap rig: host boot", time.Since(t0))
 	t.Cleanup(func() {
@@ -216,7 +216,8 @@ func (r *bsRig) config(machine, rootfsSum string) string {
 		j := strings.Index(c, "[timeouts]")
 		c = c[:i] + c[j:]
 		c = strings.Replace(c, `version = "1.37.2"`, fmt.Sprintf("version = %q", r.release), 1)
-		c += fmt.Sprintf("\n[kubernetes.release]\nmirror = %q\n", r.srv.URL(bsReleaseDir))
+		// Over the mirror's https listener, trusting its own CA: an http release mirror is refused.
+		c += fmt.Sprintf("\n[kubernetes.release]\nmirror = %q\nca_pem = %q\n", r.srv.TLSURL(bsReleaseDir), r.srv.CAPEM())
 	}
 	if r.nodeReady != "" {
 		c = strings.Replace(c, `node_ready = "3m"`, fmt.Sprintf("node_ready = %q", r.nodeReady), 1)

@@ -47,6 +47,9 @@ func (c configCheckCmd) Run(e *env) error {
 		return cli.ErrReported
 	}
 	fmt.Fprintf(e.io.Stdout, "%s: ok\n  %s\n  fingerprint %s\n", c.File, cfg.Summary(), cfg.Fingerprint())
+	if w := cfg.UnpinnedKubeletWarning(); w != "" {
+		fmt.Fprintf(e.io.Stderr, "warning: %s\n", w)
+	}
 	if c.File != "-" {
 		if mode, exposed, err := config.ExposedMode(c.File, cfg); err == nil && exposed {
 			fmt.Fprintf(e.io.Stderr, "warning: %s\n", config.ExposureWarning(c.File, mode))

@@ -40,6 +40,22 @@ func TestConfigExampleChecks(t *testing.T) {
 	}
 }
 
+// config check warns about a kubelet from a remote mirror that nobody
+// pinned; the configuration is still valid, and a pin quiets it.
+func TestConfigCheckWarnsUnpinnedKubelet(t *testing.T) {
+	doc := string(config.Example())
+	i, j := strings.Index(doc, "\n[artifacts.kubelet]\n"), strings.Index(doc, "\n[artifacts.containerd]\n")
+	doc = doc[:i] + "\n[kubernetes.release]\nmirror = \"https://dl.k8s.io/release\"\n\n" + doc[j:]
+	code, out, errs := clitest.Call(run, doc, "config", "check", "-")
+	if code != exitcode.OK || !strings.Contains(out, "ok") || !strings.Contains(errs, "warning:") || !strings.Contains(errs, "kubelet_sha256") {
+		t.Fatalf("unpinned: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	doc += "\n[kubernetes.release.kubelet_sha256]\n\"1.37.2\" = \"" + strings.Repeat("ab", 32) + "\"\n"
+	if code, _, errs := clitest.Call(run, doc, "config", "check", "-"); code != exitcode.OK || errs != "" {
+		t.Errorf("pinned: exit %d, stderr %q", code, errs)
+	}
+}
+
 func TestConfigCheckBrokenFile(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "broken.toml")
 	broken := strings.Replace(string(config.Example()), `name = "worker-1"`, "name = \"worker-1\"\nflavour = \"x\"", 1)

@@ -197,9 +197,11 @@ version = %q
 cluster_dns = ["10.96.0.10"]
 cluster_domain = "demo.local"
 
-# the kubelet of the version, from a release tree laid out like https://dl.k8s.io/release
+# the kubelet of the version, from a release tree laid out like https://dl.k8s.io/release,
+# over https trusting the demo mirror's own CA (an http release mirror is refused)
 [kubernetes.release]
 mirror = %q
+ca_pem = %q
 
 [kubernetes.labels]
 "node.kubernetes.io/pool" = "demo"
@@ -211,7 +213,7 @@ sha256 = %q
 [timeouts]
 node_ready = "3m"
 stop = "30s"
-`, d.node, d.cp.URL(), string(d.cp.CAPEM()), token, d.kubePrev, d.mirror.URL(demoReleaseDir), d.mirror.URL("node-rootfs.tar.gz"),
+`, d.node, d.cp.URL(), string(d.cp.CAPEM()), token, d.kubePrev, d.mirror.TLSURL(demoReleaseDir), d.mirror.CAPEM(), d.mirror.URL("node-rootfs.tar.gz"),
 		d.sums["rootfs"]) + d.nodeTOML()
 }
 

@@ -86,7 +86,7 @@ func (d *demo) connectHost() error {
 	if err != nil {
 		return err
 	}
-	addrs := []string{strings.TrimPrefix(d.cp.URL(), "https://"), strings.TrimSuffix(strings.TrimPrefix(d.mirror.URL(""), "http://"), "/"), d.reg.Host}
+	addrs := []string{strings.TrimPrefix(d.cp.URL(), "https://"), d.mirror.Addr(), d.mirror.TLSAddr(), d.reg.Host}
 	for _, a := range addrs {
 		f, err := netfwd.Forward(ns, a, "", a)
 		if err != nil {

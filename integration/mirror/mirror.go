@@ -1,5 +1,6 @@
-// Package mirror is the test rig's artifact server: a plain HTTP server on
-// 127.0.0.1 that serves the files of one directory, each with a
+// Package mirror is the test rig's artifact server: an HTTP server on
+// 127.0.0.1, plain and (on a second port, with a CA of its own) https, that
+// serves the files of one directory, each with a
 // "<name>.sha256" companion in sha256sum format, the way kubeslot's agent
 // expects a real artifact mirror to. Faults can be injected per file to test
 // the agent's download checks.
@@ -9,6 +10,7 @@ package mirror
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -43,45 +45,77 @@ const (
 
 // Server serves a directory. Safe for concurrent use.
 type Server struct {
-	dir  string
-	root *os.Root
-	ln   net.Listener
-	srv  *http.Server
-	done chan struct{}
+	dir   string
+	root  *os.Root
+	ln    net.Listener
+	tlsLn net.Listener
+	caPEM []byte
+	srv   *http.Server
+	done  chan struct{}
 
 	mu     sync.Mutex
 	faults map[string]Fault
 	hits   map[string]int
 }
 
-// Start serves dir (created if missing) on a free port of 127.0.0.1 in
-// 20000–32767.
+// Start serves dir (created if missing) on two free ports of 127.0.0.1 in
+// 20000–32767: plain http, and https with a certificate of its own (TLSURL,
+// CAPEM).
 func Start(dir string) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("mirror: %w", err)
+	}
+	cert, caPEM, err := selfSigned()
+	if err != nil {
+		return nil, err
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("mirror: %w", err)
 	}
-	var ln net.Listener
-	for tries := 0; ln == nil; tries++ {
-		// below the ephemeral range, like every rig port (see kube.FreePorts)
+	ln, err := listen()
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	tlsLn, err := listen()
+	if err != nil {
+		ln.Close()
+		root.Close()
+		return nil, err
+	}
+	s := &Server{dir: dir, root: root, ln: ln, tlsLn: tlsLn, caPEM: caPEM, done: make(chan struct{}),
+		faults: map[string]Fault{}, hits: map[string]int{}}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	tlsLn = tls.NewListener(tlsLn, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	var wg sync.WaitGroup
+	for _, l := range []net.Listener{ln, tlsLn} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.srv.Serve(l) // returns http.ErrServerClosed on Close
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// listen takes a free port below the ephemeral range, like every rig port
+// (see kube.FreePorts).
+func listen() (net.Listener, error) {
+	for tries := 0; ; tries++ {
 		p := 20000 + rand.IntN(12768)
-		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil && tries > 1000 {
-			root.Close()
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		if tries > 1000 {
 			return nil, fmt.Errorf("mirror: no free port: %w", err)
 		}
 	}
-	s := &Server{dir: dir, root: root, ln: ln, done: make(chan struct{}),
-		faults: map[string]Fault{}, hits: map[string]int{}}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve(ln) // returns http.ErrServerClosed on Close
-	}()
-	return s, nil
 }
 
 // URL is the address of a file (or of its checksum, with ".sha256").

@@ -3,6 +3,8 @@ package mirror
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -81,5 +83,43 @@ func TestServeAddAndFaults(t *testing.T) {
 	}
 	if !strings.HasPrefix(s.URL("x"), "http://127.0.0.1:") {
 		t.Fatalf("URL %s not on loopback", s.URL("x"))
+	}
+}
+
+// The https listener serves the same files under the server's own CA, and
+// a client without that CA is refused.
+func TestServeTLS(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "blob")
+	if err := os.WriteFile(src, []byte("kubelet"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(filepath.Join(t.TempDir(), "srv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sum, err := s.Add("release/v1.37.2/kubelet", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(s.TLSURL("release/v1.37.2/kubelet")); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("without the CA: %v, want a certificate error", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(s.CAPEM())) {
+		t.Fatal("CAPEM holds no certificate")
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Get(s.TLSURL("release/v1.37.2/kubelet.sha256"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(string(b), sum) || s.Hits("release/v1.37.2/kubelet.sha256") != 1 {
+		t.Errorf("over https: %q, %d hits", b, s.Hits("release/v1.37.2/kubelet.sha256"))
+	}
+	if !strings.HasPrefix(s.TLSURL("x"), "https://"+s.TLSAddr()+"/") || s.TLSAddr() == s.Addr() {
+		t.Errorf("TLSURL %s, TLSAddr %s, Addr %s", s.TLSURL("x"), s.TLSAddr(), s.Addr())
 	}
 }

@@ -70,13 +70,20 @@ type Kubernetes struct {
 // sha256 in kubelet.sha256 beside it (lib/kuberelease). An air-gapped copy
 // of that tree works the same way.
 type Release struct {
-	// Mirror is an http(s) base URL or an absolute path, e.g.
-	// "https://dl.k8s.io/release".
+	// Mirror is an https base URL or an absolute path, e.g.
+	// "https://dl.k8s.io/release". Plain http is refused: whoever answers
+	// on the network would pick both the kubelet and its digest.
 	Mirror string `toml:"mirror" json:"mirror,omitempty"`
 	// CAFile or CAPEM (at most one) is the CA that signs an https mirror's
 	// certificate, when the system's roots do not.
 	CAFile string `toml:"ca_file" json:"ca_file,omitempty"`
 	CAPEM  string `toml:"ca_pem" json:"ca_pem,omitempty"`
+	// KubeletSHA256 pins the kubelet's digest per Kubernetes version
+	// ("1.37.2" = "<64 hex digits>"): the mirror's own kubelet.sha256 then
+	// has to agree with it, and is not trusted alone. Per version because a
+	// Machine's spec changes the version without this file changing, so an
+	// operator can pin the releases a node may move to ahead of time.
+	KubeletSHA256 map[string]string `toml:"kubelet_sha256" json:"kubelet_sha256,omitempty"`
 }
 
 // RootFS is the node root filesystem image installed into a slot.
@@ -316,6 +323,16 @@ func (c *Config) ApplyDefaults() {
 		}
 	}
 	c.RootFS.SHA256 = normalSHA256(c.RootFS.SHA256)
+	if pins := c.Kubernetes.Release.KubeletSHA256; len(pins) > 0 {
+		norm := make(map[string]string, len(pins))
+		for v, sum := range pins {
+			if len(v) > 1 && v[0] == 'v' && versionRE.MatchString(v[1:]) {
+				v = v[1:]
+			}
+			norm[v] = normalSHA256(sum)
+		}
+		c.Kubernetes.Release.KubeletSHA256 = norm
+	}
 }
 
 type artifactField struct {

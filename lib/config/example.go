@@ -65,13 +65,22 @@ sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 # laid out like the upstream downloads (<mirror>/v<version>/bin/linux/<arch>/
 # kubelet, checked against the kubelet.sha256 published beside it), so that a
 # Machine's spec.node.kubernetesVersion alone picks the kubelet; or one file
-# named in [artifacts.kubelet], which then wins.
+# named in [artifacts.kubelet], which then wins. The mirror must be https or
+# an absolute local path: over plain http the network would pick both the
+# kubelet, which runs as root, and its digest.
 # [kubernetes.release]
 # mirror = "https://dl.k8s.io/release"
 # CA of an https mirror whose certificate the system's roots do not sign
 # (ca_file or ca_pem, at most one).
 # ca_file = "/etc/kubeslot/mirror-ca.crt"
 # ca_pem = ""
+# The kubelet's digest per Kubernetes version, held by you rather than the
+# mirror. The mirror's kubelet.sha256 guards against a corrupted download,
+# not against a hostile mirror or network; a pin does. A pinned version is
+# checked against the pin, and the mirror's digest, when it has one, must
+# agree with it. Pin the releases a Machine may move this node to as well.
+# [kubernetes.release.kubelet_sha256]
+# "1.37.2" = "2222222222222222222222222222222222222222222222222222222222222222"
 
 [artifacts.kubelet]
 url = "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubelet"

@@ -52,6 +52,7 @@ func (c *Config) clone() *Config {
 	cp.Kubernetes.Labels = maps.Clone(c.Kubernetes.Labels)
 	cp.Kubernetes.Taints = slices.Clone(c.Kubernetes.Taints)
 	cp.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
+	cp.Kubernetes.Release.KubeletSHA256 = maps.Clone(c.Kubernetes.Release.KubeletSHA256)
 	cp.Isolation.Slots = slices.Clone(c.Isolation.Slots)
 	for _, a := range []**Artifact{&cp.Artifacts.KubeletPinned, &cp.Artifacts.Containerd, &cp.Artifacts.Runc, &cp.Artifacts.CNIPlugins} {
 		if *a != nil {

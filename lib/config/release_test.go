@@ -38,7 +38,15 @@ func TestReleaseMirrorErrors(t *testing.T) {
 	for name, tc := range map[string]struct{ doc, key, msg string }{
 		"no kubelet and no mirror": {noKubelet(), "artifacts.kubelet.url", "missing"},
 		"mirror not a URL": {with(noKubelet(), "kubernetes.release", `mirror = "dl.example.com/release"`),
-			"kubernetes.release.mirror", "http(s) URL"},
+			"kubernetes.release.mirror", "https URL"},
+		"plain http mirror": {with(noKubelet(), "kubernetes.release", `mirror = "http://dl.example.com/release"`),
+			"kubernetes.release.mirror", `"http://dl.example.com/release": must be https`},
+		"pin without mirror": {with(minimal, "kubernetes.release.kubelet_sha256", `"1.37.2" = "`+strings.Repeat("ab", 32)+`"`),
+			"kubernetes.release.mirror", "kubelet_sha256"},
+		"pin not a digest": {with(with(noKubelet(), "kubernetes.release", `mirror = "https://m.example.com"`), "kubernetes.release.kubelet_sha256", `"1.37.2" = "abc"`),
+			`kubernetes.release.kubelet_sha256."1.37.2"`, `"abc": must be a sha256 digest`},
+		"pin key not a version": {with(with(noKubelet(), "kubernetes.release", `mirror = "https://m.example.com"`), "kubernetes.release.kubelet_sha256", `"latest" = "`+strings.Repeat("ab", 32)+`"`),
+			"kubernetes.release.kubelet_sha256.latest", "MAJOR.MINOR.PATCH"},
 		"mirror with query": {with(noKubelet(), "kubernetes.release", `mirror = "https://dl.example.com/r?sig=secret"`),
 			"kubernetes.release.mirror", "query"},
 		"ca on http": {with(with(noKubelet(), "kubernetes.release", `mirror = "http://dl.example.com/release"`), "kubernetes.release", `ca_file = "/etc/ca.crt"`),
@@ -60,6 +68,44 @@ func TestReleaseMirrorErrors(t *testing.T) {
 			}
 			t.Errorf("errors %v: want one on %s containing %q", errs, tc.key, tc.msg)
 		})
+	}
+}
+
+// A local mirror stays allowed, and pins are normalised like every digest
+// (a "v" before the version, uppercase hex) so the fingerprint sees one form.
+func TestReleasePinsAndLocalMirror(t *testing.T) {
+	up := strings.Repeat("AB", 32)
+	doc := with(with(noKubelet(), "kubernetes.release", `mirror = "/srv/k8s/release"`), "kubernetes.release.kubelet_sha256", `"v1.37.2" = "`+up+`"`)
+	c := mustParse(t, doc)
+	if got := c.Kubernetes.Release.KubeletSHA256; len(got) != 1 || got["1.37.2"] != strings.ToLower(up) {
+		t.Errorf("pins %v, want 1.37.2 = lowercase digest", got)
+	}
+	plain := mustParse(t, with(noKubelet(), "kubernetes.release", `mirror = "/srv/k8s/release"`))
+	if plain.Fingerprint() == c.Fingerprint() {
+		t.Error("a pin is a setting: it must change the fingerprint")
+	}
+}
+
+func TestUnpinnedKubeletWarning(t *testing.T) {
+	remote := with(noKubelet(), "kubernetes.release", `mirror = "https://dl.example.com/release"`)
+	w := mustParse(t, remote).UnpinnedKubeletWarning()
+	for _, want := range []string{"1.37.2", "https://dl.example.com/release", "kubelet_sha256"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q lacks %q", w, want)
+		}
+	}
+	for name, doc := range map[string]string{
+		"pinned":        with(remote, "kubernetes.release.kubelet_sha256", `"1.37.2" = "`+strings.Repeat("ab", 32)+`"`),
+		"explicit file": minimal,
+		"local mirror":  with(noKubelet(), "kubernetes.release", `mirror = "/srv/k8s/release"`),
+		"explicit wins": with(minimal, "kubernetes.release", `mirror = "https://dl.example.com/release"`),
+	} {
+		if w := mustParse(t, doc).UnpinnedKubeletWarning(); w != "" {
+			t.Errorf("%s: warning %q", name, w)
+		}
+	}
+	if w := mustParse(t, with(remote, "kubernetes.release.kubelet_sha256", `"1.36.0" = "`+strings.Repeat("ab", 32)+`"`)).UnpinnedKubeletWarning(); w == "" {
+		t.Error("a pin for another version does not pin kubernetes.version")
 	}
 }
 

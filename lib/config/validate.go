@@ -76,10 +76,11 @@ var (
 )
 
 const (
-	dnsLabelHelp     = "must be a DNS-1123 label: at most 63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit"
-	dnsSubdomainHelp = "must be a DNS-1123 subdomain: dot-separated DNS-1123 labels (lowercase letters, digits and '-'), at most 253 characters"
-	sourceHelp       = "must be an http(s) URL with a host or an absolute path"
-	rootfsSourceHelp = sourceHelp + ", or an OCI image \"oci://<registry>/<repository>[:<tag>]\" (then rootfs.sha256 is the image manifest digest)"
+	dnsLabelHelp      = "must be a DNS-1123 label: at most 63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit"
+	dnsSubdomainHelp  = "must be a DNS-1123 subdomain: dot-separated DNS-1123 labels (lowercase letters, digits and '-'), at most 253 characters"
+	sourceHelp        = "must be an http(s) URL with a host or an absolute path"
+	releaseMirrorHelp = "must be an https URL with a host or an absolute path, the base of a tree laid out like https://dl.k8s.io/release"
+	rootfsSourceHelp  = sourceHelp + ", or an OCI image \"oci://<registry>/<repository>[:<tag>]\" (then rootfs.sha256 is the image manifest digest)"
 )
 
 func isDNSLabel(s string) bool { return len(s) <= 63 && labelRE.MatchString(s) }
@@ -293,11 +294,19 @@ func (v *validator) release(r *Release) {
 		if r.CAFile != "" || r.CAPEM != "" {
 			v.fail(append(p, "mirror"), "", "missing: a CA is set for the release mirror, but no mirror")
 		}
+		if len(r.KubeletSHA256) > 0 {
+			v.fail(append(p, "mirror"), "", "missing: kubernetes.release.kubelet_sha256 pins the release mirror's kubelet, but there is no mirror")
+		}
 		return
 	}
-	v.sourceWithHelp(append(p, "mirror"), r.Mirror, sourceHelp+", the base of a tree laid out like https://dl.k8s.io/release")
+	v.sourceWithHelp(append(p, "mirror"), r.Mirror, releaseMirrorHelp)
 	if u, err := url.Parse(r.Mirror); err == nil && (u.RawQuery != "" || u.Fragment != "") {
 		v.fail(append(p, "mirror"), safeURL(r.Mirror), "must not have a query or fragment: paths are appended to it")
+	}
+	if strings.HasPrefix(r.Mirror, "http://") {
+		// Whoever answers on the network would pick both the kubelet,
+		// which runs as root, and the digest it is checked against.
+		v.fail(append(p, "mirror"), safeURL(r.Mirror), "must be https (or an absolute local path): over plain http the network picks both the kubelet and its digest")
 	}
 	switch {
 	case r.CAFile != "" && r.CAPEM != "":
@@ -308,6 +317,13 @@ func (v *validator) release(r *Release) {
 		v.absPath(append(p, "ca_file"), r.CAFile)
 	case r.CAPEM != "":
 		v.caPEM(append(p, "ca_pem"), r.CAPEM)
+	}
+	for _, ver := range SortedKeys(r.KubeletSHA256) {
+		kp := append(slices.Clone(p), "kubelet_sha256", ver)
+		if !versionRE.MatchString(ver) {
+			v.fail(kp, quote(ver), `the key must be a Kubernetes release MAJOR.MINOR.PATCH, e.g. "1.37.2"`)
+		}
+		v.sha256(kp, r.KubeletSHA256[ver])
 	}
 }
 

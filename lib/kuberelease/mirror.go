@@ -57,8 +57,9 @@ func NewMirror(root *hostroot.Root, rel config.Release) (*Mirror, error) {
 	return &Mirror{root: root, client: c}, nil
 }
 
-// Client is the HTTP client for downloads from rel's mirror: nil (the
-// default client) unless rel names a CA.
+// Client is the HTTP client for downloads from rel's mirror: trusting
+// rel's CA when it names one, else the system's roots, and never following
+// a redirect off https (see refuseInsecureRedirect).
 func Client(root *hostroot.Root, rel config.Release) (*http.Client, error) {
 	pem := []byte(rel.CAPEM)
 	if rel.CAFile != "" {
@@ -70,17 +71,44 @@ func Client(root *hostroot.Root, rel config.Release) (*http.Client, error) {
 			return nil, fmt.Errorf("kubernetes.release.ca_file: %w", err)
 		}
 	}
-	if len(pem) == 0 {
-		return nil, nil
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, errors.New("kubernetes.release: the mirror's CA holds no PEM certificate")
-	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	tr.ResponseHeaderTimeout = 30 * time.Second
-	return &http.Client{Transport: tr}, nil
+	if len(pem) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("kubernetes.release: the mirror's CA holds no PEM certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr, CheckRedirect: refuseInsecureRedirect}, nil
+}
+
+// ErrInsecureRedirect is what a redirect from the https mirror to a URL that
+// is not https fails with: whoever answers plain http would pick the file.
+var ErrInsecureRedirect = errors.New("redirect away from https refused")
+
+// refuseInsecureRedirect lets the mirror redirect (a CDN commonly does)
+// only to https, and at most 10 times like the default policy.
+func refuseInsecureRedirect(req *http.Request, via []*http.Request) error {
+	if req.URL.Scheme != "https" {
+		from := via[len(via)-1].URL
+		return fmt.Errorf("%w: %s redirected to %s", ErrInsecureRedirect, artifact.Redact(from.String()), artifact.Redact(req.URL.String()))
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}
+
+// CheckMirror refuses a mirror that is neither an https URL nor an
+// absolute local path: over plain http whoever answers on the network
+// picks both the kubelet, which runs as root, and its digest. field names
+// the setting in the error.
+func CheckMirror(field, mirror string) error {
+	if strings.HasPrefix(mirror, "/") || strings.HasPrefix(mirror, "https://") {
+		return nil
+	}
+	return fmt.Errorf("%s %q: the release mirror must be an https URL or an absolute local path", field, artifact.Redact(mirror))
 }
 
 var digestRE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
@@ -132,6 +160,9 @@ func (m *Mirror) read(ctx context.Context, source string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", artifact.Redact(source), err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("%s: %s: %w", artifact.Redact(source), resp.Status, os.ErrNotExist)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", artifact.Redact(source), resp.Status)
 	}
@@ -141,20 +172,37 @@ func (m *Mirror) read(ctx context.Context, source string) ([]byte, error) {
 // Pin finds cfg's kubelet on its release mirror and records it in
 // cfg.Artifacts.KubeletPinned. It does nothing when artifacts.kubelet is
 // set (an explicit file wins), when the configuration names no mirror, or
-// when the pin is already for this version on this mirror: a resumed
-// transition installs what it started with.
+// when the pin is already for this version on this mirror (and agrees with
+// the operator's digest): a resumed transition installs what it started
+// with.
+//
+// The digest recorded is the operator's kubernetes.release.kubelet_sha256
+// for the version when there is one; the mirror's own .sha256 then only has
+// to agree with it, and may be missing. Without a pin the mirror's digest is
+// all there is: it catches a corrupted download, not a hostile mirror.
 func Pin(ctx context.Context, m *Mirror, cfg *config.Config) error {
 	rel := cfg.Kubernetes.Release
 	if cfg.Artifacts.Kubelet.URL != "" || rel.Mirror == "" {
 		return nil
 	}
-	u := KubeletURL(rel.Mirror, cfg.Kubernetes.Version)
-	if p := cfg.Artifacts.KubeletPinned; p != nil && p.URL == u {
+	if err := CheckMirror("kubernetes.release.mirror", rel.Mirror); err != nil {
+		return err
+	}
+	v := cfg.Kubernetes.Version
+	u := KubeletURL(rel.Mirror, v)
+	want := rel.KubeletSHA256[v]
+	if p := cfg.Artifacts.KubeletPinned; p != nil && p.URL == u && (want == "" || p.SHA256 == want) {
 		return nil
 	}
 	sum, err := m.Checksum(ctx, u)
-	if err != nil {
-		return fmt.Errorf("kubelet %s on the release mirror (kubernetes.release.mirror): %w", cfg.Kubernetes.Version, err)
+	switch {
+	case err != nil && (want == "" || !errors.Is(err, os.ErrNotExist)):
+		return fmt.Errorf("kubelet %s on the release mirror (kubernetes.release.mirror): %w", v, err)
+	case err == nil && want != "" && sum != want:
+		return fmt.Errorf("kubelet %s: the release mirror's %s.sha256 is %s, but kubernetes.release.kubelet_sha256 pins %q = %q: refusing a kubelet the operator did not pin",
+			v, artifact.Redact(u), sum, v, want)
+	case want != "":
+		sum = want
 	}
 	cfg.Artifacts.KubeletPinned = &config.Artifact{URL: u, SHA256: sum}
 	return nil

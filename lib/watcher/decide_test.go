@@ -511,6 +511,13 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") {
 		t.Errorf("bad mirror: %v, want an error naming the spec field", err)
 	}
+	// Plain http is refused by the Go-side check too (the CRD refuses it
+	// first), naming the spec field and its value.
+	m.Spec.Node.KubernetesRelease.Mirror = "http://mirror.example/release"
+	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") ||
+		!strings.Contains(err.Error(), "http://mirror.example/release") || !strings.Contains(err.Error(), "https") {
+		t.Errorf("http mirror: %v, want an error naming the spec field, the value and https", err)
+	}
 	// Registered from a configuration whose kubelet comes from its mirror.
 	a2 := applied(t)
 	a2.Config.Kubernetes.Release.Mirror = "https://mirror.example/release"
@@ -521,6 +528,48 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 	}
 	if d, err := Desired(a2.Config, &m2.Spec.Node); err != nil || d.Fingerprint() != a2.Config.Fingerprint() {
 		t.Errorf("registered from a mirror configuration, it asks for another: %v", err)
+	}
+}
+
+// A spec's kubelet digest pins its version's kubelet on top of the host's
+// pins; it may not contradict a host pin for the same version.
+func TestDesiredKubeletPin(t *testing.T) {
+	hostSum, specSum := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
+	a := applied(t)
+	a.Config.Kubernetes.Release = config.Release{Mirror: "https://host.example/release", KubeletSHA256: map[string]string{"1.36.0": hostSum}}
+	a.Config.Artifacts.Kubelet = config.Artifact{}
+	m := NewMachine("m1", node, a)
+	m.Spec.Node.KubernetesVersion = "1.37.1"
+	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://mirror.example/release", KubeletSHA256: v1alpha1.SHA256(specSum)}
+	d, err := Desired(a.Config, &m.Spec.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Kubernetes.Release.KubeletSHA256; len(got) != 2 || got["1.37.1"] != specSum || got["1.36.0"] != hostSum {
+		t.Errorf("desired pins %v, want the host's and the spec's", got)
+	}
+	if len(a.Config.Kubernetes.Release.KubeletSHA256) != 1 {
+		t.Errorf("Desired changed the applied pins: %v", a.Config.Kubernetes.Release.KubeletSHA256)
+	}
+	// No spec mirror: the host's pins alone.
+	m.Spec.Node.KubernetesRelease = nil
+	if d, err := Desired(a.Config, &m.Spec.Node); err != nil || d.Kubernetes.Release.KubeletSHA256["1.36.0"] != hostSum {
+		t.Errorf("host pins without a spec mirror: %v, %v", d, err)
+	}
+	// The spec contradicts the host's pin for the version.
+	m.Spec.Node.KubernetesVersion = "1.36.0"
+	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://mirror.example/release", KubeletSHA256: v1alpha1.SHA256(specSum)}
+	_, err = Desired(a.Config, &m.Spec.Node)
+	for _, want := range []string{"spec.node.kubernetesRelease.kubeletSHA256", specSum, "kubernetes.release.kubelet_sha256", hostSum} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("contradicting pins: %v, want an error containing %q", err, want)
+		}
+	}
+	// A malformed spec digest (the CRD refuses it first) is named by its field.
+	m.Spec.Node.KubernetesVersion = "1.37.1"
+	m.Spec.Node.KubernetesRelease.KubeletSHA256 = "XYZ"
+	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.kubeletSHA256") || !strings.Contains(err.Error(), "XYZ") {
+		t.Errorf("bad spec digest: %v", err)
 	}
 }
 

@@ -43,7 +43,20 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, er
 	// The repaver looks the kubelet up again for the desired version.
 	c.Artifacts.KubeletPinned = nil
 	if r := n.KubernetesRelease; r != nil {
-		c.Kubernetes.Release = config.Release{Mirror: string(r.Mirror), CAPEM: r.CAPEM}
+		// The host's pins stay: the spec picks the mirror, not which
+		// binaries the host's operator accepts for a version.
+		pins := maps.Clone(c.Kubernetes.Release.KubeletSHA256)
+		if sum := string(r.KubeletSHA256); sum != "" {
+			if host, ok := pins[n.KubernetesVersion]; ok && host != sum {
+				return nil, fmt.Errorf("spec.node.kubernetesRelease.kubeletSHA256 %q disagrees with the host's kubernetes.release.kubelet_sha256 %q = %q: the kubelet of %s has one digest",
+					sum, n.KubernetesVersion, host, n.KubernetesVersion)
+			}
+			if pins == nil {
+				pins = map[string]string{}
+			}
+			pins[n.KubernetesVersion] = sum
+		}
+		c.Kubernetes.Release = config.Release{Mirror: string(r.Mirror), CAPEM: r.CAPEM, KubeletSHA256: pins}
 		if n.Artifacts == nil || n.Artifacts.Kubelet == nil {
 			// The spec picks the mirror: a kubelet file the host's
 			// configuration named is not the spec's version's.
@@ -84,6 +97,7 @@ func specPaths(s string) string {
 		"node.devices.paths", "spec.node.devices.paths",
 		"kubernetes.release.mirror", "spec.node.kubernetesRelease.mirror",
 		"kubernetes.release.ca_pem", "spec.node.kubernetesRelease.caPEM",
+		"kubernetes.release.kubelet_sha256", "spec.node.kubernetesRelease.kubeletSHA256",
 	).Replace(s)
 }
 
@@ -92,6 +106,7 @@ func clone(c *config.Config) *config.Config {
 	out.Kubernetes.Labels = maps.Clone(c.Kubernetes.Labels)
 	out.Kubernetes.Taints = slices.Clone(c.Kubernetes.Taints)
 	out.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
+	out.Kubernetes.Release.KubeletSHA256 = maps.Clone(c.Kubernetes.Release.KubeletSHA256)
 	out.Isolation.Slots = slices.Clone(c.Isolation.Slots)
 	for _, p := range []**config.Artifact{&out.Artifacts.KubeletPinned, &out.Artifacts.Containerd, &out.Artifacts.Runc, &out.Artifacts.CNIPlugins} {
 		if *p != nil {

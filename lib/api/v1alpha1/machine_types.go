@@ -268,13 +268,18 @@ type DevicePath string
 
 // KubernetesRelease is a mirror laid out like the upstream release
 // downloads: <mirror>/v<version>/bin/linux/<arch>/kubelet, with the file's
-// sha256 published beside it as kubelet.sha256, which is always checked.
+// sha256 published beside it as kubelet.sha256, which is always checked
+// when present. That digest guards against a corrupted download only: the
+// mirror serves it too. KubeletSHA256 is the digest held by whoever writes
+// the spec.
 type KubernetesRelease struct {
-	// Mirror is the base URL, e.g. https://dl.k8s.io/release.
+	// Mirror is the base URL, e.g. https://dl.k8s.io/release. It must be
+	// https: over plain http the network picks both the kubelet, which runs
+	// as root, and its digest.
 	//
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0 && !self.contains('?') && !self.contains('#')",message="must be an http or https URL with a host and no query, e.g. https://dl.k8s.io/release"
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && size(url(self).getHostname()) > 0 && !self.contains('?') && !self.contains('#')",message="must be an https URL with a host and no query, e.g. https://dl.k8s.io/release"
 	Mirror URL `json:"mirror"`
 	// CAPEM is the PEM CA that signs an https mirror's certificate, when
 	// the host's system roots do not.
@@ -282,6 +287,13 @@ type KubernetesRelease struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536
 	CAPEM string `json:"caPEM,omitempty"`
+	// KubeletSHA256 pins the digest of the kubelet of kubernetesVersion:
+	// the download is checked against it, and the mirror's kubelet.sha256,
+	// when there is one, must agree. It must also agree with a pin the
+	// host's configuration holds for that version.
+	//
+	// +optional
+	KubeletSHA256 SHA256 `json:"kubeletSHA256,omitempty"`
 }
 
 // LabelValue is the value of a node label. (A type of its own so that the
