@@ -447,6 +447,16 @@ func TestAPIWatchHelpers(t *testing.T) {
 	if _, err := w.CreateMachine(ctx, nodeMachine("api-w", "api-w")); err != nil {
 		t.Fatal(err)
 	}
+	// The cluster admin labels and enrolls the Machine the node registered, so that a selector can target it.
+	own, err := admin.GetMachine(ctx, "api-w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.Labels = map[string]string{"pool": "api-w"}
+	if _, err := admin.UpdateMachine(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	enroll(t, ctx, cp, "api-w")
 	if _, err := admin.CreateMachine(ctx, testMachine("api-w-other", "api-w-other")); err != nil {
 		t.Fatal(err)
 	}

@@ -253,10 +253,11 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 		labels map[string]string
 		want   bool
 	}{
-		{map[string]string{"pool": "api-valid", "zone": "a"}, true},
-		{map[string]string{"pool": "api-valid"}, false},
-		{map[string]string{"pool": "api-valid", "zone": "b", "example.com/drain": ""}, false},
-		{map[string]string{"pool": "other", "zone": "a"}, false},
+		{map[string]string{"pool": "api-valid", "zone": "a", v1alpha1.LabelEnrolled: "true"}, true},
+		{map[string]string{"pool": "api-valid", "zone": "a"}, false}, // not enrolled
+		{map[string]string{"pool": "api-valid", v1alpha1.LabelEnrolled: "true"}, false},
+		{map[string]string{"pool": "api-valid", "zone": "b", "example.com/drain": "", v1alpha1.LabelEnrolled: "true"}, false},
+		{map[string]string{"pool": "other", "zone": "a", v1alpha1.LabelEnrolled: "true"}, false},
 	} {
 		m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: tc.labels}}
 		if got, err := sel.Targets(m); err != nil || got != tc.want {

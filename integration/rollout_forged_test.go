@@ -100,7 +100,7 @@ func TestRolloutForgedMachine(t *testing.T) {
 	defer cancel()
 
 	m := nodeMachine(outsider, outsider)
-	m.Labels = map[string]string{"rollout": "ro8", "order": "!", v1alpha1.LabelEnrolled: "true"}
+	m.Labels = map[string]string{"rollout": "ro8", "order": "0", v1alpha1.LabelEnrolled: "true"}
 	_, err := forger.CreateMachine(ctx, m)
 	wantRejected(t, "the outsider creates its Machine with the rollout's labels", err, apierrors.IsForbidden,
 		"may not create a Machine with metadata.labels or metadata.annotations")
