@@ -96,6 +96,7 @@ func TestPodsOnRig(t *testing.T) {
 	if code, err := p.kubeletAnonymous(ctx); err != nil || code != http.StatusUnauthorized {
 		t.Errorf("unauthenticated GET /pods on the kubelet: %d %v, want 401", code, err)
 	}
+	checkCISOnRig(t, ctx, r.bsRig, "a") // README's CIS table on the running node
 
 	// Restart in place, then repave onto slot b: the pods come back, and nothing is pulled again.
 	// A one-node cluster: evicted pods would have nowhere to go, so they stay (spec.disruption.drain None); what

@@ -377,7 +377,9 @@ func checkCA(b []byte) error {
 // start, or with protectKernelDefaults refuses to start). /proc/sys is
 // read-only in a node, so the kubelet unit binds read-only files holding
 // these values over them: the kubelet reads its values and writes nothing.
-// Host preparation sets the real values on the host.
+// The kernel's real values stay the host's own: host preparation does not
+// set these (which is why protectKernelDefaults stays false: the kubelet
+// would check the bound files, not the kernel).
 var kernelDefaults = map[string]string{
 	"vm/overcommit_memory":      "1",
 	"vm/panic_on_oom":           "0",

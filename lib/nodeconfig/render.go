@@ -30,11 +30,14 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 	}
 	files := []File{
 		{"/etc/hostname", []byte(cfg.Machine.Name + "\n"), 0o644},
-		{CAFile, creds.CAPEM, 0o644},
+		// The kubelet's own files are root's alone (0600, as the CIS
+		// benchmark's worker node section asks): only the kubelet, which
+		// runs as root, reads them.
+		{CAFile, creds.CAPEM, 0o600},
 		{BootstrapKubeconfig, creds.BootstrapKubeconfig, 0o600},
-		{KubeletConfig, []byte(kc), 0o644},
+		{KubeletConfig, []byte(kc), 0o600},
 		{ContainerdConfig, []byte(containerdTOML(cfg, opts)), 0o644},
-		{KubeletUnitPath, []byte(kubeletUnit(node, labels, opts)), 0o644},
+		{KubeletUnitPath, []byte(kubeletUnit(node, labels, opts)), 0o600},
 		{NodeTargetDropIn, []byte(nodeTargetDropIn(opts)), 0o644},
 	}
 	switch cniMode(cfg, opts) {
@@ -204,6 +207,17 @@ authorization:
   webhook: {cacheAuthorizedTTL: 5m0s, cacheUnauthorizedTTL: 30s}
 serverTLSBootstrap: true
 rotateCertificates: true
+# TLS 1.2 with forward secrecy and AEAD ciphers only (TLS 1.3's suites are
+# fixed)
+tlsCipherSuites: %s
+# an exec, attach or port-forward stream idle this long is closed (the
+# kubelet's default, written out so that it is checked)
+streamingConnectionIdleTimeout: 4h0m0s
+eventRecordQPS: 50
+# one pod's fork bomb stops at its own limit, not the node's
+podPidsLimit: %d
+# a container without a seccomp profile gets the runtime's default one
+seccompDefault: true
 containerRuntimeEndpoint: unix://`+ContainerdSocket+`
 registerNode: true
 registerWithTaints: %s
@@ -215,7 +229,7 @@ failSwapOn: false
 # a node; the firewall is the host's and the CNI's, not the kubelet's
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
-`, address, kubeletPort, healthzPort, CAFile, js(taints), js(k.ClusterDomain), js(dns))
+`, address, kubeletPort, healthzPort, CAFile, js(tlsCipherSuites), podPidsLimit, js(taints), js(k.ClusterDomain), js(dns))
 	switch opts.CgroupProfile() {
 	case CgroupsSystemd:
 		b.WriteString(`# cgroups (profile systemd): cgroup v2 with the controllers delegated to the
@@ -254,6 +268,24 @@ oomScoreAdj: 0
 	// Eviction thresholds and image GC: the kubelet's defaults.
 	return b.String(), nil
 }
+
+// tlsCipherSuites are the kubelet API's TLS 1.2 ciphers: ECDHE key
+// exchange and AEAD only, for the ECDSA key the kubelet makes for its
+// serving certificate and for an RSA one. They are the forward-secret part
+// of the CIS benchmark's strong list.
+var tlsCipherSuites = []string{
+	"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+	"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+	"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+	"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+	"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+}
+
+// podPidsLimit is the kubelet's limit on the processes (threads count) of
+// one pod: far above what a service needs, far below a node's pid_max, so a
+// runaway pod cannot starve the node of process IDs.
+const podPidsLimit = 4096
 
 func kubeletUnit(node, labels string, opts Options) string {
 	args := []string{

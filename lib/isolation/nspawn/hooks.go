@@ -227,7 +227,8 @@ func rewriteHostBlock(d HookDeps, log *slog.Logger, slot string) ([]string, erro
 // nodeIPFile is the kubelet drop-in in the node carrying --node-ip: the pinned address is in the kubelet's unit
 // already, so it is empty then; else the host's address, waited for (bounded), or empty when the host has none.
 func nodeIPFile(ctx context.Context, d HookDeps, log *slog.Logger, rec *HookRecord) (nodeconfig.File, error) {
-	f := nodeconfig.File{Path: nodeconfig.NodeIPDropIn, Mode: 0o644}
+	// 0600 like the kubelet unit it extends (nodeconfig.Render).
+	f := nodeconfig.File{Path: nodeconfig.NodeIPDropIn, Mode: 0o600}
 	body := func(comment, arg string) []byte {
 		return fmt.Appendf(nil, "# Written by kubeslot's pre-start hook before every node start.\n# %s\n[Service]\nEnvironment=%s=%s\n", comment, nodeconfig.NodeIPEnv, arg)
 	}
