@@ -62,8 +62,7 @@ const eventNamespace = metav1.NamespaceDefault
 // when node is not "") and approves those Check accepts; the others stay
 // pending for a person, with the reason in the result, the log and an
 // Event. Nothing is denied. It reads the Nodes and the apiserver's
-// endpoints once, after listing the requests, and approves nothing when it
-// cannot read them.
+// endpoints afresh for each request, and approves nothing when it cannot.
 func Approve(ctx context.Context, cs kubernetes.Interface, node string, opts Options) ([]Decision, error) {
 	opts.defaults()
 	list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + Signer})
@@ -141,21 +140,6 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, self string, host
 			cl.Others[addrKey(a.Address)] = n.Name
 		}
 	}
-	ep, err := cs.CoreV1().Endpoints(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, cl, fmt.Errorf("get Endpoints default/kubernetes: %w", err)
-	default:
-		for _, s := range ep.Subsets {
-			for _, a := range append(s.Addresses, s.NotReadyAddresses...) {
-				cl.APIServer[addrKey(a.IP)] = "Endpoints default/kubernetes"
-				if a.Hostname != "" {
-					cl.APIServer[addrKey(a.Hostname)] = "Endpoints default/kubernetes"
-				}
-			}
-		}
-	}
 	sl, err := cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
 	if err != nil {
 		return nil, cl, fmt.Errorf("list EndpointSlices default (service kubernetes): %w", err)
@@ -164,6 +148,25 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, self string, host
 		for _, e := range s.Endpoints {
 			for _, a := range e.Addresses {
 				cl.APIServer[addrKey(a)] = "EndpointSlice default/" + s.Name
+			}
+		}
+	}
+	// The v1 Endpoints only where there are no slices (deprecated: reading
+	// it draws a warning on every request).
+	if len(sl.Items) == 0 {
+		ep, err := cs.CoreV1().Endpoints(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, cl, fmt.Errorf("get Endpoints default/kubernetes: %w", err)
+		default:
+			for _, s := range ep.Subsets {
+				for _, a := range append(s.Addresses, s.NotReadyAddresses...) {
+					cl.APIServer[addrKey(a.IP)] = "Endpoints default/kubernetes"
+					if a.Hostname != "" {
+						cl.APIServer[addrKey(a.Hostname)] = "Endpoints default/kubernetes"
+					}
+				}
 			}
 		}
 	}

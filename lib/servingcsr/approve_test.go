@@ -18,32 +18,31 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// apiserverObjects: the kubernetes Endpoints at 10.213.0.10 and its
-// EndpointSlice also at 10.213.0.11.
-func apiserverObjects() []runtime.Object {
-	return []runtime.Object{
-		&corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"},
-			Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.213.0.10"}}}}},
-		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default",
-			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.213.0.11"}}}},
-	}
+// apiserverEndpoints: the kubernetes Endpoints at 10.213.0.10.
+func apiserverEndpoints() runtime.Object {
+	return &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"},
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.213.0.10"}}}}}
+}
+
+// apiserverSlice: its EndpointSlice, at 10.213.0.11.
+func apiserverSlice() runtime.Object {
+	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.213.0.11"}}}}
 }
 
 // TestApprove: a pending request that passes is approved; the others stay
 // pending with their reason and an Event; approved requests and other
 // nodes' are left alone. The apiserver's addresses come from its
-// Endpoints, EndpointSlices and the kubeconfig.
+// EndpointSlices and the kubeconfig.
 func TestApprove(t *testing.T) {
 	good := request(t, "good", "system:node:w1", "system:node:w1", []string{"w1"}, []string{"10.213.1.2"})
 	stolen := request(t, "stolen", "system:node:w1", "system:node:w1", nil, []string{"10.213.2.2"})
-	ep := request(t, "ep", "system:node:w1", "system:node:w1", nil, []string{"10.213.0.10"})
 	slice := request(t, "slice", "system:node:w1", "system:node:w1", nil, []string{"10.213.0.11"})
 	kcfg := request(t, "kcfg", "system:node:w1", "system:node:w1", nil, []string{"10.213.0.12"})
 	w2 := request(t, "w2", "system:node:w2", "system:node:w2", []string{"w2"}, nil)
-	objs := append(apiserverObjects(), testNode("w1", "10.213.2.2", "10.213.0.10", "10.213.0.11", "10.213.0.12"), testNode("w2"),
-		good, stolen, ep, slice, kcfg, w2)
-	cs := fake.NewClientset(objs...)
+	cs := fake.NewClientset(apiserverSlice(), testNode("w1", "10.213.2.2", "10.213.0.11", "10.213.0.12"), testNode("w2"),
+		good, stolen, slice, kcfg, w2)
 	opts := Options{Policy: testPolicy(t), APIServerHosts: []string{"10.213.0.12"}}
 	ds, err := Approve(t.Context(), cs, "w1", opts)
 	if err != nil {
@@ -53,9 +52,9 @@ func TestApprove(t *testing.T) {
 	for _, d := range ds {
 		got[d.CSR] = d
 	}
-	want := map[string]string{"stolen": "another Node, w2", "ep": "Endpoints default/kubernetes",
+	want := map[string]string{"stolen": "another Node, w2",
 		"slice": "EndpointSlice default/kubernetes", "kcfg": "the kubeconfig's server"}
-	if len(ds) != 5 || !got["good"].Approved {
+	if len(ds) != 4 || !got["good"].Approved {
 		t.Errorf("decisions %+v", ds)
 	}
 	for name, reason := range want {
@@ -73,8 +72,8 @@ func TestApprove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs.Items) != 4 {
-		t.Errorf("%d events, want 4 (one per request left pending)", len(evs.Items))
+	if len(evs.Items) != 3 {
+		t.Errorf("%d events, want 3 (one per request left pending)", len(evs.Items))
 	}
 	for _, e := range evs.Items {
 		if e.InvolvedObject.Kind != "CertificateSigningRequest" || e.Reason != EventReason || e.Type != corev1.EventTypeWarning {
@@ -85,8 +84,19 @@ func TestApprove(t *testing.T) {
 	if _, err := Approve(t.Context(), cs, "w1", opts); err != nil {
 		t.Fatal(err)
 	}
-	if evs, _ := cs.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{}); len(evs.Items) != 4 {
-		t.Errorf("%d events after a second pass, want still 4", len(evs.Items))
+	if evs, _ := cs.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{}); len(evs.Items) != 3 {
+		t.Errorf("%d events after a second pass, want still 3", len(evs.Items))
+	}
+}
+
+// TestApproveEndpoints: without EndpointSlices, the v1 Endpoints name the
+// apiserver.
+func TestApproveEndpoints(t *testing.T) {
+	ep := request(t, "ep", "system:node:w1", "system:node:w1", nil, []string{"10.213.0.10"})
+	cs := fake.NewClientset(apiserverEndpoints(), testNode("w1", "10.213.0.10"), ep)
+	ds, err := Approve(t.Context(), cs, "", Options{Policy: testPolicy(t)})
+	if err != nil || len(ds) != 1 || ds[0].Approved || !strings.Contains(ds[0].Reason, "Endpoints default/kubernetes") {
+		t.Errorf("decisions %+v, err %v", ds, err)
 	}
 }
 
@@ -120,7 +130,7 @@ func TestApproveUnreadableEndpoints(t *testing.T) {
 // TestWatch: a request filed while Watch runs is approved, one that breaks
 // a rule stays pending, and Watch returns nil once its context is done.
 func TestWatch(t *testing.T) {
-	cs := fake.NewClientset(append(apiserverObjects(), testNode("w1", "10.96.0.1"), testNode("w2"))...)
+	cs := fake.NewClientset(apiserverSlice(), testNode("w1", "10.96.0.1"), testNode("w2"))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
