@@ -81,7 +81,7 @@ func Approve(ctx context.Context, cs kubernetes.Interface, node string, opts Opt
 	}
 	var out []Decision
 	for _, csr := range todo {
-		d, err := decide(ctx, cs, csr, opts)
+		d, err := decide(ctx, cs, csr, opts, nil)
 		if err != nil {
 			return out, err
 		}
@@ -91,8 +91,11 @@ func Approve(ctx context.Context, cs kubernetes.Interface, node string, opts Opt
 }
 
 // decide reads the cluster, checks csr against it and approves it or
-// records why not. An error means nothing was decided.
-func decide(ctx context.Context, cs kubernetes.Interface, csr *certv1.CertificateSigningRequest, opts Options) (Decision, error) {
+// records why not. An error means nothing was decided. told, when not nil,
+// holds the reason each request was last left pending for: the same
+// reason again is logged at debug level only, so a watch's resyncs do not
+// repeat it.
+func decide(ctx context.Context, cs kubernetes.Interface, csr *certv1.CertificateSigningRequest, opts Options, told map[string]string) (Decision, error) {
 	n := NodeOf(csr)
 	d := Decision{CSR: csr.Name, Node: n}
 	// Read afresh for every request: a Node that registered a moment ago
@@ -103,6 +106,13 @@ func decide(ctx context.Context, cs kubernetes.Interface, csr *certv1.Certificat
 	}
 	if err := Check(csr, nodes[n], opts.Policy, cl); err != nil {
 		d.Reason = err.Error()
+		if r, ok := told[csr.Name]; ok && r == d.Reason {
+			opts.Log.Debug("kubelet serving request still pending", "csr", csr.Name, "node", n)
+			return d, nil
+		}
+		if told != nil {
+			told[csr.Name] = d.Reason
+		}
 		opts.Log.Warn("kubelet serving request left pending", "csr", csr.Name, "node", n, "reason", d.Reason)
 		recordPending(ctx, cs, csr, d.Reason, opts.Log)
 		return d, nil
@@ -116,6 +126,7 @@ func decide(ctx context.Context, cs kubernetes.Interface, csr *certv1.Certificat
 		return d, fmt.Errorf("approve %s: %w", csr.Name, err)
 	}
 	d.Approved = true
+	delete(told, csr.Name)
 	opts.Log.Info("kubelet serving request approved", "csr", csr.Name, "node", n)
 	return d, nil
 }

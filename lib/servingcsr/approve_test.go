@@ -3,6 +3,7 @@ package servingcsr
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,30 @@ func TestWatch(t *testing.T) {
 	}
 	if c, _ := csrs.Get(ctx, "svc", metav1.GetOptions{}); !pending(c) {
 		t.Error("a request for the Service IP was approved")
+	}
+}
+
+// TestDecideToldOnce: the watch logs a request's reason once, not at every
+// resync; a new reason is logged again.
+func TestDecideToldOnce(t *testing.T) {
+	bad := request(t, "bad", "system:node:w1", "system:node:w1", nil, []string{"192.0.2.1"})
+	cs := fake.NewClientset(testNode("w1", "192.0.2.1"), bad)
+	var buf strings.Builder
+	opts := Options{Policy: testPolicy(t), Log: slog.New(slog.NewTextHandler(&buf, nil))}
+	told := map[string]string{}
+	for range 3 {
+		if _, err := decide(t.Context(), cs, bad, opts, told); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(buf.String(), "left pending"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, buf.String())
+	}
+	opts.Policy.NodeCIDRs = nil
+	if _, err := decide(t.Context(), cs, bad, opts, told); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "left pending"); n != 2 {
+		t.Errorf("a new reason logged %d times in all, want 2", n)
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -92,7 +91,8 @@ func Watch(ctx context.Context, cs kubernetes.Interface, opts Options) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for work(ctx, cs, q, csrLister.Get, opts) {
+		told := map[string]string{} // the worker's own: one goroutine
+		for work(ctx, cs, q, csrLister.Get, opts, told) {
 		}
 	}()
 	<-ctx.Done()
@@ -104,24 +104,21 @@ func Watch(ctx context.Context, cs kubernetes.Interface, opts Options) error {
 
 // work decides one queued request; false once the queue is shut down.
 func work(ctx context.Context, cs kubernetes.Interface, q workqueue.TypedRateLimitingInterface[string],
-	get func(string) (*certv1.CertificateSigningRequest, error), opts Options) bool {
+	get func(string) (*certv1.CertificateSigningRequest, error), opts Options, told map[string]string) bool {
 	name, quit := q.Get()
 	if quit {
 		return false
 	}
 	defer q.Done(name)
 	csr, err := get(name)
-	if apierrors.IsNotFound(err) {
-		q.Forget(name)
-		return true
-	}
 	if err != nil || !pending(csr) {
+		delete(told, name)
 		q.Forget(name)
 		return true
 	}
 	rctx, cancel := context.WithTimeout(ctx, opts.RequestTimeout)
 	defer cancel()
-	if _, err := decide(rctx, cs, csr, opts); err != nil {
+	if _, err := decide(rctx, cs, csr, opts, told); err != nil {
 		if ctx.Err() != nil {
 			return true
 		}
