@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -305,5 +306,55 @@ func createOrSkip(t *testing.T, name string, create func() error) {
 	t.Helper()
 	if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+// TestServingCSRWatchCLI: `kubeslot cluster approve-serving --watch`, as the Deployment runs it, approves a request
+// filed while it runs and exits 0 on SIGTERM.
+func TestServingCSRWatchCLI(t *testing.T) {
+	cp := needCluster(t)
+	bins := needBins(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w4 := newCSRNode(t, ctx, cp, admin, "servingcsr-w4", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.213.254.2"})
+	var log strings.Builder
+	cmd := exec.Command(filepath.Join(bins, "kubeslot"), "cluster", "approve-serving", "--watch", "--timeout", "20s",
+		"--kubeconfig", cp.AdminKubeconfig(), "--node-cidrs", csrNodeCIDRs, "--service-cidr", csrServiceCIDR)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	waited := false
+	defer func() {
+		if !waited {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	good := w4.request(t, ctx, admin, "cli", []string{"servingcsr-w4"}, "10.213.254.2")
+	waitSigned(t, admin, good, 30*time.Second)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		waited = true
+		if err != nil {
+			t.Errorf("approve-serving --watch after SIGTERM: %v\n%s", err, log.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		waited = true
+		t.Errorf("approve-serving --watch did not exit within 10s of SIGTERM\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "kubelet serving request approved") || !strings.Contains(log.String(), "csr="+good) {
+		t.Errorf("the log does not name the approval:\n%s", log.String())
 	}
 }

@@ -117,8 +117,8 @@ func (c *clusterUninstallCmd) Run(e *env) error {
 type clusterApproveServingCmd struct {
 	clusterFlags
 	Node           string   `help:"Only this node's requests (not with --watch)." placeholder:"NAME"`
-	NodeCIDRs      []string `name:"node-cidrs" sep:"," placeholder:"CIDR,..." help:"Ranges node IP addresses live in. Required for IP SANs: without it no IP address is ever approved (a request naming one stays pending)."`
-	ServiceCIDR    []string `name:"service-cidr" sep:"," default:"10.96.0.0/12" placeholder:"CIDR,..." help:"The cluster's Service CIDRs; no IP inside is approved (default: ${default})."`
+	NodeCIDRs      []string `name:"node-cidrs" sep:"," placeholder:"CIDR" help:"Ranges node IP addresses live in. Required for IP SANs: without it no IP address is ever approved (a request naming one stays pending)."`
+	ServiceCIDR    []string `name:"service-cidr" sep:"," default:"10.96.0.0/12" placeholder:"CIDR" help:"The cluster's Service CIDRs; no IP inside is approved (default: ${default})."`
 	DNSSuffix      []string `name:"dns-suffix" sep:"," placeholder:"DOMAIN" help:"A DNS SAN other than the node's own name must be under one of these domains. Repeatable."`
 	ClusterDomain  string   `name:"cluster-domain" default:"cluster.local" placeholder:"DOMAIN" help:"The cluster's DNS domain; no name under it is approved (default: ${default})."`
 	Watch          bool     `help:"Keep running: approve requests as they come (new nodes, rotations, address changes) until SIGTERM; --timeout then bounds each request."`
