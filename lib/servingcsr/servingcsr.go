@@ -267,6 +267,10 @@ func reservedName(d, clusterDomain string) string {
 	switch {
 	case d == "" || strings.Contains(d, "*"):
 		return "is empty or a wildcard"
+	case isIP(d):
+		// a node may have chosen an IP as its name; some clients match an
+		// IP against DNS names too
+		return "is an IP address written as a DNS name"
 	case clusterDomain != "" && (d == clusterDomain || underDomain(d, clusterDomain)):
 		return fmt.Sprintf("is under the cluster domain %s (--cluster-domain)", clusterDomain)
 	case strings.HasSuffix(d, ".svc") || strings.Contains(d, ".svc."):
@@ -277,6 +281,11 @@ func reservedName(d, clusterDomain string) string {
 		return "is localhost"
 	}
 	return ""
+}
+
+func isIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // normName is a DNS name as compared: lower case, no trailing dot.

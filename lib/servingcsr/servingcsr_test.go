@@ -115,6 +115,10 @@ func ruleCases(t *testing.T) []ruleCase {
 	add("a wildcard", "wildcard", p, []string{"*.nodes.example.com"}, nil)
 	add("no digital signature", "no digital signature usage", p, []string{"w1"}, nil, certv1.UsageServerAuth)
 	add("key encipherment, no digital signature", "no digital signature usage", p, []string{"w1"}, nil, certv1.UsageKeyEncipherment, certv1.UsageServerAuth)
+	ipName := testNode("w1")
+	ipName.Status.Addresses = append(ipName.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "10.213.1.2"})
+	cs = append(cs, ruleCase{"an IP as a DNS name", request(t, "x", "system:node:w1", "system:node:w1", []string{"10.213.1.2"}, nil), ipName, p,
+		`DNS name "10.213.1.2" is an IP address written as a DNS name`})
 	return cs
 }
 
