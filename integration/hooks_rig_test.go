@@ -159,7 +159,7 @@ func servingCertFor(t *testing.T, ctx context.Context, r *bsRig, ip netip.Addr) 
 	var approved string
 	eventually(t, 2*time.Minute, "a kubelet serving certificate valid for "+ip.String(), func() (bool, string) {
 		out, err := exec.CommandContext(ctx, filepath.Join(bins, "kubeslot"), "cluster", "approve-serving",
-			"--kubeconfig", r.cp.AdminKubeconfig(), "--node", r.node).CombinedOutput()
+			"--kubeconfig", r.cp.AdminKubeconfig(), "--node", r.node, "--node-cidrs", sdhost.NodeIPPrefix.String()).CombinedOutput()
 		if err == nil && strings.Contains(string(out), "approved ") {
 			approved = strings.TrimSpace(string(out))
 		}

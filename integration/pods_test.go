@@ -372,7 +372,7 @@ func (p *podsRig) approveServing(ctx context.Context) {
 	var last string
 	for {
 		cmd := exec.CommandContext(wctx, filepath.Join(bins, "kubeslot"), "cluster", "approve-serving",
-			"--kubeconfig", p.cp.AdminKubeconfig(), "--node", p.node)
+			"--kubeconfig", p.cp.AdminKubeconfig(), "--node", p.node, "--node-cidrs", sdhost.NodeIPPrefix.String())
 		out, err := cmd.CombinedOutput()
 		last = fmt.Sprintf("%v\n%s", err, out)
 		if err == nil && strings.Contains(string(out), "approved ") {

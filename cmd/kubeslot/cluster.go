@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -26,7 +32,7 @@ type clusterCmd struct {
 	// Agents expire only the operations of their own Machine; selector
 	// operations are expired here, with the cluster admin's rights.
 	Expire         clusterExpireCmd         `cmd:"" help:"Delete finished MachineOperations whose spec.ttlSecondsAfterFinished has passed, judging 'finished' from the entries of their enrolled targets (agents expire only those that name their own Machine)."`
-	ApproveServing clusterApproveServingCmd `cmd:"" name:"approve-serving" help:"Approve pending kubelet serving certificate requests that a node made for its own addresses (for clusters without an approver for kubernetes.io/kubelet-serving); others stay pending, with the reason."`
+	ApproveServing clusterApproveServingCmd `cmd:"" name:"approve-serving" help:"Approve pending kubelet serving certificate requests that a node made for its own addresses inside --node-cidrs, once or with --watch (for clusters without an approver for kubernetes.io/kubelet-serving); others stay pending, with the reason."`
 }
 
 // clusterFlags are the connection flags of the cluster commands.
@@ -116,10 +122,51 @@ func (c *clusterUninstallCmd) Run(e *env) error {
 
 type clusterApproveServingCmd struct {
 	clusterFlags
-	Node string `help:"Only this node's requests." placeholder:"NAME"`
+	Node           string   `help:"Only this node's requests (not with --watch)." placeholder:"NAME"`
+	NodeCIDRs      []string `name:"node-cidrs" sep:"," placeholder:"CIDR" help:"Ranges node IP addresses live in. Required for IP SANs: without it no IP address is ever approved (a request naming one stays pending)."`
+	ServiceCIDR    []string `name:"service-cidr" sep:"," default:"10.96.0.0/12" placeholder:"CIDR" help:"The cluster's Service CIDRs; no IP inside is approved (default: ${default})."`
+	DNSSuffix      []string `name:"dns-suffix" sep:"," placeholder:"DOMAIN" help:"A DNS SAN other than the node's own name must be under one of these domains. Repeatable."`
+	ClusterDomain  string   `name:"cluster-domain" default:"cluster.local" placeholder:"DOMAIN" help:"The cluster's DNS domain; no name under it is approved (default: ${default})."`
+	Watch          bool     `help:"Keep running: approve requests as they come (new nodes, rotations, address changes) until SIGTERM; --timeout then bounds each request."`
+	PrintManifests bool     `name:"print-manifests" help:"Print the manifests that run this command with --watch in the cluster (Deployment, ServiceAccount, RBAC), with the policy flags given here, and exit."`
+	Image          string   `help:"The kubeslot image the printed Deployment runs (with --print-manifests)." placeholder:"IMAGE"`
+}
+
+// policyFlags are the policy flags as --print-manifests passes them on.
+func (c *clusterApproveServingCmd) policyFlags() []string {
+	var out []string
+	if len(c.NodeCIDRs) > 0 {
+		out = append(out, "--node-cidrs="+strings.Join(c.NodeCIDRs, ","))
+	}
+	out = append(out, "--service-cidr="+strings.Join(c.ServiceCIDR, ","))
+	for _, d := range c.DNSSuffix {
+		out = append(out, "--dns-suffix="+d)
+	}
+	return append(out, "--cluster-domain="+c.ClusterDomain)
 }
 
 func (c *clusterApproveServingCmd) Run(e *env) error {
+	policy, err := servingcsr.ParsePolicy(c.NodeCIDRs, c.ServiceCIDR, c.DNSSuffix, c.ClusterDomain)
+	if err != nil {
+		return exitcode.UsageError(err)
+	}
+	if c.PrintManifests {
+		if c.Image == "" {
+			return exitcode.UsageError(errors.New("--print-manifests needs --image, the kubeslot image the Deployment runs"))
+		}
+		if len(c.NodeCIDRs) == 0 {
+			return exitcode.UsageError(errors.New("--print-manifests needs --node-cidrs: without it the approver never approves an IP address"))
+		}
+		b, err := servingcsr.ManifestsYAML(c.Image, c.policyFlags())
+		if err != nil {
+			return exitcode.UsageError(err)
+		}
+		_, err = e.io.Stdout.Write(b)
+		return err
+	}
+	if c.Watch && c.Node != "" {
+		return exitcode.UsageError(errors.New("--node is not used with --watch"))
+	}
 	cfg, log, err := c.setup(e)
 	if err != nil {
 		return err
@@ -128,18 +175,43 @@ func (c *clusterApproveServingCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	opts := servingcsr.Options{Policy: policy, APIServerHosts: serverHosts(cfg), Log: log}
+	if len(policy.NodeCIDRs) == 0 {
+		log.Warn("no --node-cidrs: no IP address is approved; requests that name one stay pending")
+	}
+	if c.Watch {
+		// SIGTERM is how a Deployment's pod is stopped.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		opts.RequestTimeout = c.Timeout
+		return servingcsr.Watch(ctx, cs, opts)
+	}
 	ctx, cancel := c.context()
 	defer cancel()
-	ds, err := servingcsr.Approve(ctx, cs, c.Node, log)
+	ds, err := servingcsr.Approve(ctx, cs, c.Node, opts)
 	for _, d := range ds {
 		if d.Approved {
 			fmt.Fprintf(e.io.Stdout, "approved  %s (node %s)\n", d.CSR, d.Node)
 		} else {
-			fmt.Fprintf(e.io.Stdout, "pending   %s (node %q): %s\n", d.CSR, d.Node, d.Reason)
+			fmt.Fprintf(e.io.Stdout, "pending   %s (node %q): %s\n", d.CSR, d.Node, strings.ReplaceAll(d.Reason, "\n", "; "))
 		}
 	}
 	if err == nil && len(ds) == 0 {
 		fmt.Fprintln(e.io.Stdout, "No pending kubelet serving requests.")
 	}
 	return err
+}
+
+// serverHosts is the host of the kubeconfig's server URL: an address of
+// the apiserver no node may have in its certificate.
+func serverHosts(cfg *rest.Config) []string {
+	host := cfg.Host
+	if !strings.Contains(host, "://") {
+		host = "https://" + host
+	}
+	u, err := url.Parse(host)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	return []string{u.Hostname()}
 }

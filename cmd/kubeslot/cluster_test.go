@@ -80,3 +80,35 @@ func TestClusterKubeconfigChoice(t *testing.T) {
 		t.Errorf("install without any kubeconfig: exit %d, want %d\n%s", code, exitcode.Usage, errs)
 	}
 }
+
+// TestApproveServingFlags: --print-manifests fills in the image and the
+// policy flags; bad policy flags are usage errors naming the flag.
+func TestApproveServingFlags(t *testing.T) {
+	code, out, errs := clitest.Call(run, "", "cluster", "approve-serving", "--print-manifests", "--image", "registry.example/kubeslot:v1",
+		"--node-cidrs", "10.213.0.0/16,fd00::/64", "--dns-suffix", "nodes.example.com")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{`image: "registry.example/kubeslot:v1"`, `"--node-cidrs=10.213.0.0/16,fd00::/64"`,
+		`"--service-cidr=10.96.0.0/12"`, `"--dns-suffix=nodes.example.com"`, `"--cluster-domain=cluster.local"`, "kind: Deployment"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("manifests lack %s:\n%s", want, out)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--print-manifests", "--node-cidrs", "10.0.0.0/8"}, "--image"},
+		{[]string{"--print-manifests", "--image", "x"}, "--node-cidrs"},
+		{[]string{"--node-cidrs", "10.0.0.300/8"}, "10.0.0.300/8"},
+		{[]string{"--service-cidr", "x"}, "--service-cidr"},
+		{[]string{"--dns-suffix", "a.cluster.local"}, "--dns-suffix"},
+		{[]string{"--watch", "--node", "w1"}, "--node is not used with --watch"},
+	} {
+		code, _, errs := clitest.Call(run, "", append([]string{"cluster", "approve-serving"}, c.args...)...)
+		if code != exitcode.Usage || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %s; want a usage error naming %s", c.args, code, errs, c.want)
+		}
+	}
+}

@@ -153,7 +153,7 @@ func (d *demo) runWorkload(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	d.say("$ kubeslot cluster approve-serving --node %s\n%s", d.node, indent(approved, "    "))
+	d.say("$ kubeslot cluster approve-serving --node %s --node-cidrs %s\n%s", d.node, sdhost.NodeIPPrefix, indent(approved, "    "))
 	if err := d.createNamespace(ctx); err != nil {
 		return "", err
 	}
@@ -252,7 +252,7 @@ func (d *demo) approveServing(ctx context.Context) (string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, filepath.Join(d.flags.bins, "kubeslot"), "cluster", "approve-serving",
-			"--kubeconfig", d.cp.AdminKubeconfig(), "--node", d.node)
+			"--kubeconfig", d.cp.AdminKubeconfig(), "--node", d.node, "--node-cidrs", sdhost.NodeIPPrefix.String())
 		var stderr strings.Builder
 		cmd.Stderr = &stderr // its log; what it approved goes to stdout
 		b, err := cmd.Output()
