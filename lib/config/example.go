@@ -27,8 +27,8 @@ ca_file = "/etc/kubeslot/cluster-ca.crt"
 # ...
 # -----END CERTIFICATE-----
 # """
-# How to join, exactly one of: a bootstrap token ("kubeadm token create";
-# kept out of logs and error messages) ...
+# How to join, one of: a short-lived bootstrap token ("kubeadm token create
+# --ttl 1h"; never logged; removed from here once the node joined) ...
 bootstrap_token = "abcdef.0123456789abcdef"
 # ... or a kubeconfig with join credentials:
 # kubeconfig = "/etc/kubeslot/bootstrap.kubeconfig"
