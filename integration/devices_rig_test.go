@@ -156,6 +156,7 @@ func TestDevicesOnRig(t *testing.T) {
 		!strings.Contains(err.Error(), "node.devices.allowed") {
 		t.Errorf("/dev/mem without an exact allowed entry: %v", err)
 	}
+	configure(`paths = ["/dev/kubeslot-rig0"]`) // the driver reads it to provision
 	mustDrive("provision=a")
 	var out string
 	if mk, err := h.Run(ctx, "mknod", "-m", "0600", "/dev/kubeslot-rigblk", "b", "7", "250"); err != nil {
