@@ -149,6 +149,14 @@ func (r *bsRig) checkComplete(ctx context.Context, t0 time.Time) {
 	if out, err := r.h.Run(ctx, "systemctl", "is-enabled", "systemd-nspawn@a.service"); err != nil || strings.TrimSpace(string(out)) != "enabled" {
 		t.Errorf("systemd-nspawn@a not enabled at boot: %v %s", err, out)
 	}
+	// Joined: the join token is gone from the configuration file and from the slot, the rest of the file kept.
+	if cfg, err := r.h.ReadFile(bsConfigPath); err != nil || r.token == "" || strings.Contains(string(cfg), r.token) ||
+		!strings.Contains(string(cfg), "# bootstrap_token removed by kubeslot-bootstrap") {
+		t.Errorf("%s after the join (want the token replaced by the bootstrap's comment): %v\n%s", bsConfigPath, err, cfg)
+	}
+	if kc, err := r.h.ReadFile("/var/lib/machines/a/etc/kubernetes/bootstrap-kubelet.conf"); err != nil || strings.Contains(string(kc), r.token) {
+		t.Errorf("slot a's bootstrap kubeconfig keeps the join token after the join: %v", err)
+	}
 	out, err := r.h.Run(ctx, "/opt/kubeslot/current/kubeslot", "status")
 	if err != nil || !strings.Contains(string(out), "complete") || !strings.Contains(string(out), "Active slot:") ||
 		!strings.Contains(string(out), "a (nspawn mode") {

@@ -11,6 +11,8 @@ package integration
 //     device opens because of its DeviceAllow= line;
 //   - a listed device the host lacks, and gpus = "nvidia" on a host without NVIDIA device nodes, fail configure with
 //     the documented errors before anything of the slot's host side is written;
+//   - the host's memory without an exact [node.devices] allowed entry fails the configuration check, and a block
+//     device a wildcard of allowed matches fails configure, each naming the path and the rule;
 //   - gpus = "nvidia" over fake NVIDIA nodes and fake driver libraries: the nodes are bound and open, the libraries
 //     are there read-only. (No real GPU, driver or device plugin runs on the rig: see README "Devices".)
 //
@@ -102,10 +104,12 @@ func TestDevicesOnRig(t *testing.T) {
 	}
 	base := nspawnRigConfig(node, cp.URL(), string(cp.CAPEM()), token, srv.URL("node-rootfs.tar.gz"), rootfsSum,
 		srv.URL("kubelet"), kubeletSum)
-	// configure writes the host's configuration with devices, checked like any bootstrap configuration.
+	// configure writes the host's configuration with devices, checked like any bootstrap configuration. The host's
+	// allowed list names the fakes, as a host that lets its Machines select them would.
+	const allowed = `allowed = ["/dev/kubeslot-rig*"]`
 	configure := func(devices string) {
 		t.Helper()
-		doc := base + "\n[node.devices]\n" + devices + "\n"
+		doc := base + "\n[node.devices]\n" + allowed + "\n" + devices + "\n"
 		if _, err := config.Parse("rig config", []byte(doc)); err != nil {
 			t.Fatalf("the test's own config is invalid: %v", err)
 		}
@@ -143,10 +147,32 @@ func TestDevicesOnRig(t *testing.T) {
 	hostRun("mknod", "-m", "0666", "/dev/kubeslot-rig0", "c", "1", "11")
 	hostRun("mknod", "-m", "0666", "/dev/kubeslot-rig1", "c", "1", "11")
 
+	// 0. Dangerous nodes: the host's memory named without an exact allowed entry is refused by the configuration
+	// check, naming the field, the path and the rule; a block device under a harmless name, matched by a wildcard
+	// only, is refused by configure, which stats it (a fake: 7:250, never opened).
+	memDoc := base + "\n[node.devices]\n" + allowed + "\npaths = [\"/dev/mem\"]\n"
+	if _, err := config.Parse("rig config", []byte(memDoc)); err == nil ||
+		!strings.Contains(err.Error(), `node.devices.paths[0] = "/dev/mem": is the host's raw memory`) ||
+		!strings.Contains(err.Error(), "node.devices.allowed") {
+		t.Errorf("/dev/mem without an exact allowed entry: %v", err)
+	}
+	configure(`paths = ["/dev/kubeslot-rig0"]`) // the driver reads it to provision
+	mustDrive("provision=a")
+	var out string
+	if mk, err := h.Run(ctx, "mknod", "-m", "0600", "/dev/kubeslot-rigblk", "b", "7", "250"); err != nil {
+		// A host whose device policy refuses making block nodes: lib/isolation/nspawn's unit test covers the rule.
+		t.Logf("no fake block device on this host (%v: %s): that case is skipped", err, mk)
+	} else {
+		configure(`paths = ["/dev/kubeslot-rigblk"]`)
+		out, err = drive("configure=a")
+		if err == nil || !strings.Contains(out, `node.devices.paths[0] "/dev/kubeslot-rigblk": is a block device`) {
+			t.Errorf("a block device through a wildcard: configure %v, want the documented error:\n%s", err, out)
+		}
+	}
+
 	// 1. Requested and missing: configure fails naming the setting and the device; the host side is not written.
 	configure(`paths = ["/dev/kubeslot-rig0", "/dev/kubeslot-rig-absent"]`)
-	mustDrive("provision=a")
-	out, err := drive("configure=a")
+	out, err = drive("configure=a")
 	if err == nil || !strings.Contains(out, `node.devices.paths[1] "/dev/kubeslot-rig-absent": the host has no such device node`) {
 		t.Errorf("a missing device: configure %v, want the documented error:\n%s", err, out)
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/cli"
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 )
 
 type configCmd struct {
@@ -55,5 +57,32 @@ func (c configCheckCmd) Run(e *env) error {
 			fmt.Fprintf(e.io.Stderr, "warning: %s\n", config.ExposureWarning(c.File, mode))
 		}
 	}
+	c.joinCredential(e, cfg)
 	return nil
+}
+
+// joinCredential says what the configuration's join credential amounts to
+// on this host (--root-prefix): a token beside a node identity is a
+// standing credential nobody needs, and no credential without an identity
+// cannot join. A host root that cannot be opened (the file checked on
+// another machine) gets the general advice only.
+func (c configCheckCmd) joinCredential(e *env, cfg *config.Config) {
+	var identity bool
+	root, err := e.globals.Root()
+	if err == nil {
+		identity, err = nodeidentity.Usable(root, time.Now())
+	}
+	hasToken := cfg.Cluster.BootstrapToken != ""
+	switch {
+	case err == nil && identity && hasToken:
+		fmt.Fprintf(e.io.Stderr, "warning: cluster.bootstrap_token: this host's node identity exists (%s), so the join token is "+
+			"a long-lived credential it does not need: remove it (the next bootstrap run does), and revoke it in the cluster "+
+			"(kubeadm token delete <id>) unless other hosts still join with it\n", root.HostPath(hostroot.IdentityDir))
+	case err == nil && !identity && !hasToken && cfg.Cluster.Kubeconfig == "":
+		fmt.Fprintf(e.io.Stderr, "warning: cluster.bootstrap_token: not set, and this host has no usable node identity (%s): a bootstrap "+
+			"cannot join; set a fresh, short-lived token (kubeadm token create --ttl 1h) under [cluster]\n", root.HostPath(hostroot.IdentityDir))
+	case hasToken:
+		fmt.Fprintln(e.io.Stdout, "  join token: make it short-lived (kubeadm token create --ttl 1h); the bootstrap removes it "+
+			"from this file once the node has joined")
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -17,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
+	"github.com/kubeslot/kubeslot/lib/verify/verifytest"
 )
 
 func TestCommonFlags(t *testing.T) { clitest.CommonFlags(t, name, run) }
@@ -290,5 +292,50 @@ func TestStatusSlotMechanism(t *testing.T) {
 	want := []slotView{{Slot: "a", Rootfs: "overlay"}, {Slot: "b", Rootfs: "copy", NoFastPath: "trial overlay mount failed: upper on nfs"}}
 	if !slices.Equal(st.Slots, want) {
 		t.Errorf("slots %+v, want %+v", st.Slots, want)
+	}
+}
+
+// config check warns about a join token on a host whose node identity
+// exists (a standing credential the node does not need), and about a
+// configuration without one on a host without an identity (it cannot
+// join); otherwise it advises a short-lived token.
+func TestConfigCheckJoinToken(t *testing.T) {
+	prefix := t.TempDir()
+	root, err := hostroot.New(prefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(f, config.Example(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := clitest.Call(run, "", "--root-prefix", prefix, "config", "check", f)
+	if code != exitcode.OK || errs != "" || !strings.Contains(out, "short-lived") {
+		t.Errorf("no identity: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if err := os.MkdirAll(filepath.Join(prefix, "opt/kubeslot/identity"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	verifytest.Identity(t, root, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	code, _, errs = clitest.Call(run, "", "--root-prefix", prefix, "config", "check", f)
+	if code != exitcode.OK || !strings.Contains(errs, "warning: cluster.bootstrap_token") || !strings.Contains(errs, "long-lived") {
+		t.Errorf("identity and token: exit %d, stderr %q", code, errs)
+	}
+	scrubbed, _, err := config.RemoveJoinToken(config.Example(), "removed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, scrubbed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := clitest.Call(run, "", "--root-prefix", prefix, "config", "check", f); code != exitcode.OK || errs != "" {
+		t.Errorf("identity, no token: exit %d, stderr %q", code, errs)
+	}
+	if err := os.RemoveAll(filepath.Join(prefix, "opt/kubeslot/identity")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = clitest.Call(run, "", "--root-prefix", prefix, "config", "check", f)
+	if code != exitcode.OK || !strings.Contains(errs, "cannot join") {
+		t.Errorf("no identity, no token: exit %d, stderr %q", code, errs)
 	}
 }

@@ -156,8 +156,9 @@ type Deps struct {
 	// nothing (unit tests of other logic). Real: ResolveImage.
 	ResolveImage ImageResolver
 	Now          func() time.Time
-	// ConfigFile is the configuration's path, for messages ("" is "the
-	// configuration").
+	// ConfigFile is the configuration's host path: in messages ("" is
+	// "the configuration"), and the file the join token is removed from
+	// once the node has its identity (jointoken.go; "" none).
 	ConfigFile string
 }
 
@@ -286,6 +287,11 @@ func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	if decision == ownership.Complete {
 		repaired, err := repair(ctx, d, rec)
 		res.Repaired, res.Checkpoint = repaired, rec.Checkpoint
+		if err == nil {
+			// A host that joined before the token was dropped at the
+			// commit, or whose run stopped between the two.
+			err = dropCompleteJoinToken(d, cfg)
+		}
 		return res, err
 	}
 	r := &runner{d: d, cfg: cfg, rec: rec, log: d.Log.With("install_id", rec.InstallID)}

@@ -241,6 +241,11 @@ func (r *runner) installUnits(ctx context.Context) error {
 	if err := r.d.Systemd.Reload(ctx); err != nil {
 		return err
 	}
+	// The node is Ready and its identity on disk: the join token goes
+	// before the applied configuration is committed without it.
+	if _, err := dropJoinToken(r.d, r.cfg, r.slot(), r.log); err != nil {
+		return err
+	}
 	a, err := isolation.NewApplied(r.slot(), r.cfg, buildinfo.Version, r.d.now())
 	if err != nil {
 		return err

@@ -18,6 +18,12 @@ type Devices struct {
 	// the same path and allowed read-write, e.g. "/dev/fuse". Each must
 	// exist on the host when the node is configured.
 	Paths []string `toml:"paths" json:"paths,omitempty"`
+	// Allowed are the device paths a Machine spec's node.devices.paths may
+	// select from: path.Match patterns ("/dev/ttyUSB*", "/dev/net/tun").
+	// A dangerous node (DeviceDanger) passes only when listed here as its
+	// exact path, for the spec and for Paths alike. Only the host's own file
+	// sets it: a spec never changes it.
+	Allowed []string `toml:"allowed" json:"allowed,omitempty"`
 	// NVIDIADriverDirs are the host directories searched for the NVIDIA
 	// driver's user-space libraries (nil = DefaultNVIDIADriverDirs); set it
 	// on a distribution that installs them elsewhere.
@@ -38,6 +44,9 @@ var GPUKinds = []string{GPUsNone, GPUsNVIDIA}
 // wants a device plugin of its own, not this list.
 const MaxDevicePaths = 32
 
+// maxAllowed bounds Devices.Allowed, as MaxDevicePaths the list it gates.
+const maxAllowed = 64
+
 // maxDriverDirs bounds Devices.NVIDIADriverDirs.
 const maxDriverDirs = 16
 
@@ -49,6 +58,10 @@ var DefaultNVIDIADriverDirs = []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aa
 // devicePathRE is a device node under /dev: no spaces, quotes or ':' (a
 // Bind= line separates source and target with ':').
 var devicePathRE = regexp.MustCompile(`^/dev(/[A-Za-z0-9_.+-]+)+$`)
+
+// devicePatternRE is devicePathRE with path.Match's '*', '?' and classes
+// ('[', ']', '^'); no '\\' escapes, which no device name needs.
+var devicePatternRE = regexp.MustCompile(`^/dev(/[A-Za-z0-9_.+*?^\[\]-]+)+$`)
 
 // NVIDIA reports whether the node asks for the host's NVIDIA GPUs.
 func (d Devices) NVIDIA() bool { return d.GPUs == GPUsNVIDIA }
@@ -73,6 +86,22 @@ func CheckDevicePath(p string) string {
 	return ""
 }
 
+// CheckDevicePattern says what is wrong with p as an entry of
+// Devices.Allowed ("" when nothing).
+func CheckDevicePattern(p string) string {
+	switch {
+	case !devicePatternRE.MatchString(p) || len(p) > 255:
+		return "must be a device path or path.Match pattern under /dev: at most 255 letters, digits, '/', '_', '.', '+', '-' " +
+			"and the wildcards '*', '?', '[...]', e.g. \"/dev/ttyUSB*\""
+	case path.Clean(p) != p:
+		return "must be a clean path (no '.', '..', '//' or trailing '/'): " + path.Clean(p)
+	}
+	if _, err := path.Match(p, "/dev"); err != nil {
+		return "is not a valid path.Match pattern (an unclosed '['?)"
+	}
+	return ""
+}
+
 func (v *validator) devices(d *Devices) {
 	p := []string{"node", "devices"}
 	if d.GPUs != "" && !slices.Contains(GPUKinds, d.GPUs) {
@@ -87,6 +116,28 @@ func (v *validator) devices(d *Devices) {
 			v.fail(ep, quote(dev), "%s", msg)
 		} else if slices.Index(d.Paths, dev) < i {
 			v.fail(ep, quote(dev), "is listed twice")
+		}
+	}
+	if len(d.Allowed) > maxAllowed {
+		v.fail(append(p, "allowed"), "", "lists %d patterns; at most %d are allowed", len(d.Allowed), maxAllowed)
+	}
+	for i, pat := range d.Allowed {
+		ep := elem(append(p, "allowed"), i)
+		if msg := CheckDevicePattern(pat); msg != "" {
+			v.fail(ep, quote(pat), "%s", msg)
+		} else if slices.Index(d.Allowed, pat) < i {
+			v.fail(ep, quote(pat), "is listed twice")
+		}
+	}
+	// The host's own paths need no pattern (the file is trusted), but a
+	// dangerous one is named twice, so that a slip does not hand a node the
+	// host's memory or disks. The form only here: configure stats the node.
+	for i, dev := range d.Paths {
+		if CheckDevicePath(dev) != "" {
+			continue
+		}
+		if msg := d.Refusal(dev, nil, false); msg != "" {
+			v.fail(elem(append(p, "paths"), i), quote(dev), "%s", msg)
 		}
 	}
 	if len(d.NVIDIADriverDirs) > maxDriverDirs {

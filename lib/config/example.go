@@ -27,8 +27,8 @@ ca_file = "/etc/kubeslot/cluster-ca.crt"
 # ...
 # -----END CERTIFICATE-----
 # """
-# How to join, exactly one of: a bootstrap token ("kubeadm token create";
-# kept out of logs and error messages) ...
+# How to join, one of: a short-lived bootstrap token ("kubeadm token create
+# --ttl 1h"; never logged; removed from here once the node joined) ...
 bootstrap_token = "abcdef.0123456789abcdef"
 # ... or a kubeconfig with join credentials:
 # kubeconfig = "/etc/kubeslot/bootstrap.kubeconfig"
@@ -162,6 +162,13 @@ mode = "cluster"
 # Further device nodes (char or block) under /dev, bound and allowed
 # read-write; each must exist on the host.
 # paths = ["/dev/fuse"]
+# The device paths a Machine's spec.node.devices.paths may select from
+# (path.Match patterns: '*' and '?' within one path element, '[...]'
+# classes). Empty: a Machine may pass none. The host's memory and ports
+# (/dev/mem, /dev/kmem, /dev/port), block devices and raw disk nodes pass,
+# from the spec or from paths above, only when listed here exactly, never
+# through a wildcard.
+# allowed = ["/dev/ttyUSB*", "/dev/net/tun", "/dev/fuse"]
 # Where the NVIDIA driver's libraries are (these are the defaults).
 # nvidia_driver_dirs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
 

@@ -22,8 +22,8 @@ var tokenPath = []string{"cluster", "bootstrap_token"}
 // or "cluster.bootstrap_token = ..." at the top) is replaced, in place, by
 // the comment "# " + note; one inside an inline table (cluster = {...}),
 // where TOML allows no comment, by an empty string. Either way the result
-// no longer parses as a complete configuration until a token (or a join
-// kubeconfig) is set again, and Parse then names cluster.bootstrap_token.
+// still parses, with no join credential: enough for a node that keeps its
+// identity, while a join then fails asking for a fresh token.
 //
 // It works on the text alone, so it needs no valid configuration, only valid
 // TOML: on a syntax error it returns the error, naming the line but no value.

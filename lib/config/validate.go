@@ -129,9 +129,12 @@ func (v *validator) cluster(c *Cluster) {
 		v.caPEM([]string{"cluster", "ca_pem"}, c.CAPEM)
 	}
 
+	// Neither is valid: after its first join a node's credential is its
+	// identity (lib/nodeidentity) and the bootstrap removes the token. A
+	// stage that needs to join and has neither says so then, naming where
+	// a fresh token goes (nodeconfig.LoadCredentials).
 	switch {
 	case c.BootstrapToken == "" && c.Kubeconfig == "":
-		v.errs = append(v.errs, missingError([]string{"cluster", "bootstrap_token"}, "set bootstrap_token or kubeconfig, exactly one"))
 	case c.BootstrapToken != "" && c.Kubeconfig != "":
 		v.fail([]string{"cluster", "kubeconfig"}, "", "conflicts with cluster.bootstrap_token: set bootstrap_token or kubeconfig, not both")
 	case c.BootstrapToken != "":

@@ -16,6 +16,7 @@ package hostroot
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -278,3 +279,19 @@ func checkName(name string) error {
 }
 
 func split(p string) []string { return strings.Split(p, "/") }
+
+// StatFollow is os.Stat of a host path, links followed as Resolve follows
+// them (so a link cannot point the caller outside the prefix): nil when
+// nothing is there or it cannot be read. For judging a host file by its
+// type, as the device checks do, where absent and unreadable mean the same.
+func (r *Root) StatFollow(hostPath string) fs.FileInfo {
+	local, err := r.Resolve(hostPath)
+	if err != nil {
+		return nil
+	}
+	fi, err := os.Stat(local)
+	if err != nil {
+		return nil
+	}
+	return fi
+}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/units"
 )
 
 // Paths inside the node.
@@ -283,11 +284,9 @@ type Credentials struct {
 // each; reading a device by mistake must fail, not exhaust memory.
 const maxInputFile = 1 << 20
 
-// LoadCredentials builds the node's credentials from the configuration:
-// the CA (inline, or cluster.ca_file read through root) and the bootstrap
-// kubeconfig (written from the server, the CA and cluster.bootstrap_token,
-// or cluster.kubeconfig read through root as it is).
-func LoadCredentials(root *hostroot.Root, cfg *config.Config) (*Credentials, error) {
+// LoadCA reads the cluster's CA from the configuration: inline, or
+// cluster.ca_file read through root.
+func LoadCA(root *hostroot.Root, cfg *config.Config) ([]byte, error) {
 	cl := cfg.Cluster
 	var ca []byte
 	switch {
@@ -305,6 +304,24 @@ func LoadCredentials(root *hostroot.Root, cfg *config.Config) (*Credentials, err
 	if err := checkCA(ca); err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
 	}
+	return ca, nil
+}
+
+// ErrNoJoinCredential (wrapped) is LoadCredentials' error for a
+// configuration with neither a join token nor a join kubeconfig.
+var ErrNoJoinCredential = errors.New("no join credential")
+
+// LoadCredentials builds the node's join credentials from the
+// configuration: the CA (LoadCA) and the bootstrap kubeconfig (written from
+// the server, the CA and cluster.bootstrap_token, or cluster.kubeconfig read
+// through root as it is). A node that keeps its identity needs no token:
+// nodeidentity.SlotCredentials decides which one a slot gets.
+func LoadCredentials(root *hostroot.Root, cfg *config.Config) (*Credentials, error) {
+	ca, err := LoadCA(root, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl := cfg.Cluster
 	c := &Credentials{CAPEM: ca}
 	switch {
 	case cl.BootstrapToken != "":
@@ -323,9 +340,36 @@ func LoadCredentials(root *hostroot.Root, cfg *config.Config) (*Credentials, err
 		}
 		c.BootstrapKubeconfig = b
 	default:
-		return nil, errors.New("cluster: neither bootstrap_token nor kubeconfig is set")
+		// The bootstrap removes the token once the node has its identity,
+		// so this is a host whose identity is gone (or that never joined).
+		return nil, fmt.Errorf("cluster.bootstrap_token: %w: the node identity (%s/%s) is missing and the configuration "+
+			"has no join token (it is removed after the first join): create a new bootstrap token (e.g. kubeadm token "+
+			"create --ttl 1h) and set it as bootstrap_token under [cluster] in %s, then run the bootstrap again",
+			ErrNoJoinCredential, root.HostPath(hostroot.IdentityDir), IdentityPairName, units.ConfigPath)
 	}
 	return c, nil
+}
+
+// IdentityPairName is the kubelet's link to its current client pair in the
+// identity directory (nodeidentity.CurrentPair, named here for messages).
+const IdentityPairName = "kubelet-client-current.pem"
+
+// IdentityKubeconfig are the credentials of a slot whose node keeps its
+// identity: the CA, and a bootstrap kubeconfig with the server and CA but
+// no user. The kubelet needs the file (it builds its own kubeconfig from
+// it, pointing at the client certificate in CertDir) but sends no
+// credential from it while that certificate is valid; with an expired one
+// its request for a new one is refused, as it should be.
+func IdentityKubeconfig(root *hostroot.Root, cfg *config.Config) (*Credentials, error) {
+	ca, err := LoadCA(root, cfg)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubeconfigFor(cfg.Cluster.Server, ca, "")
+	if err != nil {
+		return nil, err
+	}
+	return &Credentials{CAPEM: ca, BootstrapKubeconfig: kc}, nil
 }
 
 func readHostFile(root *hostroot.Root, hostPath string) ([]byte, error) {

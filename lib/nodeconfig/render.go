@@ -474,7 +474,7 @@ type namedCluster struct {
 type namedUser struct {
 	Name string `json:"name"`
 	User struct {
-		Token string `json:"token"`
+		Token string `json:"token,omitempty"`
 	} `json:"user"`
 }
 type namedContext struct {
@@ -488,8 +488,17 @@ type namedContext struct {
 // BootstrapKubeconfigFor writes the kubelet's bootstrap kubeconfig: the
 // apiserver, its CA and the bootstrap token. The result holds the token.
 func BootstrapKubeconfigFor(server string, caPEM []byte, token string) ([]byte, error) {
-	if server == "" || len(caPEM) == 0 || token == "" {
+	if token == "" {
 		return nil, errors.New("bootstrap kubeconfig: server, CA and token are required")
+	}
+	return kubeconfigFor(server, caPEM, token)
+}
+
+// kubeconfigFor is the bootstrap kubeconfig with token, or with a user of
+// no credentials when token is "".
+func kubeconfigFor(server string, caPEM []byte, token string) ([]byte, error) {
+	if server == "" || len(caPEM) == 0 {
+		return nil, errors.New("bootstrap kubeconfig: server and CA are required")
 	}
 	var c namedCluster
 	c.Name = "kubeslot"

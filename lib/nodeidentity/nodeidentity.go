@@ -46,13 +46,15 @@ func RESTConfig(root *hostroot.Root, dir string, cfg *config.Config) (*rest.Conf
 	if err != nil {
 		return nil, err
 	}
-	creds, err := nodeconfig.LoadCredentials(root, cfg)
+	// The CA only: a node with its identity needs no join credential, and
+	// the bootstrap removes the token once it has one.
+	ca, err := nodeconfig.LoadCA(root, cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &rest.Config{
 		Host:            cfg.Cluster.Server,
-		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CAPEM, CertData: pair, KeyData: pair},
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: pair, KeyData: pair},
 		WrapTransport:   boundRequests(requestTimeout),
 	}, nil
 }

@@ -3,11 +3,7 @@ package reset
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 
-	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/units"
@@ -42,54 +38,18 @@ func (r *runner) removeJoinToken(context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A run killed inside atomicfile.WriteFile leaves its temporary file
-	// (the new text, without the token) next to the configuration.
-	if err := removeTemps(local); err != nil {
-		return err
-	}
-	data, err := hostroot.ReadRegular(local, config.MaxFileSize)
-	if isNotExist(err) {
-		r.log.Info("no configuration file, no join token to remove", "path", units.ConfigPath)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	out, removed, err := config.RemoveJoinToken(data, tokenNote)
-	if err != nil {
+	removed, exists, err := config.RemoveJoinTokenFile(local, tokenNote)
+	switch {
+	case err != nil && exists:
 		return fmt.Errorf("%s: %w; fix the file or remove it, then run kubeslot-resetter again (until then it may still hold the join token)", units.ConfigPath, err)
-	}
-	if !removed {
+	case err != nil:
+		return err
+	case !exists:
+		r.log.Info("no configuration file, no join token to remove", "path", units.ConfigPath)
+	case !removed:
 		r.log.Info("no join token in the configuration", "path", units.ConfigPath)
-		return nil
-	}
-	fi, err := os.Stat(local)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.WriteFile(local, out, fi.Mode().Perm()); err != nil {
-		return err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid()) {
-		if err := os.Chown(local, int(st.Uid), int(st.Gid)); err != nil {
-			return fmt.Errorf("%s: restore its owner: %w", units.ConfigPath, err)
-		}
-	}
-	r.log.Info("join token removed from the configuration; the rest of it is kept", "path", units.ConfigPath)
-	return nil
-}
-
-// removeTemps removes what an interrupted atomicfile.WriteFile of local
-// leaves: files named after it the way WriteFile names its temporary file.
-func removeTemps(local string) error {
-	temps, err := filepath.Glob(filepath.Join(filepath.Dir(local), "."+filepath.Base(local)+".tmp-*"))
-	if err != nil {
-		return err
-	}
-	for _, tmp := range temps {
-		if err := os.Remove(tmp); err != nil && !isNotExist(err) {
-			return err
-		}
+	default:
+		r.log.Info("join token removed from the configuration; the rest of it is kept", "path", units.ConfigPath)
 	}
 	return nil
 }

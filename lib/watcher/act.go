@@ -34,6 +34,9 @@ func (l *loop) inputs() (Inputs, error) {
 		NodeSynced: true, Pending: map[requests.Kind]*requests.Request{}, Claimed: map[requests.Kind]*requests.Request{},
 		HooksErr:      l.HooksErr,
 		ProbationOver: time.Since(l.Started) >= l.UpgradeProbation}
+	if l.Root != nil {
+		in.DeviceStat = l.Root.StatFollow
+	}
 	if obj, ok, _ := l.machine.GetByKey(l.MachineName); ok {
 		in.Machine = obj.(*v1alpha1.Machine).DeepCopy()
 	}

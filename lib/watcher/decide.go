@@ -73,6 +73,9 @@ type Inputs struct {
 	Slots map[string]bool
 	// Now is when the inputs were read (an ordered rollout's join window).
 	Now time.Time
+	// DeviceStat looks at the host's device nodes a spec names (nil:
+	// judged by name alone).
+	DeviceStat config.DeviceStat
 }
 
 // ActionType says what an Action does.
@@ -196,7 +199,7 @@ func Decide(in Inputs) []Action {
 	}
 	m := in.Machine
 	d := onDisk(in)
-	desired, specErr := Desired(in.Applied.Config, &m.Spec.Node)
+	desired, specErr := Desired(in.Applied.Config, &m.Spec.Node, in.DeviceStat)
 	var slotActs []Action
 	for i := range in.Operations {
 		op := &in.Operations[i]

@@ -239,14 +239,14 @@ func TestDecideRepaveCarriesDesired(t *testing.T) {
 func TestDesiredOfRegisteredMachineIsApplied(t *testing.T) {
 	a := applied(t)
 	m := NewMachine("m1", node, a)
-	d, err := Desired(a.Config, &m.Spec.Node)
+	d, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Fingerprint() != a.Config.Fingerprint() {
 		t.Error("a Machine registered from the applied config asks for a different one")
 	}
-	if _, err := Desired(nil, &m.Spec.Node); !errors.Is(err, err) || err == nil {
+	if _, err := Desired(nil, &m.Spec.Node, nil); !errors.Is(err, err) || err == nil {
 		t.Error("nil applied accepted")
 	}
 }
@@ -458,7 +458,7 @@ func TestDesiredSandboxImage(t *testing.T) {
 	a := applied(t)
 	m := NewMachine("m1", node, a)
 	m.Spec.Node.SandboxImage = "mirror.example:5000/pause:3.10.1"
-	d, err := Desired(a.Config, &m.Spec.Node)
+	d, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil || d.Node.Sandbox() != "mirror.example:5000/pause:3.10.1" {
 		t.Fatalf("desired sandbox image %q, %v", d.Node.Sandbox(), err)
 	}
@@ -466,7 +466,7 @@ func TestDesiredSandboxImage(t *testing.T) {
 		t.Error("Desired changed the applied configuration")
 	}
 	m.Spec.Node.SandboxImage = "pause"
-	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.sandboxImage") {
+	if _, err := Desired(a.Config, &m.Spec.Node, nil); err == nil || !strings.Contains(err.Error(), "spec.node.sandboxImage") {
 		t.Errorf("bad sandbox image: %v", err)
 	}
 }
@@ -491,7 +491,7 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 	a.Config.Artifacts.KubeletPinned = &config.Artifact{URL: "https://m.example/v1.37.2/bin/linux/amd64/kubelet", SHA256: strings.Repeat("cd", 32)}
 	m := NewMachine("m1", node, a)
 	m.Spec.Node.KubernetesVersion = "1.37.1"
-	d, err := Desired(a.Config, &m.Spec.Node)
+	d, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil || d.Artifacts.KubeletPinned != nil {
 		t.Fatalf("desired pin %+v, %v: the pin of the applied version must not travel", d.Artifacts.KubeletPinned, err)
 	}
@@ -500,7 +500,7 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 	}
 	m.Spec.Node.Artifacts.Kubelet = nil
 	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://mirror.example/release"}
-	d, err = Desired(a.Config, &m.Spec.Node)
+	d, err = Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +508,7 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 		t.Errorf("desired kubelet %+v, release %+v: the spec's mirror must pick the kubelet", d.Artifacts.Kubelet, d.Kubernetes.Release)
 	}
 	m.Spec.Node.KubernetesRelease.Mirror = "https://mirror.example/release?x=1"
-	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") {
+	if _, err := Desired(a.Config, &m.Spec.Node, nil); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") {
 		t.Errorf("bad mirror: %v, want an error naming the spec field", err)
 	}
 	// Plain http is refused by the Go-side check too (the CRD refuses it
@@ -526,7 +526,7 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 	if m2.Spec.Node.Artifacts.Kubelet != nil {
 		t.Errorf("registered Machine names kubelet %+v", m2.Spec.Node.Artifacts.Kubelet)
 	}
-	if d, err := Desired(a2.Config, &m2.Spec.Node); err != nil || d.Fingerprint() != a2.Config.Fingerprint() {
+	if d, err := Desired(a2.Config, &m2.Spec.Node, nil); err != nil || d.Fingerprint() != a2.Config.Fingerprint() {
 		t.Errorf("registered from a mirror configuration, it asks for another: %v", err)
 	}
 }
@@ -612,13 +612,14 @@ func TestAppliedSummaryRoundTrips(t *testing.T) {
 func TestDesiredDevices(t *testing.T) {
 	a := applied(t)
 	a.Config.Node.Devices.NVIDIADriverDirs = []string{"/opt/nvidia/lib"}
+	a.Config.Node.Devices.Allowed = []string{"/dev/fuse"}
 	m := NewMachine("m1", node, a)
-	same, err := Desired(a.Config, &m.Spec.Node)
+	same, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil || same.Fingerprint() != a.Config.Fingerprint() {
 		t.Fatalf("no spec devices: %v, fingerprint changed %v", err, err == nil && same.Fingerprint() != a.Config.Fingerprint())
 	}
 	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA, Paths: []v1alpha1.DevicePath{"/dev/fuse"}}
-	d, err := Desired(a.Config, &m.Spec.Node)
+	d, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,11 +634,11 @@ func TestDesiredDevices(t *testing.T) {
 		t.Error("Desired changed the applied configuration")
 	}
 	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNone}
-	if d, err := Desired(a.Config, &m.Spec.Node); err != nil || d.Node.Devices.NVIDIA() {
+	if d, err := Desired(a.Config, &m.Spec.Node, nil); err != nil || d.Node.Devices.NVIDIA() {
 		t.Errorf("gpus None: %v %+v", err, d)
 	}
 	m.Spec.Node.Devices = &v1alpha1.Devices{Paths: []v1alpha1.DevicePath{"/dev/../etc/shadow"}}
-	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.devices.paths[0]") ||
+	if _, err := Desired(a.Config, &m.Spec.Node, nil); err == nil || !strings.Contains(err.Error(), "spec.node.devices.paths[0]") ||
 		!strings.Contains(err.Error(), "/dev/../etc/shadow") {
 		t.Errorf("bad device path: %v", err)
 	}

@@ -17,8 +17,9 @@ import (
 // Desired lays the Machine's node configuration over the applied one: the
 // Kubernetes version, rootfs, labels and taints come from the spec, and each
 // artifact the spec overrides. The result is validated like a bootstrap
-// configuration; errors name the spec field and value.
-func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, error) {
+// configuration; errors name the spec field and value. stat looks at the
+// host's device nodes the spec names (nil: judged by name alone).
+func Desired(applied *config.Config, n *v1alpha1.NodeConfig, stat config.DeviceStat) (*config.Config, error) {
 	if applied == nil {
 		return nil, errors.New("no applied configuration")
 	}
@@ -78,6 +79,9 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig) (*config.Config, er
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s", specPaths(err.Error()))
+	}
+	if err := checkSpecDevices(c.Node.Devices, n.Devices, stat); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

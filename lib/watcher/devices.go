@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
@@ -21,4 +23,28 @@ func desiredDevices(dst *config.Devices, spec *v1alpha1.Devices) {
 	for _, p := range spec.Paths {
 		dst.Paths = append(dst.Paths, string(p))
 	}
+}
+
+// checkSpecDevices refuses what spec.node.devices.paths may not reach on
+// this host (config.Devices.Refusal): a path the host's allowed list does
+// not match, or a dangerous node it does not name exactly. host is the
+// desired [node.devices], whose Allowed is the applied one's: the spec
+// cannot set it. stat looks at the host's node (nil: by name alone).
+func checkSpecDevices(host config.Devices, spec *v1alpha1.Devices, stat config.DeviceStat) error {
+	if spec == nil {
+		return nil
+	}
+	for i, p := range spec.Paths {
+		if config.CheckDevicePath(string(p)) != "" {
+			continue // Validate names the malformed path
+		}
+		var fi fs.FileInfo
+		if stat != nil {
+			fi = stat(string(p))
+		}
+		if msg := host.Refusal(string(p), fi, true); msg != "" {
+			return fmt.Errorf("spec.node.devices.paths[%d] = %q: %s", i, p, msg)
+		}
+	}
+	return nil
 }

@@ -243,7 +243,9 @@ type Devices struct {
 
 	// Paths are further device nodes (char or block) under /dev, bound at
 	// the same path and allowed read-write, e.g. /dev/fuse. Each must exist
-	// on the host.
+	// on the host and be matched by its [node.devices] allowed patterns;
+	// /dev/mem, /dev/kmem, /dev/port and block devices only when that list
+	// names them exactly.
 	//
 	// +optional
 	// +listType=set

@@ -16,6 +16,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
+	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 )
 
@@ -52,7 +53,7 @@ func (b *Backend) Configure(ctx context.Context, slot string) error {
 	} else if !found {
 		return fmt.Errorf("configure slot %s: %s is not a provisioned slot rootfs: provision it first", slot, rootfs)
 	}
-	creds, err := nodeconfig.LoadCredentials(b.root, b.cfg)
+	creds, err := nodeidentity.SlotCredentials(b.root, b.cfg, time.Now())
 	if err != nil {
 		return fmt.Errorf("configure slot %s: %w", slot, err)
 	}

@@ -62,6 +62,12 @@ func (b *Backend) devices() (deviceSet, error) {
 			return s, fmt.Errorf("node.devices.paths[%d] %q: the host has no such device node (char or block): "+
 				"load its driver or remove it from the list", i, p)
 		}
+		// The configuration's form was checked by name; here the node is
+		// there to stat, so a block device or the host's memory under an
+		// unexpected name is caught before it is bound.
+		if msg := d.Refusal(p, b.root.StatFollow(p), false); msg != "" {
+			return s, fmt.Errorf("node.devices.paths[%d] %q: %s", i, p, msg)
+		}
 		if p != kvmDevice { // configure.go's own lines pass it already
 			s.nodes = append(s.nodes, p)
 		}

@@ -14,13 +14,17 @@ import (
 // mknod makes a char device node with /dev/null's numbers at hostPath in e's
 // root (a temp dir: the machine's /dev is never touched). It needs
 // CAP_MKNOD; without it the test is skipped.
-func (e *env) mknod(hostPath string) {
+func (e *env) mknod(hostPath string) { e.mknodAs(hostPath, unix.S_IFCHR, 1, 3) }
+
+// mknodAs makes a device node of type typ (unix.S_IFCHR or S_IFBLK) and
+// the given numbers; it is only stat'ed, never opened.
+func (e *env) mknodAs(hostPath string, typ uint32, major, minor uint32) {
 	e.t.Helper()
 	local := filepath.Join(e.root.Prefix(), hostPath)
 	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := unix.Mknod(local, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+	if err := unix.Mknod(local, typ|0o666, int(unix.Mkdev(major, minor))); err != nil {
 		e.t.Skipf("mknod %s: %v (needs CAP_MKNOD)", local, err)
 	}
 }
@@ -71,6 +75,37 @@ func TestDevicePaths(t *testing.T) {
 			if e2.exists(p) {
 				t.Errorf("paths %s: %s written although configure failed", c.paths, p)
 			}
+		}
+	}
+}
+
+// TestDangerousDevicePaths: configure stats each listed node, so a block
+// device or the host's memory under a name that does not say so is refused
+// naming the path and the rule, unless node.devices.allowed names it
+// exactly; a wildcard that matches it is not enough.
+func TestDangerousDevicePaths(t *testing.T) {
+	for _, c := range []struct{ devices, want string }{
+		{`paths = ["/dev/kubeslot-disk"]`, `node.devices.paths[0] "/dev/kubeslot-disk": is a block device`},
+		{"paths = [\"/dev/kubeslot-disk\"]\nallowed = [\"/dev/kubeslot-*\"]", `is a block device`},
+		{`paths = ["/dev/kubeslot-mem"]`, `node.devices.paths[0] "/dev/kubeslot-mem": is the host's raw memory or I/O port device (char 1:1, as /dev/mem)`},
+		{"paths = [\"/dev/kubeslot-disk\"]\nallowed = [\"/dev/kubeslot-disk\"]", ""},
+	} {
+		e := newEnv(t)
+		e.mknodAs("/dev/kubeslot-disk", unix.S_IFBLK, 7, 250)
+		e.mknodAs("/dev/kubeslot-mem", unix.S_IFCHR, 1, 1)
+		b := e.devicesBackend(c.devices)
+		if err := b.Provision(t.Context(), "a"); err != nil {
+			t.Fatal(err)
+		}
+		err := b.Configure(t.Context(), "a")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.devices, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "node.devices.allowed")):
+			t.Errorf("%s: %v, want an error with %q naming node.devices.allowed", c.devices, err, c.want)
+		case c.want != "" && e.exists("/etc/systemd/nspawn/a.nspawn"):
+			t.Errorf("%s: a.nspawn written although configure failed", c.devices)
 		}
 	}
 }
