@@ -514,7 +514,7 @@ func TestDesiredKubernetesRelease(t *testing.T) {
 	// Plain http is refused by the Go-side check too (the CRD refuses it
 	// first), naming the spec field and its value.
 	m.Spec.Node.KubernetesRelease.Mirror = "http://mirror.example/release"
-	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") ||
+	if _, err := Desired(a.Config, &m.Spec.Node, nil); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.mirror") ||
 		!strings.Contains(err.Error(), "http://mirror.example/release") || !strings.Contains(err.Error(), "https") {
 		t.Errorf("http mirror: %v, want an error naming the spec field, the value and https", err)
 	}
@@ -541,7 +541,7 @@ func TestDesiredKubeletPin(t *testing.T) {
 	m := NewMachine("m1", node, a)
 	m.Spec.Node.KubernetesVersion = "1.37.1"
 	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://mirror.example/release", KubeletSHA256: v1alpha1.SHA256(specSum)}
-	d, err := Desired(a.Config, &m.Spec.Node)
+	d, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,13 +553,13 @@ func TestDesiredKubeletPin(t *testing.T) {
 	}
 	// No spec mirror: the host's pins alone.
 	m.Spec.Node.KubernetesRelease = nil
-	if d, err := Desired(a.Config, &m.Spec.Node); err != nil || d.Kubernetes.Release.KubeletSHA256["1.36.0"] != hostSum {
+	if d, err := Desired(a.Config, &m.Spec.Node, nil); err != nil || d.Kubernetes.Release.KubeletSHA256["1.36.0"] != hostSum {
 		t.Errorf("host pins without a spec mirror: %v, %v", d, err)
 	}
 	// The spec contradicts the host's pin for the version.
 	m.Spec.Node.KubernetesVersion = "1.36.0"
 	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://mirror.example/release", KubeletSHA256: v1alpha1.SHA256(specSum)}
-	_, err = Desired(a.Config, &m.Spec.Node)
+	_, err = Desired(a.Config, &m.Spec.Node, nil)
 	for _, want := range []string{"spec.node.kubernetesRelease.kubeletSHA256", specSum, "kubernetes.release.kubelet_sha256", hostSum} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("contradicting pins: %v, want an error containing %q", err, want)
@@ -568,7 +568,7 @@ func TestDesiredKubeletPin(t *testing.T) {
 	// A malformed spec digest (the CRD refuses it first) is named by its field.
 	m.Spec.Node.KubernetesVersion = "1.37.1"
 	m.Spec.Node.KubernetesRelease.KubeletSHA256 = "XYZ"
-	if _, err := Desired(a.Config, &m.Spec.Node); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.kubeletSHA256") || !strings.Contains(err.Error(), "XYZ") {
+	if _, err := Desired(a.Config, &m.Spec.Node, nil); err == nil || !strings.Contains(err.Error(), "spec.node.kubernetesRelease.kubeletSHA256") || !strings.Contains(err.Error(), "XYZ") {
 		t.Errorf("bad spec digest: %v", err)
 	}
 }
