@@ -65,13 +65,13 @@ func Enroll(ctx context.Context, cfg *rest.Config, names []string, enroll bool, 
 			return err
 		})
 		if err != nil {
-			return out, fmt.Errorf("Machine %s: %w", name, err)
+			return out, fmt.Errorf("enroll machine %s: %w", name, err)
 		}
 		if node == "" {
-			return out, fmt.Errorf("Machine %s has no spec.nodeName", name)
+			return out, fmt.Errorf("machine %s has no spec.nodeName", name)
 		}
 		if err := bindFleetMember(ctx, cs, node, enroll); err != nil {
-			return out, fmt.Errorf("Machine %s, node %s: %w", name, node, err)
+			return out, fmt.Errorf("machine %s, node %s: %w", name, node, err)
 		}
 		what := "enrolled"
 		if !enroll {

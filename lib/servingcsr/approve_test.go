@@ -19,10 +19,14 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// apiserverEndpoints: the kubernetes Endpoints at 10.213.0.10.
+// apiserverEndpoints: the kubernetes Endpoints at 10.213.0.10 (the v1 API the approver falls back to where a cluster
+// has no EndpointSlices).
 func apiserverEndpoints() runtime.Object {
-	return &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"},
-		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.213.0.10"}}}}}
+	//lint:ignore SA1019 the fallback under test reads the deprecated v1 Endpoints
+	ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}}
+	//lint:ignore SA1019 as above
+	ep.Subsets = []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.213.0.10"}}}}
+	return ep
 }
 
 // apiserverSlice: its EndpointSlice, at 10.213.0.11.
