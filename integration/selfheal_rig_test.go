@@ -56,7 +56,7 @@ func TestSelfHealOnRig(t *testing.T) {
 // Machine status write of the node (a ValidatingAdmissionPolicy, as an admission policy of the cluster would), and
 // the Machine's status is made stale (its agent version), so the watcher must write it and cannot. Counted at the
 // apiserver (its audit log) over 45 s: the refused write is repeated with backoff (2, 4, 8, 16, 32 s: five tries),
-// not every 2 s as before the fix (about 22 tries), and the watcher's journal names the error once, not once per
+// not every 2 s (about 22 tries), and the watcher's journal names the error once, not once per
 // try. Once the policy goes, a touch of the Machine brings the watcher back to writing its status.
 func healBackoff(t *testing.T, ctx context.Context, r *rpRig) {
 	const window = 45 * time.Second
@@ -115,9 +115,9 @@ func healBackoff(t *testing.T, ctx context.Context, r *rpRig) {
 // first step had; the old slot's tree, which clean removes before its applied configuration, is left for the
 // resumed clean (its removal is idempotent). The path unit resumes the repave (it watches state/repave.json), and
 // it must finish: Succeeded on the target, applied/active naming it, the sidecar gone, the pair of the target and
-// active verified by sha256sum, the Node Ready from the target's kubelet. Before the fix the sidecar alone read as
-// corruption: the resumed clean could not load the old slot's configuration to remove it, failed, and every later
-// repave resumed the same clean first (healCommitInRead's repave is that later repave).
+// active verified by sha256sum, the Node Ready from the target's kubelet. Were the sidecar alone read as
+// corruption, the resumed clean could not load the old slot's configuration to remove it, would fail, and every
+// later repave would resume the same clean first (healCommitInRead's repave is that later repave).
 func healRemovalKilled(t *testing.T, ctx context.Context, r *rpRig) {
 	from, applied := r.active()
 	to := otherSlot(from)
@@ -178,8 +178,8 @@ func healRemovalKilled(t *testing.T, ctx context.Context, r *rpRig) {
 // hook (KUBESLOT_TEST_WATCHER_READ_GATE, a gate file) from before the repave starts until it has finished, so the
 // interleaving happens every run; without the hook it happens when a commit lands in the microseconds between the
 // two reads. Every version of the Machine is watched from before the gate until the watcher reports the target
-// slot: Degraded=True must never appear, and the repave succeeds. Before the fix the held read found the old
-// slot's configuration gone and published Degraded ("the active slot has no applied configuration").
+// slot: Degraded=True must never appear, and the repave succeeds. What it guards against: the held read finds
+// the old slot's configuration gone and publishes Degraded ("the active slot has no applied configuration").
 func healCommitInRead(t *testing.T, ctx context.Context, r *rpRig) {
 	from, applied := r.active()
 	to := otherSlot(from)
@@ -268,9 +268,9 @@ func healCommitInRead(t *testing.T, ctx context.Context, r *rpRig) {
 // kept as last-good. One binary of green answers --version only after 8 s on its first call after the power cut
 // (a wrapper script; release.Ensure gives each answer 5 s), as a busy host at boot does. The bootstrap unit's run at
 // boot must leave both releases and both links alone. Then the watcher is back (from green), the node runs, and a
-// later bootstrap run, with the answer now quick, changes nothing. Before the fix the slow answer made current "not
-// usable": Ensure installed the running binary's directory (green, quick by then) over blue, the only fallback, and
-// pointed both links at the copy. Since the boot-time run repairs only what lib/verify names, a
+// later bootstrap run, with the answer now quick, changes nothing. What it guards against: a slow answer taken as
+// current "not usable", so that Ensure installs the running binary's directory (green, quick by then) over blue,
+// the only fallback, and points both links at the copy. Since the boot-time run repairs only what lib/verify names, a
 // current that verifies is not handed to release.Ensure at boot at all; Ensure's own refusal of a slow answer is
 // TestEnsureKeepsTheFallback (lib/release).
 func healSlowVersion(t *testing.T, ctx context.Context, r *rpRig) {
@@ -345,8 +345,9 @@ sync`)
 // healResetStepFails: an AgentReset whose remove-rootfs step fails on the host: a tmpfs is
 // mounted inside the active slot's tree (as a person's or a leftover mount would be), which the step refuses to
 // remove under. The operation must end Failed with a message naming the step, the ownership record stays
-// "resetting", and the host root, the ownership record and the slot's tree are still there. Before the fix the
-// reset reported Succeeded before its steps ran, so the operation said Succeeded on a host left half reset. The
+// "resetting", and the host root, the ownership record and the slot's tree are still there. What it guards
+// against: a reset that reports Succeeded before its steps run, so that the operation says Succeeded on a host left
+// half reset. The
 // test looks only at the operation, the host's files and the record, not at which unit runs the resetter.
 func healResetStepFails(t *testing.T, ctx context.Context, r *rpRig) {
 	slot, _ := r.active()
