@@ -88,13 +88,13 @@ test-unit:
 test-integration:
 	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) KUBESLOT_KUBE_BIN_PREV=$$(scripts/kube-bins.sh --prev kubelet) $(GO) test -race -count=1 -p 1 -timeout 70m $$($(GO) list ./... | grep /integration)
 
-# The performance suite (issue 10): the rig tests that measure the stage targets and the fleet benchmarks in one
+# The performance suite: the rig tests that measure the stage targets and the fleet benchmarks in one
 # run, then one table of the figures with the targets next to them (scripts/bench.sh; ~30 minutes, ~10 of them the
 # three-host rollout).
 bench:
 	@scripts/bench.sh
 
-# The chaos test (issue 16, integration/soak_test.go): SOAK_ROUNDS rounds of random operations on one rig host (spec
+# The chaos test (integration/soak_test.go): SOAK_ROUNDS rounds of random operations on one rig host (spec
 # repave, NodeRestart, AgentUpgrade, AgentReset + a fresh bootstrap), each with a kill -9 of a random kubeslot process
 # at a random moment and a power cut in one round of every four; the host's invariants are checked after each round,
 # and a table of the rounds is printed. TestSoak skips unless KUBESLOT_SOAK_ROUNDS is set, so make test does not run

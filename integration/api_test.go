@@ -326,7 +326,7 @@ func TestAPIInvalidObjectsRejected(t *testing.T) {
 		{"drain timeout action", func(m *v1alpha1.Machine) {
 			m.Spec.Disruption = &v1alpha1.Disruption{OnDrainTimeout: "Later"}
 		}, []string{"spec.disruption.onDrainTimeout", "Fail", "Force"}},
-		// spec.node.devices (issue 21 item 4): the kind, paths under /dev, no repeats, a bounded list.
+		// spec.node.devices: the kind, paths under /dev, no repeats, a bounded list.
 		{"devices gpus", func(m *v1alpha1.Machine) { m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: "AMD"} },
 			[]string{"spec.node.devices.gpus", "None", "NVIDIA"}},
 		{"device outside /dev", func(m *v1alpha1.Machine) {

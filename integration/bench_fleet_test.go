@@ -1,6 +1,6 @@
 package integration
 
-// Benchmarks of the agent's idle cost (issues 6 and 10), printed as figures, never asserted:
+// Benchmarks of the agent's idle cost, printed as figures, never asserted:
 //
 //   - BenchmarkFleet: N watchers (lib/watcher.Run, the binary's loop) as goroutines of this process, each with its
 //     own node identity and host root, against the package's control plane. Per agent: apiserver CPU, apiserver

@@ -1,7 +1,7 @@
 package integration
 
-// BenchmarkRolloutWait: what a paced rollout's coordination costs the apiserver per agent waiting for a slot (issue
-// 20, item 5), printed as figures, never asserted. N in-process agents (fleet.Start: lib/watcher.Run with the
+// BenchmarkRolloutWait: what a paced rollout's coordination costs the apiserver per agent waiting for a slot,
+// printed as figures, never asserted. N in-process agents (fleet.Start: lib/watcher.Run with the
 // production slot timings, 60 s leases and a 10 s poll) are targeted by one Repave with spec.rollout.maxUnavailable
 // 1. Nothing runs the request files: the agent that takes the slot writes its request and holds the slot (renewing
 // it) for the whole benchmark, and the other N-1 sit Waiting. Two phases are measured:

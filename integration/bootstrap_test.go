@@ -1,6 +1,6 @@
 package integration
 
-// The bootstrap stage for real (issue 5, "Done when"): on an isolated host the first-boot unit turns a bare host
+// The bootstrap stage for real: on an isolated host the first-boot unit turns a bare host
 // into a Ready node on slot a, reports AgentBootstrapped=True on the Machine, installs and enables the units and
 // starts the watcher (when this release has it); plus the faults: invalid config, a different machine, a complete
 // re-run, a deleted unit file, kill -9 at each phase, a power cut mid-bootstrap, a rootfs and a kubelet checksum

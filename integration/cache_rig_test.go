@@ -1,6 +1,6 @@
 package integration
 
-// TestCachePruneOnRig (issue 16, item 11): on a bootstrapped host, a repave whose kubelet download is killed (-9)
+// TestCachePruneOnRig: on a bootstrapped host, a repave whose kubelet download is killed (-9)
 // mid-transfer leaves the download's temporary file in the artifact cache; the repave resumed by the path unit
 // removes it at its start, under the installation lock, before it resumes, downloads again and commits. After the repave the cache
 // holds only what the applied slot uses: leftovers of an earlier release planted beside the bootstrap's entries (a

@@ -1,6 +1,6 @@
 package integration
 
-// TestClusterCNIOnRig (issue 15): [node.cni] mode "cluster", the default, joins a host to a cluster whose pod
+// TestClusterCNIOnRig: [node.cni] mode "cluster", the default, joins a host to a cluster whose pod
 // network is a CNI DaemonSet's. The node comes up NotReady (no network configuration), with the CNI plugins of its
 // rootfs seeded into the host-kept /opt/cni/bin; a DaemonSet's hostNetwork pod (the test workload in its "install"
 // mode) writes a bridge + host-local + portmap conflist for the Node's podCIDR into /etc/cni/net.d through a

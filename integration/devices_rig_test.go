@@ -1,6 +1,6 @@
 package integration
 
-// Devices per node (issue 21 item 4, [node.devices] / spec.node.devices) for real: an isolated host, the nspawn
+// Devices per node ([node.devices] / spec.node.devices) for real: an isolated host, the nspawn
 // backend driven inside it as in TestNspawnBackendOnRig (runNspawnDriver), and fake device nodes made in the HOST's
 // own /dev (a tmpfs of its private mount namespace; the machine's /dev is never touched):
 //

@@ -1,6 +1,6 @@
 package integration
 
-// Hosts that are not Debian (issue 21, item 6), on the bootstrap rig: the isolated host is made an image-based one,
+// Hosts that are not Debian, on the bootstrap rig: the isolated host is made an image-based one,
 // as Flatcar is, inside its own root only (its overlay's upper layer and its mount namespace; the machine is not
 // touched): Flatcar's os-release, no dpkg, /usr mounted read-only, and every package tool kubeslot could call
 // (apt-get, dnf, rpm-ostree, ...) replaced by a trap that records the call. With a command of systemd-container

@@ -1,6 +1,6 @@
 package integration
 
-// The drain (lib/drain, issue 20 item 1) against the real kube-apiserver and controller manager, acting as node
+// The drain (lib/drain) against the real kube-apiserver and controller manager, acting as node
 // identities (the kubelet client certificate an agent uses): what is evicted and what is left, a
 // PodDisruptionBudget that blocks until the timeout under Fail and Force, the budget named, a person's cordon
 // kept, and that node A can neither evict node B's pods nor cordon B's Node.

@@ -1,6 +1,6 @@
 package integration
 
-// The node's lifecycle hooks on the rig (issue 21 item 3): a host whose address changed across a reboot comes back
+// The node's lifecycle hooks on the rig: a host whose address changed across a reboot comes back
 // with a correct node. The host has its own network namespace with a node address (sdhost NodeNetwork) and, unlike
 // the other pods-capable rigs, no node IP pinned in the sandbox record: the pre-start hook picks the host's address,
 // as on a real host. Between two boots the rig gives the host another address (inside its own namespace only).

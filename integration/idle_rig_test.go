@@ -1,12 +1,12 @@
 package integration
 
-// TestWatcherIdleOnRig (issue 16, item 2): the watcher as it runs on a host in production, idle, counted at the
+// TestWatcherIdleOnRig: the watcher as it runs on a host in production, idle, counted at the
 // apiserver. The host is bootstrapped for real (the kubelet's TLS bootstrap gives the node its client certificate),
 // so the watcher runs in kubeslot-watcher.service, started by the bootstrap, with the node identity the bootstrap
 // left: the applied configuration's server and CA and the kubelet's current client pair in <base>/identity, no
 // kubeconfig. Its requests are told from everything else the apiserver serves (the node's own kubelet acts as the
 // same user) by the audit log's user and user agent. Target: no request but watches, and those stay open for their
-// server-side timeout (client-go asks 5-10 minutes); a watch cut after a client-side timeout (the 5 s of issue 16)
+// server-side timeout (client-go asks 5-10 minutes); a watch cut after a client-side timeout (a 5 s rest.Config.Timeout, say)
 // shows up as watches re-opened and ended early. Halfway through the window the test updates the Node and touches
 // the Machine (an annotation each), as the kubelet's periodic status and other tools do: the watcher decides again,
 // and must find nothing to write. The window is KUBESLOT_BENCH_WINDOW (default 60 s) after KUBESLOT_BENCH_SETTLE
@@ -133,7 +133,7 @@ func testEnvDuration(t *testing.T, name string, def time.Duration) time.Duration
 	return d
 }
 
-// idleRSSFigure is the watcher's resident memory in its unit at the end of the idle window (issue 19, item 4: target
+// idleRSSFigure is the watcher's resident memory in its unit at the end of the idle window (target
 // 15 MiB).
 const idleRSSFigure = "watcher (rig host, its unit, node identity): RSS when idle"
 

@@ -1,6 +1,6 @@
 package integration
 
-// TestKubernetesUpgradeOnRig (issue 22): the version in the Machine's spec is the version that runs. A host starts
+// TestKubernetesUpgradeOnRig: the version in the Machine's spec is the version that runs. A host starts
 // on an earlier real kubelet release, found on the rig's release mirror by its version alone; changing
 // spec.node.kubernetesVersion repaves it onto the current release while a workload keeps serving; the Node and the
 // Machine then report the new version. A version the skew policy forbids is refused before anything is fetched, and

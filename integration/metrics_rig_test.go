@@ -1,6 +1,6 @@
 package integration
 
-// TestWatcherMetricsOnRig (issue 21, item 5): a bootstrapped rig host whose config.toml turns the watcher's metrics
+// TestWatcherMetricsOnRig: a bootstrapped rig host whose config.toml turns the watcher's metrics
 // on (a free loopback port: the rig host shares the machine's network namespace), a real NodeRestart operation
 // carried out by the real watcher and restart worker, then a scrape of the endpoint, parsed with expfmt: the
 // operation counted, the build info, and the node downtime the worker measured. The watcher is then restarted: the

@@ -1,6 +1,6 @@
 package integration
 
-// The host-root migration on the rig (issue 21, item 1): an installation laid down and bootstrapped under the rig's
+// The host-root migration on the rig: an installation laid down and bootstrapped under the rig's
 // /opt/kubeslot is moved to another base by the next bootstrap run given that base, while its node keeps serving;
 // then the moved installation is verified, repaved and reset, and nothing is left at either base.
 

@@ -1,6 +1,6 @@
 package integration
 
-// Layered slots on the rig (issue 19, item 1): the nspawn backend's real Provision, driven inside a rig host (the
+// Layered slots on the rig: the nspawn backend's real Provision, driven inside a rig host (the
 // nspawn driver of nspawn_test.go), makes each slot an overlay of the clean tree and an artifact layer below the
 // slot's own upper. The test checks that a slot's writes never reach the clean tree, that each state a kill -9
 // leaves between the new steps heals on the next run (reconstructed on the host: the steps are files and a unit),

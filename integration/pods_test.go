@@ -1,6 +1,6 @@
 package integration
 
-// TestPodsOnRig (issue 15): a kubeslot node is a node pods run on. A host with its own network namespace and
+// TestPodsOnRig: a kubeslot node is a node pods run on. A host with its own network namespace and
 // writable cgroup v1 controllers (the rig's; bsOptions.Pods) bootstraps with the production node profile but for
 // the sandbox settings the machine forces, a bridge pod network over the Node's podCIDR, a workload image built from
 // Go source and pulled through a configured mirror of a registry on loopback, and the sandbox image preloaded from

@@ -256,8 +256,8 @@ func (r *rpRig) waitIdle(ctx context.Context, bound time.Duration) {
 
 // kubeletRestartFloor stops and starts only the kubelet of the serving node (its containerd, pods and machine left
 // running) and returns the time from the stop to the Ready status of the new kubelet (its Lease renewed after the
-// start) as the admin sees it, polled every 20 ms. Issue 19 models a warm standby's downtime as exactly this, "a
-// kubelet stop plus a kubelet start": it is the floor no ordering of the slots can go below on this machine, and
+// start) as the admin sees it, polled every 20 ms. A warm standby's downtime is at least this, a kubelet stop plus a
+// kubelet start: it is the floor no ordering of the slots can go below on this machine, and
 // the bench prints it beside the repave's downtime.
 func (r *rpRig) kubeletRestartFloor(ctx context.Context, slot string) time.Duration {
 	r.t.Helper()

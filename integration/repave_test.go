@@ -1,6 +1,6 @@
 package integration
 
-// The repaver on the rig (issue 7): a bootstrapped host with a real kubelet is repaved onto slot b by a request
+// The repaver on the rig: a bootstrapped host with a real kubelet is repaved onto slot b by a request
 // with a changed desired configuration (through kubeslot-repave.path), restarted in place by a restart request,
 // refused a target whose kubelet exits at once (rollback to the old slot), and resumed after kill -9 of the
 // repaver in the switch and verify phases. Figures are printed, never asserted. Helpers: repave_rig_test.go.
@@ -74,7 +74,7 @@ func TestRepaveOnRig(t *testing.T) {
 	if out, err := r.h.Run(ctx, "/opt/kubeslot/current/kubeslot", "status"); err != nil || !strings.Contains(string(out), "b (nspawn mode") {
 		t.Errorf("kubeslot status does not show slot b: %v\n%s", err, out)
 	} else if !regexp.MustCompile(`Slot b rootfs: +overlay\n`).Match(out) {
-		// The rig's /var/lib/machines is on its disk tmpfs: the fast path works there (issue 19).
+		// The rig's /var/lib/machines is on its disk tmpfs: the fast path works there.
 		t.Errorf("slot b is not a layered slot:\n%s", out)
 	}
 	// The fast path: our preparation (unpack from the verified cache) against a plain full copy of the rootfs.
@@ -102,14 +102,14 @@ func TestRepaveOnRig(t *testing.T) {
 	}
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 2*time.Minute, r.h)
 
-	// 2a. The floor of a warm standby on this machine (issue 19): the kubelet alone stopped and started in the
+	// 2a. The floor of a warm standby on this machine: the kubelet alone stopped and started in the
 	// serving node, three times (the bench takes the median).
 	for range 3 {
 		rigTiming(t, "floor: kubelet stop + start in the serving node (containerd, machine untouched) -> Node Ready", r.kubeletRestartFloor(ctx, "b"))
 	}
 
 	// 2b. A restart worker killed after it claimed its request: kubeslot-restart.path watches the claimed file too,
-	// and the worker resumes the claimed request (issue 16, item 3). The worker pauses after its claim (test hook),
+	// and the worker resumes the claimed request. The worker pauses after its claim (test hook),
 	// so the kill lands there every time; the path unit is stopped meanwhile, so the checks are not raced.
 	pauseDropIn := "/etc/systemd/system/kubeslot-restart.service.d/zz-pause.conf"
 	if err := r.h.WriteFile(pauseDropIn, []byte("[Service]\nEnvironment=KUBESLOT_TEST_PAUSE_AT=restart-node\n"), 0o644); err != nil {
@@ -190,7 +190,7 @@ func TestRepaveOnRig(t *testing.T) {
 
 	// 3b. The same rollback killed (-9) while it waits for the old node: the old slot's kubelet posted its status
 	// before the kill and will not post again for minutes, so the resumed wait must take its floor from the kubelet
-	// that runs, not from the time of the resume (issue 16, item 1).
+	// that runs, not from the time of the resume.
 	broken.Timeouts.NodeReady.Duration = 20 * time.Second
 	rbreq := &requests.Request{Kind: requests.Repave, ID: requests.NewID(requests.Repave, 4, ""), MachineGeneration: 4,
 		Reason: "rig: broken kubelet, killed in the rollback", Desired: broken}
@@ -333,7 +333,7 @@ func TestRepavePowerCutOnRig(t *testing.T) {
 		t.Errorf("node a still runs after the resume: %s", out)
 	}
 
-	// Power cut in commit (issue 16, item 5): the target a was verified, nothing is committed yet, so the host
+	// Power cut in commit: the target a was verified, nothing is committed yet, so the host
 	// boots the old node b (its machine is enabled at boot until commit ends). The resume must start and verify a
 	// again before it commits it: applied/active may never name a slot whose node is not running.
 	r.pauseRepaver(ctx, "rig-repaver-cut-commit", "commit")
@@ -357,7 +357,7 @@ func TestRepavePowerCutOnRig(t *testing.T) {
 	}
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, t1, 2*time.Minute, r.h)
 
-	// A clean shutdown during a requested repave (issue 16, item 7): SIGTERM is not failure. The path unit's own
+	// A clean shutdown during a requested repave: SIGTERM is not failure. The path unit's own
 	// worker pauses in verify (a drop-in in /run, gone with the reboot), the host powers off, and after the boot
 	// the path unit resumes the same request to Succeeded: no Failed status, no rollback.
 	if err := r.h.WriteFile("/run/systemd/system/kubeslot-repave@.service.d/zz-pause.conf",
@@ -459,7 +459,7 @@ func TestRepaveTwoTriggersOnRig(t *testing.T) {
 	}
 }
 
-// TestRepaveMachineSpecOnRig is the issue's "Done when": an admin changes the Machine's node configuration (a label)
+// TestRepaveMachineSpecOnRig is the repave end to end: an admin changes the Machine's node configuration (a label)
 // and its update policy to Immediate; the real watcher, left running by the bootstrap, drops the repave request, the
 // path unit starts the repaver, and the node moves onto slot b with a real kubelet; the Machine reports slot b and
 // the new fingerprint, and the Node carries the label.

@@ -1,6 +1,6 @@
 package integration
 
-// The resetter stage for real (issue 9): a host bootstrapped by its first-boot unit, with foreign files next to
+// The resetter stage for real: a host bootstrapped by its first-boot unit, with foreign files next to
 // kubeslot's, is reset by hand: every kubeslot artifact goes, the foreign ones stay, no node machine runs; after a
 // power cut nothing bootstraps again; a bootstrap afterwards works (reinstall on the same host). Then kill -9 at
 // several steps and a re-run that finishes, and a reset through a real AgentReset operation. Every reset keeps the
@@ -117,7 +117,7 @@ func (r *bsRig) checkReset(ctx context.Context) {
 	}
 }
 
-// checkConfigKept (issue 21, item 8): the operator's configuration is still there, 0600, without the join token;
+// checkConfigKept: the operator's configuration is still there, 0600, without the join token;
 // the token's line is the bootstrap's comment (it removes the token once the node joined; the reset then finds none)
 // and every other line is as layDown wrote it.
 func (r *bsRig) checkConfigKept(ctx context.Context) {
@@ -247,7 +247,7 @@ func TestResetKillAtSteps(t *testing.T) {
 	r.checkReset(ctx)
 }
 
-// TestResetRequestSurvivesPowerCutAndKill (issue 16): a reset served from an AgentReset request runs in
+// TestResetRequestSurvivesPowerCutAndKill: a reset served from an AgentReset request runs in
 // kubeslot-resetting.service, which kubeslot-reset.service installs and starts; that unit and the resetter's copy it
 // runs outlive every other unit file and binary of the installation. The run is cut twice and nobody finishes it by
 // hand: a power cut while it waits before stop-machines (the path units are already stopped and disabled, so only the

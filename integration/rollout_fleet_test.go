@@ -1,6 +1,6 @@
 package integration
 
-// Paced rollouts (issue 20, items 2 and 3) against the rig's real apiserver: in-process agents (lib/watcher.Run on
+// Paced rollouts against the rig's real apiserver: in-process agents (lib/watcher.Run on
 // host roots laid down by fleet.Install, each with its own node identity) on one selector operation with
 // spec.rollout. The repaver does not run in-process: each agent has a fake request runner that takes the request
 // file its watcher writes, reports InProgress, holds it for a while and writes the final status, as a worker does

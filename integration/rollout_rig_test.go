@@ -1,6 +1,6 @@
 package integration
 
-// TestRolloutOnRig (issue 20, items 4 and 5): a paced rollout proved on real hosts. Three rig hosts, each a real
+// TestRolloutOnRig: a paced rollout proved on real hosts. Three rig hosts, each a real
 // kubeslot installation whose node runs pods (newPodsRig), with the real watcher and repaver units and the node's own
 // identity, joined to the package's one control plane. A Deployment of three with a readiness probe and a
 // PodDisruptionBudget maxUnavailable 1 runs spread over them; a stand-in scheduler places pods (spreadScheduler).

@@ -1,12 +1,11 @@
 package integration
 
-// TestSelfHealOnRig (issue 16, items 6, 8, 9, 10 and 12): the self-healing fixes, each shown on one real host
+// TestSelfHealOnRig: the self-healing paths, each shown on one real host
 // (systemd booted in private namespaces, the node in a systemd-nspawn machine, the control plane of the test
 // binary), bootstrapped once through its first-boot unit and kept across a power cut. The items run as subtests in
 // this order, because each leaves the host as the next needs it and the reset, which takes the host apart, goes
-// last: the watcher's backoff (item 9), a removal killed between its two files (item 6), a commit inside the
-// watcher's read (item 10), a slow --version at boot (item 12), a reset step that fails (item 8). Each subtest's
-// function says why it would have failed before its fix. Helpers: selfheal_helpers_test.go.
+// last: the watcher's backoff, a removal killed between its two files, a commit inside the watcher's read, a slow
+// --version at boot, a reset step that fails. Each subtest's function says what it guards against. Helpers: selfheal_helpers_test.go.
 
 import (
 	"context"
@@ -53,15 +52,15 @@ func TestSelfHealOnRig(t *testing.T) {
 	}
 }
 
-// healBackoff (issue 16, item 9): the watcher's action hits a permanent API error. The apiserver refuses every
+// healBackoff: the watcher's action hits a permanent API error. The apiserver refuses every
 // Machine status write of the node (a ValidatingAdmissionPolicy, as an admission policy of the cluster would), and
 // the Machine's status is made stale (its agent version), so the watcher must write it and cannot. Counted at the
 // apiserver (its audit log) over 45 s: the refused write is repeated with backoff (2, 4, 8, 16, 32 s: five tries),
-// not every 2 s as before the fix (about 22 tries), and the watcher's journal names the error once, not once per
+// not every 2 s (about 22 tries), and the watcher's journal names the error once, not once per
 // try. Once the policy goes, a touch of the Machine brings the watcher back to writing its status.
 func healBackoff(t *testing.T, ctx context.Context, r *rpRig) {
 	const window = 45 * time.Second
-	const message = "rig: Machine status writes of this node are refused (issue 16, item 9)"
+	const message = "rig: Machine status writes of this node are refused"
 	allow := r.denyStatusWrites(ctx, message)
 	logged := func() int { return r.journalCount(ctx, units.Watcher, "action failed", message) }
 	before := logged()
@@ -110,15 +109,15 @@ func healBackoff(t *testing.T, ctx context.Context, r *rpRig) {
 	rigTiming(t, "watcher: status written again after the refusal ended (nudged)", time.Since(t1))
 }
 
-// healRemovalKilled (issue 16, item 6): a repave's clean killed between the two removals of
+// healRemovalKilled: a repave's clean killed between the two removals of
 // state.RemoveChecksummed: the old slot's applied/<slot>.json is gone, its sidecar .sha256 is left. The repaver
 // paused at the start of clean (test hook) is killed -9, and the data file is removed as the killed removal's
 // first step had; the old slot's tree, which clean removes before its applied configuration, is left for the
 // resumed clean (its removal is idempotent). The path unit resumes the repave (it watches state/repave.json), and
 // it must finish: Succeeded on the target, applied/active naming it, the sidecar gone, the pair of the target and
-// active verified by sha256sum, the Node Ready from the target's kubelet. Before the fix the sidecar alone read as
-// corruption: the resumed clean could not load the old slot's configuration to remove it, failed, and every later
-// repave resumed the same clean first (healCommitInRead's repave is that later repave).
+// active verified by sha256sum, the Node Ready from the target's kubelet. Were the sidecar alone read as
+// corruption, the resumed clean could not load the old slot's configuration to remove it, would fail, and every
+// later repave would resume the same clean first (healCommitInRead's repave is that later repave).
 func healRemovalKilled(t *testing.T, ctx context.Context, r *rpRig) {
 	from, applied := r.active()
 	to := otherSlot(from)
@@ -173,14 +172,14 @@ func healRemovalKilled(t *testing.T, ctx context.Context, r *rpRig) {
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, t0, 2*time.Minute, r.h)
 }
 
-// healCommitInRead (issue 16, item 10): the watcher reads the applied state (applied/active, then that slot's
+// healCommitInRead: the watcher reads the applied state (applied/active, then that slot's
 // configuration) without the lock, and a real repave commits and cleans inside that read: active moves to the
 // target and the old slot's configuration goes. The watcher's read is held between its two files by its test
 // hook (KUBESLOT_TEST_WATCHER_READ_GATE, a gate file) from before the repave starts until it has finished, so the
 // interleaving happens every run; without the hook it happens when a commit lands in the microseconds between the
 // two reads. Every version of the Machine is watched from before the gate until the watcher reports the target
-// slot: Degraded=True must never appear, and the repave succeeds. Before the fix the held read found the old
-// slot's configuration gone and published Degraded ("the active slot has no applied configuration").
+// slot: Degraded=True must never appear, and the repave succeeds. What it guards against: the held read finds
+// the old slot's configuration gone and publishes Degraded ("the active slot has no applied configuration").
 func healCommitInRead(t *testing.T, ctx context.Context, r *rpRig) {
 	from, applied := r.active()
 	to := otherSlot(from)
@@ -265,13 +264,13 @@ func healCommitInRead(t *testing.T, ctx context.Context, r *rpRig) {
 	waitNodeHeartbeat(t, ctx, r.admin, r.node, t0, 2*time.Minute, r.h)
 }
 
-// healSlowVersion (issue 16, item 12): after an agent upgrade the host runs release green (current) with blue
+// healSlowVersion: after an agent upgrade the host runs release green (current) with blue
 // kept as last-good. One binary of green answers --version only after 8 s on its first call after the power cut
 // (a wrapper script; release.Ensure gives each answer 5 s), as a busy host at boot does. The bootstrap unit's run at
 // boot must leave both releases and both links alone. Then the watcher is back (from green), the node runs, and a
-// later bootstrap run, with the answer now quick, changes nothing. Before the fix the slow answer made current "not
-// usable": Ensure installed the running binary's directory (green, quick by then) over blue, the only fallback, and
-// pointed both links at the copy. Since the boot-time run repairs only what lib/verify names (issue 21 item 2), a
+// later bootstrap run, with the answer now quick, changes nothing. What it guards against: a slow answer taken as
+// current "not usable", so that Ensure installs the running binary's directory (green, quick by then) over blue,
+// the only fallback, and points both links at the copy. Since the boot-time run repairs only what lib/verify names, a
 // current that verifies is not handed to release.Ensure at boot at all; Ensure's own refusal of a slow answer is
 // TestEnsureKeepsTheFallback (lib/release).
 func healSlowVersion(t *testing.T, ctx context.Context, r *rpRig) {
@@ -343,11 +342,12 @@ sync`)
 	check("after the next bootstrap run")
 }
 
-// healResetStepFails (issue 16, item 8): an AgentReset whose remove-rootfs step fails on the host: a tmpfs is
+// healResetStepFails: an AgentReset whose remove-rootfs step fails on the host: a tmpfs is
 // mounted inside the active slot's tree (as a person's or a leftover mount would be), which the step refuses to
 // remove under. The operation must end Failed with a message naming the step, the ownership record stays
-// "resetting", and the host root, the ownership record and the slot's tree are still there. Before the fix the
-// reset reported Succeeded before its steps ran, so the operation said Succeeded on a host left half reset. The
+// "resetting", and the host root, the ownership record and the slot's tree are still there. What it guards
+// against: a reset that reports Succeeded before its steps run, so that the operation says Succeeded on a host left
+// half reset. The
 // test looks only at the operation, the host's files and the record, not at which unit runs the resetter.
 func healResetStepFails(t *testing.T, ctx context.Context, r *rpRig) {
 	slot, _ := r.active()

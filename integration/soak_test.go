@@ -1,6 +1,6 @@
 package integration
 
-// TestSoak (`make soak`, issue 16): a chaos test on one rig host. Each round runs one operation as an operator would
+// TestSoak (`make soak`): a chaos test on one rig host. Each round runs one operation as an operator would
 // ask for it: a spec repave (a node label changed on the Machine, updatePolicy Immediate), a NodeRestart operation,
 // an AgentUpgrade operation to a newer bundle, or an AgentReset operation followed by a fresh bootstrap of the same
 // host. During it a random kubeslot process (the watcher, a worker, the resetter, whatever runs at that moment) is

@@ -1,6 +1,6 @@
 package integration
 
-// --systemd-bus on the rig (issue 17, item 2): a stage run with a root prefix other than / reaches the systemd whose
+// --systemd-bus on the rig: a stage run with a root prefix other than / reaches the systemd whose
 // bus it is given, never this machine's own, and without a bus it changes nothing there.
 
 import (

@@ -446,7 +446,7 @@ func TestUpgradeOnRig(t *testing.T) {
 		r.currentRuns()
 		return verdict
 	}
-	// verdictFigure is the issue 19 figure: operation created -> Succeeded, for an undisturbed good upgrade.
+	// verdictFigure is the figure make bench holds to its target: operation created -> Succeeded, for an undisturbed good upgrade.
 	verdictFigure := func(d time.Duration) {
 		figures.Add("upgrade: operation created to Succeeded (verdict; probation follows)", d)
 	}
@@ -521,7 +521,7 @@ func TestUpgradeOnRig(t *testing.T) {
 				}
 				// The paused process keeps its environment: the pause goes before the kill, so that the resume runs
 				// without it. kubeslot-upgrade.path watches the claimed request too, and starts the worker again
-				// after the kill (issue 16, item 3): nobody re-runs it by hand.
+				// after the kill: nobody re-runs it by hand.
 				r.run("rm", "-f", dropIn)
 				if err := r.sd.ReloadContext(ctx); err != nil {
 					t.Fatal(err)

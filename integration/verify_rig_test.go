@@ -1,6 +1,6 @@
 package integration
 
-// TestVerifyRepairOnRig (issue 21, item 2): `kubeslot verify` and the boot-time repair on a bootstrapped rig host,
+// TestVerifyRepairOnRig: `kubeslot verify` and the boot-time repair on a bootstrapped rig host,
 // with the real systemd. Verify is clean after the bootstrap; then an edited unit file, a deleted enable link, a unit
 // disabled with systemctl, current spelled as an absolute link and a deleted last-good make it exit 3 naming each;
 // the first-boot unit started again (as at boot) repairs exactly those, one journal line each, and verify is clean

@@ -82,7 +82,7 @@ func TestWatcherOnRig(t *testing.T) {
 	t.Run("WaitsOutABusyLock", func(t *testing.T) {
 		// A watcher (re)started while another stage holds the installation lock past its wait must not defer
 		// (exit 69 is never restarted: the host would be deaf to its Machine until the next boot). It waits in
-		// rounds, alive for systemd, and starts when the lock frees (issue 16, item 4).
+		// rounds, alive for systemd, and starts when the lock frees.
 		if err := r.h.WriteFile("/etc/systemd/system/"+units.Watcher+".d/zz-lockwait.conf",
 			[]byte("[Service]\nEnvironment=KUBESLOT_WATCHER_LOCK_WAIT=3s\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -292,7 +292,7 @@ func TestWatcherOnRig(t *testing.T) {
 		t.Logf("Machine/MachineOperation API requests (not watches) in 15 s idle: %.0f", idle)
 		fmt.Printf("rig: watcher idle API requests in 15 s: %.0f\n", idle)
 
-		// Spec change -> request file, polled every 2 ms (issue 6: p99 over 50 changes).
+		// Spec change -> request file, polled every 2 ms (p99 over 50 changes).
 		const changes = 50
 		var lat []time.Duration
 		for i := 0; i < changes; i++ {

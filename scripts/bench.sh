@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh: `make bench` (issue 10). One go test run of the rig that measures every stage target of issues 5-9 and
+# bench.sh: `make bench`. One go test run of the rig that measures every stage target (bootstrap to reset) and
 # the agent's idle cost, then one table of the figures (scripts/benchtable) with the targets next to them. Figures
 # are printed, never asserted: the run fails only when a test or benchmark fails, and the table is printed anyway,
 # with "n/a (not measured: <why>)" for what is missing.

@@ -95,12 +95,11 @@ func TestBadTestEnvironmentIsUsageError(t *testing.T) {
 	}
 }
 
-// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+// An empty root prefix or host root is refused, never taken for "/".
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
 
 // A configuration readable by others while it holds the join token has its
-// mode fixed before anything else, with a warning; --preflight only warns
-// (issue 17, item 11).
+// mode fixed before anything else, with a warning; --preflight only warns.
 func TestWorldReadableConfigFixed(t *testing.T) {
 	clitest.NoBus(t)
 	prefix := t.TempDir()

@@ -63,7 +63,7 @@ func TestConfirmation(t *testing.T) {
 	}
 }
 
-// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+// An empty root prefix or host root is refused, never taken for "/".
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
 
 // A reset in a sandbox without --systemd-bus is refused before the record is

@@ -9,13 +9,13 @@ import (
 )
 
 // heavyPackages must stay out of the watcher: the typed clientset registers
-// every API group at init (heap and text pages: the binary was 55 MB and
-// idled at 32 MiB RSS with it, issue #6). The watcher needs client-go's rest
+// every API group at init, which costs the idle watcher megabytes of heap
+// and text pages. The watcher needs client-go's rest
 // and tools/cache only; code it shares with the stages lives in packages
 // that do not import the clientset (lib/sandbox, lib/systemdconn,
 // lib/nodeidentity), never in lib/bootstrap or lib/nodeclient.
 //
-// k8s.io/api is out too (issue 19, item 4): core/v1 alone is ~1.9 MB of code
+// k8s.io/api is out too: core/v1 alone is ~1.9 MB of code
 // and as many MB of the binary's mapped, resident pages; the watcher reads
 // its Node and writes Events through lib/watcher's own small types.
 //

@@ -29,7 +29,7 @@
 // KUBESLOT_TEST_WATCHER_READ_GATE=<file> holds every read of the applied
 // state between its two files (active, then the slot's configuration) for
 // as long as that file exists (at most 5 minutes each), so that a rig test
-// can land a real commit inside the read (issue 16, item 10).
+// can land a real commit inside the read.
 package main
 
 import (

@@ -101,7 +101,7 @@ func TestTestExitAfter(t *testing.T) {
 	}
 }
 
-// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+// An empty root prefix or host root is refused, never taken for "/".
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run) }
 
 // TestConfigDefault: --config defaults to the file the first-boot unit

@@ -57,8 +57,7 @@ func mkfifo(t *testing.T, p string) {
 	}
 }
 
-// Every read is bounded and refuses what is not a regular file (issue 17,
-// item 7): a FIFO in place of the config, the layout version or a release
+// Every read is bounded and refuses what is not a regular file: a FIFO in place of the config, the layout version or a release
 // file, a 3 GB state file and endless standard input each end at once
 // with an error.
 func TestReadsBoundedAndRegular(t *testing.T) {

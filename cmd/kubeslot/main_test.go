@@ -147,11 +147,11 @@ func TestStatusDamagedApplied(t *testing.T) {
 	}
 }
 
-// An empty root prefix or host root is refused, never taken for "/" (issue 17, item 3).
+// An empty root prefix or host root is refused, never taken for "/".
 func TestEmptyRootRefused(t *testing.T) { clitest.EmptyRoot(t, name, run, "status") }
 
 // status lists claimed requests (with their IDs) and request files moved
-// aside as unusable (issue 17, item 4).
+// aside as unusable.
 func TestStatusClaimedAndRejected(t *testing.T) {
 	prefix, root := installed(t)
 	stateDir, _ := root.Path(hostroot.StateDir)
@@ -179,7 +179,7 @@ func TestStatusClaimedAndRejected(t *testing.T) {
 }
 
 // config check warns about a configuration with a join token that others can
-// read (issue 17, item 11); it still says the configuration is valid.
+// read; it still says the configuration is valid.
 func TestConfigCheckWarnsReadableSecret(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(f, config.Example(), 0o644); err != nil {
@@ -196,7 +196,7 @@ func TestConfigCheckWarnsReadableSecret(t *testing.T) {
 	}
 }
 
-// status says what is wrong instead of looking healthy (issue 17, item 10):
+// status says what is wrong instead of looking healthy:
 // a layout version from a later release, an active pointer naming no valid
 // slot (the file named), terminal escapes in record fields, a damaged
 // ownership record.

@@ -49,11 +49,11 @@ type status struct {
 	// Rejected are request files moved aside because no worker could use
 	// them (each also has a Failed status when it named a request ID).
 	Rejected []string `json:"rejected"`
-	// Slots says how each slot's rootfs is made (issue 19: the fast path
+	// Slots says how each slot's rootfs is made (the fast path
 	// or the copy, and why).
 	Slots []slotView `json:"slots,omitempty"`
-	// Distro is the host's distribution as host preparation detects it
-	// (issue 21), and what kubeslot installed there.
+	// Distro is the host's distribution as host preparation detects it,
+	// and what kubeslot installed there.
 	Distro   *distroView `json:"distro,omitempty"`
 	Problems []string    `json:"problems"`
 }

@@ -1,4 +1,4 @@
-// Package hostile holds the hostile-input corpus (issue 17): configurations,
+// Package hostile holds the hostile-input corpus: configurations,
 // request and state files, release directories and command lines an
 // attacker or an accident could hand kubeslot's binaries, each run against
 // the real binaries in a root prefix of its own. Every case must end within

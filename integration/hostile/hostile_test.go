@@ -198,7 +198,7 @@ var allBinaries = []string{"kubeslot", "kubeslot-bootstrap", "kubeslot-watcher",
 // TestCorpus runs every case, each in a root prefix of its own.
 func TestCorpus(t *testing.T) {
 	var cases []hcase
-	// Item 3: an empty root prefix or host root never means "/".
+	// An empty root prefix or host root never means "/".
 	for _, b := range allBinaries {
 		args := []string{}
 		if b == "kubeslot" {
@@ -228,7 +228,7 @@ func TestCorpus(t *testing.T) {
 }
 
 var corpus = []hcase{
-	// Item 4: request files of another kind, or garbage.
+	// Request files of another kind, or garbage.
 	{name: "status lists claimed and refused requests", bin: "kubeslot", code: 0,
 		want: []string{"claimed-restart.json (restart-3-op)", "Refused requests:"},
 		setup: func(e *env) []string {
@@ -244,7 +244,7 @@ var corpus = []hcase{
 			return []string{"status"}
 		}},
 
-	// Item 5: secrets are redacted by type, wherever they are printed.
+	// Secrets are redacted by type, wherever they are printed.
 	{name: "config check dotted token key", bin: "kubeslot", code: 1, want: []string{"bootstrap_token.value", "[redacted]"},
 		setup: func(e *env) []string {
 			return []string{"config", "check", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`)}
@@ -301,7 +301,7 @@ var corpus = []hcase{
 			e.installed()
 			return []string{"--dry-run"}
 		}},
-	// Issue 21, item 8: the dry run reads the operator's configuration to say the token goes, and never prints it,
+	// The dry run reads the operator's configuration to say the token goes, and never prints it,
 	// even from a file that is not TOML around it.
 	{name: "resetter dry run names the join token it would remove", bin: "kubeslot-resetter", code: 0,
 		want: []string{"remove cluster.bootstrap_token from /etc/kubeslot/config.toml"},
@@ -322,7 +322,7 @@ var corpus = []hcase{
 			return append(e.noBus(), "--config", e.config(exampleToken, `bootstrap_token.value = "`+token+`"`))
 		}},
 
-	// Items 6 and 7: links, FIFOs and huge files under the root.
+	// Links, FIFOs and huge files under the root.
 	{name: "status FIFO layout version", bin: "kubeslot", code: 1, want: []string{"FIFO"},
 		setup: func(e *env) []string {
 			e.installed()
@@ -387,7 +387,7 @@ var corpus = []hcase{
 			}
 		}},
 
-	// Item 9: validation refuses what the host would refuse later.
+	// Validation refuses what the host would refuse later.
 	{name: "config check slot ending in -", bin: "kubeslot", code: 1, want: []string{"isolation.slots"},
 		setup: func(e *env) []string {
 			return []string{"config", "check", e.config(`slots = ["a", "b"]`, `slots = ["a-", "b"]`)}
@@ -397,7 +397,7 @@ var corpus = []hcase{
 			return []string{"config", "check", e.config(`ca_file = "/etc/kubeslot/cluster-ca.crt"`, `ca_file = "/srv/../../etc/shadow"`)}
 		}},
 
-	// Item 11: a world-readable configuration with a join token.
+	// A world-readable configuration with a join token.
 	{name: "config check world-readable token", bin: "kubeslot", code: 0, want: []string{"readable by others", "chmod 600"},
 		setup: func(e *env) []string {
 			p := e.config()
@@ -405,7 +405,7 @@ var corpus = []hcase{
 			return []string{"config", "check", p}
 		}},
 
-	// Item 10: status and messages.
+	// Status and messages.
 	{name: "status future layout version", bin: "kubeslot", code: 1, want: []string{"PROBLEM", "layout version 9"},
 		setup: func(e *env) []string {
 			e.installed()
@@ -444,7 +444,7 @@ var corpus = []hcase{
 			return []string{"--dry-run", "--force"}
 		}},
 
-	// Item 2: a root prefix other than / never reaches this machine's own
+	// A root prefix other than / never reaches this machine's own
 	// systemd; with no --systemd-bus a stage that needs it is refused at
 	// start-up (the resetter: at its first systemd call).
 	{name: "resetter in a sandbox without a bus", bin: "kubeslot-resetter", code: 2, want: []string{"--systemd-bus", "refusing to act on this machine's own systemd", "nothing was changed"},

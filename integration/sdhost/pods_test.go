@@ -30,14 +30,14 @@ import (
 )
 
 // The node-side settings a container needs in an nspawn node of a V1Controllers host (cgroup v1 hybrid machine,
-// no CAP_SYS_RESOURCE). Each was found necessary by leaving it out (the failure is quoted) on 2026-12-03.
+// no CAP_SYS_RESOURCE). Each is necessary: without it the failure quoted beside it follows.
 const (
 	// podsNspawn is the node's .nspawn in the host.
 	//   - Capability=all: without it runc's init fails ("error during container init: operation not permitted");
 	//     DropCapability=CAP_MKNOD alone fails too ("unable to apply caps").
 	//   - SystemCallFilter=@keyring: nspawn's default filter refuses the keyring calls, and runc joins a fresh
 	//     session keyring per container ("unable to join session keyring: ... operation not permitted"). bpf, also
-	//     in the recipe this test follows, was not needed here (v1 device cgroups are files, not BPF programs).
+	//     in the recipe this test follows, is not needed here (v1 device cgroups are files, not BPF programs).
 	podsNspawn = `[Exec]
 Boot=yes
 PrivateUsers=no

@@ -11,7 +11,7 @@
 // stage) for the sandbox image check and Stage; by no other lib/ package
 // (the node's own client, which the repaver shares, is lib/nodeclient).
 // Never by the watcher: this package links client-go's typed clientset,
-// which the watcher must stay without (issue #6); what the stages share
+// which the watcher must stay without; what the stages share
 // with it lives in lib/sandbox, lib/systemdconn and lib/nodeidentity.
 //
 // The bootstrap, step by step (moved here from DESIGN.md, which keeps the

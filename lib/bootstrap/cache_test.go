@@ -14,7 +14,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
-// TestTidyCache (issue 16, item 11): a bootstrap removes what a killed
+// TestTidyCache: a bootstrap removes what a killed
 // download left; a resumed installation keeps its downloads (the slot it
 // builds is not applied yet), a complete host loses what nothing uses.
 func TestTidyCache(t *testing.T) {

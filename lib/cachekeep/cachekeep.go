@@ -1,6 +1,5 @@
 // Package cachekeep decides what kubeslot's artifact cache (lib/artifact:
-// <base>/cache/sha256, oci and trees) must keep, and prunes the rest (issue
-// 16, item 11). An entry stays while one of these names its digest:
+// <base>/cache/sha256, oci and trees) must keep, and prunes the rest. An entry stays while one of these names its digest:
 //
 //   - a slot's applied configuration (<base>/applied/<slot>.json): its
 //     rootfs, kubelet (pinned or explicit), containerd, runc, CNI plugins and

@@ -61,7 +61,7 @@ func TestRun(t *testing.T) {
 }
 
 // A root prefix or host root that cannot be used is a usage error in every
-// binary (it used to be exit 1 in some, 2 in others).
+// binary, so callers see one exit code for it.
 func TestRootErrorIsUsage(t *testing.T) {
 	for _, g := range []Globals{
 		{RootPrefix: "relative", HostRoot: "/opt/kubeslot"},

@@ -318,7 +318,7 @@ func TestValidateWithoutFile(t *testing.T) {
 	}
 }
 
-// Validation refuses what the host would refuse later (issue 17, item 9): a
+// Validation refuses what the host would refuse later: a
 // slot name ending in '-' (not a valid machine name) and unclean absolute
 // paths.
 func TestValidationMatchesTheHost(t *testing.T) {

@@ -451,7 +451,7 @@ func quoteList(ss []string) string {
 }
 
 // stageBudget refuses timeouts whose worst case does not fit in a worker
-// unit's own start timeout (issue 16, item 7).
+// unit's own start timeout.
 func (v *validator) stageBudget(t *Timeouts) {
 	worst := t.Lock.Duration + t.Download.Duration + 2*(t.Stop.Duration+t.NodeReady.Duration)
 	if worst > StageBudget && t.Download.Duration <= MaxTimeout && t.NodeReady.Duration <= MaxTimeout {

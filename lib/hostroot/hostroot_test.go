@@ -230,7 +230,7 @@ func mustSymlink(t *testing.T, target, link string) {
 	}
 }
 
-// An empty prefix is refused, never taken for "/" (issue 17, item 3).
+// An empty prefix is refused, never taken for "/".
 func TestNewRejectsEmptyPrefix(t *testing.T) {
 	if _, err := New("", ""); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("empty prefix: %v", err)
@@ -239,7 +239,7 @@ func TestNewRejectsEmptyPrefix(t *testing.T) {
 
 // Files kubeslot reads are opened without following a final link and only
 // when regular; a FIFO is refused at once instead of hanging the reader, and
-// reads are bounded (issue 17, items 6 and 7).
+// reads are bounded.
 func TestReadRegular(t *testing.T) {
 	dir := t.TempDir()
 	outside := filepath.Join(t.TempDir(), "secret")

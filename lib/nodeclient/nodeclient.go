@@ -9,7 +9,7 @@
 // Imported by the stages that start a node and check it: lib/bootstrap and
 // lib/repave (which builds the repaver's client).
 // Never by the watcher: it links the typed clientset, which the watcher must
-// stay without (issue #6).
+// stay without.
 package nodeclient
 
 import (

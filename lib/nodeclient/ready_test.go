@@ -20,7 +20,7 @@ import (
 
 // TestNodeReadySince: a Ready status counts from the kubelet's start
 // second on, with a Lease renewed after the start; a status posted in that
-// same second is the case that used to be missed (issue 16, item 1).
+// same second is the case easiest to miss.
 func TestNodeReadySince(t *testing.T) {
 	since := time.Date(2026, 12, 3, 7, 0, 5, 300_000_000, time.UTC) // the new kubelet started
 	node := func(status corev1.ConditionStatus, hb time.Time) *corev1.Node {

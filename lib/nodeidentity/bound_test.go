@@ -46,8 +46,8 @@ func fakeAPI(t *testing.T) *httptest.Server {
 }
 
 // TestBoundRequestsSparesWatches: a single request is cut at the bound, a
-// watch is not (issue 16, item 2: rest.Config.Timeout cut every watch of
-// an idle agent after 5 s); with Timeout, the same watch is cut.
+// watch is not (rest.Config.Timeout would cut every watch
+// of an idle agent after 5 s); with Timeout, the same watch is cut.
 func TestBoundRequestsSparesWatches(t *testing.T) {
 	srv := fakeAPI(t)
 	bound := 200 * time.Millisecond

@@ -5,7 +5,7 @@
 // bootstrap is made as system:node:<name>, never with the join token.
 //
 // It imports client-go's rest only, never the typed clientset, so the
-// watcher can use it and stay small (issue #6). Imported by lib/bootstrap,
+// watcher can use it and stay small. Imported by lib/bootstrap,
 // lib/nodeclient, lib/watcher, lib/verify (ReadPair: the expiry kubeslot
 // verify reports) and the fleet benchmark (integration/fleet).
 package nodeidentity

@@ -251,7 +251,7 @@ func TestCapturePrior(t *testing.T) {
 }
 
 // Names the host would refuse, or take as options, are refused when
-// journalled and when a record is loaded (issue 17, item 9): reset runs
+// journalled and when a record is loaded: reset runs
 // apt-get remove with a package's name.
 func TestJournalRejectsBadNames(t *testing.T) {
 	t.Parallel()

@@ -324,7 +324,7 @@ func TestLockCancelled(t *testing.T) {
 }
 
 // A link planted in place of the lock file is not followed: the file it
-// points at is neither truncated nor chmod'd (issue 17, item 6).
+// points at is neither truncated nor chmod'd.
 func TestLockFileLinkNotFollowed(t *testing.T) {
 	t.Parallel()
 	root := testkit.Root(t)

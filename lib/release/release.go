@@ -48,7 +48,7 @@ var versionTimeout = 5 * time.Second
 
 // ErrSlow is returned (wrapped) when a binary did not answer `--version` in
 // time: a busy host at boot, not a broken release. Nothing is replaced on
-// it (issue 16, item 12: one slow answer at boot must never remove the only
+// it (one slow answer at boot must never remove the only
 // fallback).
 var ErrSlow = errors.New("did not answer in time")
 

@@ -181,7 +181,7 @@ func TestLinks(t *testing.T) {
 	}
 }
 
-// TestEnsureKeepsTheFallback (issue 16, item 12): a release that answers
+// TestEnsureKeepsTheFallback: a release that answers
 // --version too slowly (a busy host at boot) is not replaced; and when
 // current is broken but last-good (blue) runs, current goes back to blue,
 // which is never overwritten.

@@ -114,9 +114,8 @@ func resume(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (bool, *r
 		// The host may have rebooted since, with the old node booted (its
 		// boot link moves only at the end of commit) and the target not
 		// running: start and verify again whatever is to be committed,
-		// which is idempotent for a target that still runs (issue 16, item
-		// 5: a commit resumed after a power cut named a slot whose node was
-		// not running).
+		// which is idempotent for a target that still runs (a commit resumed
+		// after a power cut must not name a slot whose node is not running).
 		st.Phase = Start
 	}
 	s, err := Run(ctx, d, st)

@@ -664,7 +664,7 @@ func cached(dir string) []string {
 	return names
 }
 
-// TestRepavePrunesTheCache (issue 16, item 11): after a committed repave the
+// TestRepavePrunesTheCache: after a committed repave the
 // artifact cache keeps what the applied and requested configurations use,
 // and loses the old slot's artifacts and killed downloads' temp files.
 func TestRepavePrunesTheCache(t *testing.T) {
@@ -701,7 +701,7 @@ func TestRepavePrunesTheCache(t *testing.T) {
 	}
 }
 
-// TestResumedCommitReverifies (issue 16, item 5): a repave killed inside
+// TestResumedCommitReverifies: a repave killed inside
 // commit (the target's configuration saved and set active, the boot link not
 // moved) and a power cut (the old slot boots) resumes by starting and
 // verifying the target again, never by committing a slot whose node is not
@@ -754,7 +754,7 @@ func TestResumedCommitReverifies(t *testing.T) {
 	}
 }
 
-// TestStopIsNotFailure (issue 16, item 7): a repave stopped by SIGTERM (its
+// TestStopIsNotFailure: a repave stopped by SIGTERM (its
 // context cancelled) in prepare or verify neither fails the request nor
 // rolls back; the state file keeps the phase, and the next run resumes and
 // finishes it.
@@ -797,7 +797,7 @@ func TestStopIsNotFailure(t *testing.T) {
 }
 
 // A repave.json that holds a restart (no desired configuration) panicked the
-// repaver on every run (issue 17, item 4): it is moved aside with a Failed
+// repaver on every run: it is moved aside with a Failed
 // status, the host untouched, and a second run finds nothing.
 func TestOtherKindsRequestRefused(t *testing.T) {
 	t.Parallel()
@@ -822,7 +822,7 @@ func TestOtherKindsRequestRefused(t *testing.T) {
 	}
 }
 
-// TestRunStartTidiesTheCache (issue 16, item 11): any repaver run (here a
+// TestRunStartTidiesTheCache: any repaver run (here a
 // restart, which downloads nothing) first removes, under the lock, what a
 // killed download left and what nothing uses, and keeps what the applied
 // configuration and a pending repave use.

@@ -85,7 +85,7 @@ func Run(ctx context.Context, d *Deps, st *State) (*requests.Status, error) {
 	case pe != nil && pe.Stopped && ctx.Err() != nil:
 		// Stopped (SIGTERM: a shutdown, systemctl stop), not failed: no
 		// rollback and no final status. The state file keeps the phase,
-		// and the next start resumes it (issue 16, item 7).
+		// and the next start resumes it.
 		return nil, fmt.Errorf("repave %s -> %s stopped in %s (%v); the next start resumes it", st.From, st.To, st.Phase, context.Cause(ctx))
 	case pe == nil || !pe.Ran:
 		// The state not saved, or the test hook: as a crash.
@@ -505,8 +505,7 @@ func Restart(ctx context.Context, d *Deps, id, op string, gen int64, policy *dra
 
 // pruneCache removes from the artifact cache what no slot's applied
 // configuration, no pending or claimed repave or upgrade and no repave in
-// progress needs, and what killed downloads left (lib/cachekeep; issue 16,
-// item 11). Under the lock; a failure is only logged: the cache is
+// progress needs, and what killed downloads left (lib/cachekeep). Under the lock; a failure is only logged: the cache is
 // kubeslot's own, and the next run tries again.
 func (d *Deps) pruneCache() {
 	if err := cachekeep.Prune(d.Root, d.Log); err != nil {

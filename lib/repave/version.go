@@ -16,7 +16,7 @@ import (
 const versionWait = time.Minute
 
 // checkSkew refuses a desired Kubernetes version the API server's version
-// does not allow under the upstream skew policy (issue 22, item 3).
+// does not allow under the upstream skew policy.
 func (d *Deps) checkSkew(ctx context.Context, cfg *config.Config) error {
 	wctx, cancel := context.WithTimeout(ctx, versionWait)
 	defer cancel()
@@ -41,7 +41,7 @@ func (d *Deps) checkSkew(ctx context.Context, cfg *config.Config) error {
 // checkBinary and checkNodeVersion make sure the slot runs the Kubernetes
 // release cfg asks for, before anything is committed: the binary in the
 // slot says so (at standby, before the old node stops), and so does the
-// Node its kubelet registered (at verify) (issue 22, item 2). A mirror that
+// Node its kubelet registered (at verify). A mirror that
 // serves another release's binary under a version's path, or an explicit
 // artifacts.kubelet of another release, fails there and is rolled back.
 func (d *Deps) checkBinary(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {

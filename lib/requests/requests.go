@@ -36,8 +36,7 @@
 // Path units. kubeslot-<kind>.path starts the worker with PathExists= on the
 // request file. A path unit fires again as soon as its service is inactive
 // while the file still exists, so a worker that exits 69 without claiming is
-// started again at once. Measured on systemd 252 (integration test
-// TestWatcherPathUnitRetrigger): with a worker that defers immediately, the
+// started again at once. With a worker that defers immediately, the
 // service hits its start limit (5 starts in 10 s by default) within seconds,
 // and the path unit fails with unit-start-limit-hit and stops watching,
 // stranding the request. The worker units therefore stay deactivating for

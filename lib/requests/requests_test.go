@@ -202,7 +202,7 @@ func TestPrune(t *testing.T) {
 }
 
 // A request file whose kind is not its file's, or that a worker cannot use,
-// is moved aside with a Failed status (issue 17, item 4): it never reaches a
+// is moved aside with a Failed status: it never reaches a
 // worker, is never claimed again, and never blocks the others.
 func TestBadRequestMovedAside(t *testing.T) {
 	d, root := newDir(t)
@@ -271,7 +271,7 @@ func TestBadRequestMovedAside(t *testing.T) {
 
 // Request files are read with no-follow semantics: a link in requests/ to a
 // file outside the root prefix is not read through, a FIFO does not hang;
-// both count as unusable and are moved aside (issue 17, items 6 and 7).
+// both count as unusable and are moved aside.
 func TestRequestLinkAndFIFONotRead(t *testing.T) {
 	d, root := newDir(t)
 	outside := filepath.Join(t.TempDir(), "restart.json")

@@ -25,7 +25,7 @@ func TestStepOrder(t *testing.T) {
 	if got := StepNames(); !slices.Equal(got, want) {
 		t.Errorf("steps:\n got %v\nwant %v", got, want)
 	}
-	// Request path: report after every step that can fail on the host's account (issue 16, item 8), then stop
+	// Request path: report after every step that can fail on the host's account, then stop
 	// the watcher, last of all the units, before the files go.
 	want = []string{"mark-resetting", "install-resetting-unit", "stop-units", "stop-machines", "remove-nspawn", "remove-rootfs", "undo-journal",
 		"remove-join-token", "remove-bootstrap-unit", "report-request", "stop-watcher", "remove-units", "remove-host-root", "remove-record"}
@@ -602,7 +602,7 @@ func TestStopsEveryWorkerInstance(t *testing.T) {
 	checkReset(t, h)
 }
 
-// TestRequestPathReportsAfterTheWork (issue 16, item 8): the AgentReset
+// TestRequestPathReportsAfterTheWork: the AgentReset
 // request is reported Succeeded only after every step that can fail on the
 // host's account, and a step that fails before that reports Failed, naming
 // the step, with the claim finished.
@@ -647,8 +647,7 @@ func TestRequestPathReportsAfterTheWork(t *testing.T) {
 }
 
 // A damaged ownership record is refused, naming --force; with Force the
-// reset works from what the record still says and removes the installation
-// (issue 17, item 10).
+// reset works from what the record still says and removes the installation.
 func TestForcedResetOfDamagedRecord(t *testing.T) {
 	t.Run("salvaged journal", func(t *testing.T) {
 		h := newHost(t)

@@ -4,7 +4,7 @@
 // settings they make. A production host sets none of them and has no record.
 //
 // It sits apart from lib/bootstrap so that the watcher can read the settings
-// without linking the bootstrap's typed Kubernetes clientset (issue #6: the
+// without linking the bootstrap's typed Kubernetes clientset (the
 // watcher's resident memory). It imports lib/hostroot, lib/state and
 // lib/isolation/hostapi only. Imported by the stage packages lib/bootstrap,
 // lib/repave and lib/watcher.

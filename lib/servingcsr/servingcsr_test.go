@@ -123,7 +123,7 @@ func ruleCases(t *testing.T) []ruleCase {
 }
 
 // TestCheckRules: each request names only addresses w1 reports for itself,
-// which is all the approver used to ask; each breaks one rule.
+// and each breaks one rule beyond that.
 func TestCheckRules(t *testing.T) {
 	for _, c := range ruleCases(t) {
 		err := Check(c.csr, c.node, c.policy, testCluster())

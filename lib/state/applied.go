@@ -41,7 +41,7 @@ func NewStore(root *hostroot.Root) *Store { return &Store{root: root} }
 // SetBetweenReads makes ActiveApplied run f between its reads of active and
 // of the slot's configuration. Test hook only: a rig test holds the
 // watcher's read there (KUBESLOT_TEST_WATCHER_READ_GATE) while a real
-// commit lands (issue 16, item 10).
+// commit lands.
 func (s *Store) SetBetweenReads(f func()) { s.betweenReads = f }
 
 func (s *Store) appliedPath(slot string) (string, error) {

@@ -105,7 +105,7 @@ func TestActivePointingAtRemovedSlot(t *testing.T) {
 	}
 }
 
-// TestActiveAppliedDuringACommit (issue 16, item 10): a reader that read
+// TestActiveAppliedDuringACommit: a reader that read
 // active just before a commit moved it and removed the old slot's
 // configuration reads the new pair, not a false "no applied
 // configuration"; a pair that stays broken is still reported.
@@ -148,7 +148,7 @@ func TestActiveAppliedDuringACommit(t *testing.T) {
 }
 
 // State files are read with no-follow semantics, regular files only and
-// bounded (issue 17, items 6 and 7): a link out of the root, a FIFO and a
+// bounded: a link out of the root, a FIFO and a
 // 3 GB file are each refused at once as not trusted.
 func TestStateFilesHostile(t *testing.T) {
 	s, root, cfg := newStore(t)

@@ -53,7 +53,7 @@ const pendingSuffix = SidecarSuffix + ".new"
 // never a wrong one: the new sidecar goes to <path>.sha256.new first, then
 // the data replaces path, then the new sidecar replaces the old one, each
 // step atomic. Killed after the data, the old sidecar disagrees, but the
-// pending one vouches for the new data (issue 16: a crash between two writes
+// pending one vouches for the new data (a crash between two writes
 // or removals must not wedge every later stage).
 func WriteChecksummed(path string, data []byte, perm fs.FileMode) error {
 	sum := sha256.Sum256(data)

@@ -86,7 +86,7 @@ func TestChecksummedAbsent(t *testing.T) {
 
 // TestChecksummedCrashPoints: a write or a removal killed between any two
 // of its steps leaves a pair that reads as the old content, the new one, or
-// not found; never a corruption that wedges later stages (issue 16, item 6).
+// not found; never a corruption that wedges later stages.
 func TestChecksummedCrashPoints(t *testing.T) {
 	old, new := []byte(`{"v":1}`), []byte(`{"v":2}`)
 	setup := func(t *testing.T) string {

@@ -40,7 +40,7 @@ func testBus(t *testing.T) string {
 }
 
 // The dial context bounds the dial only: the connection outlives it (a
-// bounded dial context used to close the connection as soon as it ended).
+// connection tied to the dial context would close as soon as it ended).
 func TestDialBusOutlivesDialContext(t *testing.T) {
 	addr := testBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -9,7 +9,7 @@ import (
 )
 
 // A stage whose root prefix is not "/" never reaches this machine's own
-// systemd (issue 17, item 2): without an address every call is refused
+// systemd: without an address every call is refused
 // before any dial; with one, only that address is dialled.
 func TestForConfinesSystemd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,6 +1,6 @@
 // Package transition runs a stage as a table of named phases, so that every
 // stage saves its state, pauses for tests, logs, times and reports its
-// phases the same way (DESIGN.md, "State machines"; issue 18, item 1).
+// phases the same way (DESIGN.md, "State machines").
 //
 // A stage gives a list of Phase values (name, what it does, its run, an
 // optional failure hook, where a failure goes and whether the run ends

@@ -138,7 +138,7 @@ func TestGzip(t *testing.T) {
 	checkRootfsTree(t, s.dest)
 }
 
-// zstd tarballs unpack like gzip ones (issue 17, item 9: config example
+// zstd tarballs unpack like gzip ones (config example
 // names a .tar.zst rootfs).
 func TestZstd(t *testing.T) {
 	s := newSandbox(t)
@@ -466,8 +466,7 @@ func TestReplacingAndXattrs(t *testing.T) {
 }
 
 // A chain of relative links, each harmless on its own, that resolves
-// outside the tree for any tool that follows it is refused (issue 17, item
-// 8); chains and absolute links that stay inside are kept.
+// outside the tree for any tool that follows it is refused; chains and absolute links that stay inside are kept.
 func TestLinkChainsResolved(t *testing.T) {
 	for name, c := range map[string]struct {
 		ents []ent

@@ -131,7 +131,7 @@ func TestUpgradeRequest(t *testing.T) {
 	if lg, _ := release.LastGood(e.root); lg != "green" {
 		t.Errorf("last-good %s, want green (the release that ran)", lg)
 	}
-	// The first upgrade's bundle went at the second run's start (issue 16, item 11): no request names it any
+	// The first upgrade's bundle went at the second run's start: no request names it any
 	// more, and installed releases use nothing in the cache. A third run removes a killed download's temporary
 	// file and the second bundle, whose request is finished too.
 	cache, err := e.root.Path(hostroot.CacheDir, artifact.CacheSubdir)
@@ -771,8 +771,7 @@ func TestDroppedUnits(t *testing.T) {
 }
 
 // An unusable claimed upgrade (another kind's request) is moved aside with a
-// Failed status instead of failing every run; the next good request runs
-// (issue 17, item 4).
+// Failed status instead of failing every run; the next good request runs.
 func TestUnusableClaimedRequestMovedAside(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -809,8 +808,7 @@ func (c *countingRunner) Output(ctx context.Context, p string, args ...string) (
 
 // --preflight executes nothing, neither the bundle's binaries (untrusted
 // without --sha256) nor the running release's: versions come from the
-// manifests, or from the binaries' build information read as files (issue
-// 17, item 1).
+// manifests, or from the binaries' build information read as files.
 func TestPreflightExecutesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -830,7 +828,7 @@ func TestPreflightExecutesNothing(t *testing.T) {
 }
 
 // A pre-signed bundle URL with credentials reaches neither the log nor the
-// preflight's plan (issue 17, item 5).
+// preflight's plan.
 func TestBundleURLRedacted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

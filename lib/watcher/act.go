@@ -428,8 +428,8 @@ func (l *loop) report(ctx context.Context, in Inputs, a Action) (err error) {
 }
 
 // appliedSummary is the Machine's status.applied for the active slot. Its
-// Kubernetes version is what the Node reports its kubelet runs (issue 22:
-// the version read, not the one asked for); before the Node reports one,
+// Kubernetes version is what the Node reports its kubelet runs (the
+// version read, not the one asked for); before the Node reports one,
 // the applied configuration's, which the repaver checked against the
 // binary and the Node before it committed.
 func appliedSummary(a *state.Applied, nodeKubelet string) *v1alpha1.AppliedConfig {
@@ -456,8 +456,8 @@ func appliedSummary(a *state.Applied, nodeKubelet string) *v1alpha1.AppliedConfi
 
 // Retry of failed actions: 2 s after the first failure, doubling up to 5
 // minutes, each delay jittered by ±20 % so that a fleet refused by the same
-// apiserver does not retry in step (issue 16, item 9: a permanent error
-// was retried every 2 s forever). Any event nudges the loop earlier.
+// apiserver does not retry in step, and a permanent error costs one
+// request every few minutes, not every 2 s. Any event nudges the loop earlier.
 const (
 	retryFirst = 2 * time.Second
 	retryMax   = 5 * time.Minute

@@ -15,7 +15,7 @@ import (
 )
 
 // An unusable request file (another kind's request, not JSON) never stops
-// the watcher from reading the host root (issue 17, item 4): its worker moves
+// the watcher from reading the host root: its worker moves
 // it aside; the watcher decides on everything else.
 func TestInputsIgnoreUnusableRequests(t *testing.T) {
 	root := testkit.Root(t)

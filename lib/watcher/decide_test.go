@@ -587,8 +587,8 @@ func TestAppliedSummaryVersionFromNode(t *testing.T) {
 // TestAppliedSummaryRoundTrips: the summary the watcher reports equals the
 // Machine's status as the API returns it, so an idle watcher's decisions
 // (a Node status update, every 5 minutes at least) find nothing to write.
-// An applied time with nanoseconds made each of them a GET and a no-op
-// PATCH (issue 16, item 2: counted at the apiserver by TestWatcherIdleOnRig).
+// An applied time with nanoseconds would make each of them a GET and a
+// no-op PATCH (counted at the apiserver by TestWatcherIdleOnRig).
 func TestAppliedSummaryRoundTrips(t *testing.T) {
 	a := applied(t)
 	a.AppliedAt = time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)

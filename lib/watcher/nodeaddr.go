@@ -1,6 +1,6 @@
 package watcher
 
-// The post-start check of the node's address (issue 21 item 3): the Node's InternalIP, as its kubelet reports it,
+// The post-start check of the node's address: the Node's InternalIP, as its kubelet reports it,
 // must be an address the host has now and the one the pre-start hook gave the kubelet at this node start. The
 // watcher looks at every decision (each Node status update wakes it), so a node started before the host's address
 // changed (a DHCP lease renewed to another address while it runs) is reported too: Degraded, reason

@@ -23,8 +23,7 @@ import (
 // part of it (its watches, timers, the garbage collector). So, once the
 // start-up is over, the binary asks the kernel to page its read-only
 // mappings out (MADV_PAGEOUT, Linux 5.4): what it still runs comes back on
-// first use, from the page cache or the disk, and the rest leaves memory
-// (issue 19, item 4). Pages another process maps too are left alone by the
+// first use, from the page cache or the disk, and the rest leaves memory. Pages another process maps too are left alone by the
 // kernel. The mappings are marked random access first (MADV_RANDOM): a page
 // that comes back is read alone, without the readahead window around it,
 // so the fault-around that follows finds no neighbours in the page cache

@@ -60,8 +60,8 @@ type Options struct {
 	Metrics *metrics.Watcher
 }
 
-// DefaultUpgradeProbation is Options.UpgradeProbation's default (the settle
-// time that used to delay the verdict).
+// DefaultUpgradeProbation is Options.UpgradeProbation's default: how long
+// an upgraded watcher must have been up before its release leaves probation.
 const DefaultUpgradeProbation = 30 * time.Second
 
 // loop is one run of the watcher.

@@ -139,8 +139,7 @@ func (st *started) rest() (*rest.Config, error) {
 // begin runs the stage prologue (lib/ownership), however long another
 // stage holds the lock (a long repave resumed after a reboot): the watcher
 // is the host's only ear for its Machine, and a watcher that deferred (exit
-// 69, never restarted) would leave the host deaf until the next boot (issue
-// 16, item 4). Every round of wait it tells systemd it is alive and waiting
+// 69, never restarted) would leave the host deaf until the next boot. Every round of wait it tells systemd it is alive and waiting
 // (READY, so the start job does not time out; WATCHDOG; STATUS names the
 // holder) and logs it. Only the end of ctx (SIGTERM) ends the wait.
 func (c Command) begin(ctx context.Context) (*ownership.Held, error) {

@@ -1,5 +1,5 @@
-// Command benchtable prints the one table of `make bench` (issue 10): kubeslot's measured figures next to the
-// targets of the stage issues, from the figures the rig tests and benchmarks of integration/ recorded in one run.
+// Command benchtable prints the one table of `make bench`: kubeslot's measured figures next to the
+// stage targets, from the figures the rig tests and benchmarks of integration/ recorded in one run.
 // Used by scripts/bench.sh only.
 //
 // Inputs: -figures, the JSON lines integration's figure table appends to KUBESLOT_FIGURES_FILE ({"name", "value",
@@ -265,7 +265,7 @@ var rows = []row{
 		names: []string{"repave a->b: node downtime (old kubelet stopped -> Node Ready)"}},
 	{label: "restart in place node downtime (old kubelet stopped -> Node Ready)", target: "<= 0.7 s", tests: "TestRepaveOnRig",
 		names: []string{"restart in place: node downtime (old kubelet stopped -> Node Ready)"}},
-	// Issue 19 models the warm standby's downtime as a kubelet stop plus a kubelet start: this is that alone, in the
+	// A warm standby's downtime is at least a kubelet stop plus a kubelet start: this is that alone, in the
 	// serving node with everything else running, so no ordering of the slots can go below it.
 	{label: "floor: kubelet stop + start in the serving node (containerd, machine untouched) -> Node Ready", target: "(reference)", tests: "TestRepaveOnRig",
 		names: []string{"floor: kubelet stop + start in the serving node (containerd, machine untouched) -> Node Ready"}},
@@ -287,9 +287,8 @@ var rows = []row{
 	{label: "whole Provision, layered (1x; the cached kubelet re-verified by sha256)", target: "", tests: "TestOverlaySlotsOnRig", names: []string{slotProv1}},
 	{label: "whole repave (request dropped -> Succeeded)", target: "< 30 s", tests: "TestRepaveOnRig",
 		names: []string{"repave a->b: request dropped -> status Succeeded (path unit included)"}},
-	// Issue 19, item 3: the verdict no longer waits out a 30 s settle (31.7 s in make demo before); the release
-	// stays on probation after it instead.
-	{label: "agent upgrade verdict (operation created -> Succeeded; real units and binaries, node identity; was 31.7 s)",
+	// The verdict does not wait out a settle time: the release stays on probation after it instead.
+	{label: "agent upgrade verdict (operation created -> Succeeded; real units and binaries, node identity)",
 		target: "<= 10 s", tests: "TestUpgrade.*", names: []string{upgradeVerdict}},
 	{label: "agent upgrade (bundle downloaded -> healthy new watcher)", target: "< 15 s", tests: "TestUpgrade.*",
 		names: []string{"upgrade: bundle downloaded to healthy new watcher", "upgrade: downloaded to healthy new watcher"}},

@@ -25,7 +25,7 @@ var rolloutTargets = map[string]string{
 	rolloutReq: "flat in N (one List of the leases per 10 s: 6)",
 	"requests per minute per waiting agent besides watches (apiserver audit, holder left out)": "flat in N (6)",
 	rolloutCPU: "flat in N",
-	"admission policies' time per admitted status write (join)":          "no run per Machine (before: 131 ms at N = 20)",
+	"admission policies' time per admitted status write (join)":          "no run per Machine",
 	"operation created to every target's entry written (join)":           "finishes at N = 200 (bounded: 10 min)",
 	"status writes refused by conflict per agent (join)":                 "a few, flat in N (jittered backoff)",
 	"requests per agent during the join (apiserver counters, all kinds)": "(grows with the join's length: a lease List per 10 s)",

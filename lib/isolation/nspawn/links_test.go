@@ -11,7 +11,7 @@ import (
 )
 
 // A slot rootfs that is a link is refused by Provision, Configure and
-// Remove, by name: Remove used to delete the tree the link named (here
+// Remove, by name: otherwise Remove would delete the tree the link named (here
 // /srv/precious, which under the prefix "/" is any tree of the host).
 func TestSlotRootfsLinkRefused(t *testing.T) {
 	e := newEnv(t)

@@ -16,7 +16,7 @@ import (
 // fail for that moment, and the pods' containers keep running, since their
 // shims outlive containerd), then stops the kubelet and starts it again.
 // The node is down from the kubelet's stop (down) until its new kubelet is
-// Ready: the "kubelet stop plus a kubelet start".
+// Ready: a kubelet stop plus a kubelet start, the floor of a warm standby.
 //
 // It first does the pre-start hook's work in process, as a machine start
 // would through the unit's ExecStartPre=. warm is false, and nothing has

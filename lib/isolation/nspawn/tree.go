@@ -26,7 +26,7 @@ import (
 // <base>/cache/trees/<sha256>/rootfs. A slot is that tree as the lower
 // layer of an overlay (overlay.go), or, where overlayfs cannot work, a copy
 // of it (a reflink per file where the filesystem has them), which costs
-// about a plain copy instead of a gunzip and untar (issue 7).
+// about a plain copy instead of a gunzip and untar.
 //
 // A tree is built in a staging directory next to it, its marker written
 // last, then renamed into place; it is never modified afterwards. A tree
@@ -183,8 +183,8 @@ func validDigest(s string) bool {
 //
 // Why not `cp -a --reflink=auto` through the exec runner: the copy is part
 // of a crash-safe provision whose unit tests run without a host, and a Go
-// copy needs no particular coreutils; the cost is the same (measured on the
-// rig, integration/repave_test.go).
+// copy needs no particular coreutils; the cost is the same (the rig's repave
+// test prints both).
 func copyTree(ctx context.Context, src, dst string) (copyStats, error) {
 	c := &copier{src: src, dst: dst, links: map[inodeKey]string{}}
 	c.clone.Store(true)
