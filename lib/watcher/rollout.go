@@ -317,8 +317,9 @@ func (l *loop) reportWaiting(ctx context.Context, op *v1alpha1.MachineOperation,
 		return cur != nil && cur.Phase == e.Phase && cur.Message == e.Message && cur.OrderKey == e.OrderKey
 	}
 	cur := op.Status.Target(e.Name, e.NodeName)
-	listed, counted := l.targets.count(op)
-	setTargets := op.Spec.MachineSelector != nil && op.Status.Targets == 0 && counted && listed > 0
+	// Only a selector operation's targets are ever Listed, so a count here is one.
+	targets, listed := l.targets.count(op)
+	setTargets := op.Status.Targets == 0 && listed && targets > 0
 	if cur != nil && cur.Phase != v1alpha1.OperationWaiting {
 		return nil // dispatched meanwhile (another pass)
 	}
@@ -340,7 +341,7 @@ func (l *loop) reportWaiting(ctx context.Context, op *v1alpha1.MachineOperation,
 	}
 	next := op.DeepCopy()
 	if setTargets {
-		next.Status.Targets = int32(listed)
+		next.Status.Targets = int32(targets)
 	}
 	v1alpha1.SetMachineResult(next, e, l.targets.check(next, l.machineOrEmpty(), l.NodeName))
 	err := l.patchOperationStatus(ctx, next)
