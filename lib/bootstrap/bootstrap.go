@@ -7,9 +7,10 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// Imported by cmd/kubeslot-bootstrap, and by lib/repave (the repaver's
-// stage) for the sandbox image check and Stage; by no other lib/ package
-// (the node's own client, which the repaver shares, is lib/nodeclient).
+// The slot's own tasks (skew check, sandbox image, kubelet pin, provision,
+// start, ready, commit, boot link) are lib/slot's, shared with the repaver.
+//
+// Imported by cmd/kubeslot-bootstrap only; by no lib/ package.
 // Never by the watcher: this package links client-go's typed clientset,
 // which the watcher must stay without; what the stages share
 // with it lives in lib/sandbox, lib/systemdconn and lib/nodeidentity.
@@ -93,6 +94,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
 
@@ -106,22 +108,13 @@ type Host interface {
 }
 
 // Cluster is what the stage asks of the control plane, always as the
-// node's own identity (see status.go for why).
+// node's own identity (see status.go for why): what the slot's tasks ask,
+// and the Machine reports.
 type Cluster interface {
-	// WaitNodeReady waits until the Node of cfg is Ready, bounded by ctx.
-	WaitNodeReady(ctx context.Context, cfg *config.Config) error
+	slot.Cluster
 	// Report writes the AgentBootstrapped condition (best effort: the
 	// implementation logs and swallows its own failures, bounded).
 	Report(ctx context.Context, cfg *config.Config, r Report)
-	// ServerVersion is the API server's version (/version's gitVersion).
-	ServerVersion(ctx context.Context, cfg *config.Config) (string, error)
-}
-
-// Releases finds what the configuration's Kubernetes version installs.
-type Releases interface {
-	// Pin records in cfg the kubelet of its version on its release mirror
-	// (kuberelease.Pinner); a no-op for an explicit artifacts.kubelet.
-	Pin(ctx context.Context, cfg *config.Config) error
 }
 
 // Releaser installs this release's binaries unless a usable install is
@@ -141,7 +134,8 @@ type Deps struct {
 	NewIsolation func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error)
 	Cluster      Cluster
 	Releaser     Releaser
-	Releases     Releases
+	// Releases pins the kubelet of the configuration's version.
+	Releases slot.Releases
 	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv), called
 	// at the start of each phase after its checkpoint is saved, and before
 	// complete is written; nil: none.
@@ -153,8 +147,8 @@ type Deps struct {
 	Sandbox state.Sandbox
 	// ResolveImage checks that a registry serves the sandbox image (before a
 	// fresh installation touches the host, and at --preflight); nil checks
-	// nothing (unit tests of other logic). Real: ResolveImage.
-	ResolveImage ImageResolver
+	// nothing (unit tests of other logic). Real: slot.ResolveImage.
+	ResolveImage slot.ImageResolver
 	Now          func() time.Time
 	// ConfigFile is the configuration's host path: in messages ("" is
 	// "the configuration"), and the file the join token is removed from
@@ -162,13 +156,20 @@ type Deps struct {
 	ConfigFile string
 }
 
-// sandboxImageSkip is why the sandbox image is not checked on this host
-// ("" when it is).
-func (d *Deps) sandboxImageSkip() string {
-	if d.Sandbox.SkipSandboxImageCheck {
-		return "sandbox setting " + EnvSkipSandboxImageCheck
+// tasks are the slot's tasks (lib/slot) with this run's collaborators.
+func (d *Deps) tasks() *slot.Tasks {
+	return &slot.Tasks{Log: d.Log, Cluster: d.Cluster, Releases: d.Releases}
+}
+
+// checkSkew is the version skew check (slot.Tasks.Skew), asking once: an
+// API server that cannot be asked is no reason to stop a bootstrap (it
+// waits for the cluster later anyway), so unknown is known=false, no error.
+func checkSkew(ctx context.Context, d *Deps, cfg *config.Config) (server string, known bool, err error) {
+	server, known, err = d.tasks().Skew(ctx, cfg, 0)
+	if err != nil {
+		err = fmt.Errorf("kubernetes.version %w", err)
 	}
-	return ""
+	return server, known, err
 }
 
 func (d *Deps) now() time.Time {
@@ -223,7 +224,7 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 		if err := checkHostFresh(ctx, d, cfg); err != nil {
 			return nil, err
 		}
-		line, err := checkSandboxImage(ctx, cfg, d.ResolveImage, d.sandboxImageSkip())
+		line, err := slot.CheckSandboxImage(ctx, cfg, d.ResolveImage, slot.ImageCheckSkip(d.Sandbox))
 		if err != nil {
 			return nil, fmt.Errorf("nothing was changed on the host: %w", err)
 		}
@@ -394,12 +395,12 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	default:
 		fmt.Fprintf(w, "admission: installation %s is complete: a run repairs what kubeslot verify names\n", rec.InstallID)
 	}
-	slot := cfg.Isolation.Slots[0]
-	if p, err := d.Root.Machine(slot); err == nil {
+	name := cfg.Isolation.Slots[0]
+	if p, err := d.Root.Machine(name); err == nil {
 		if _, err := os.Stat(p); err == nil {
-			fmt.Fprintf(w, "slot %s: %s exists\n", slot, path.Join(hostroot.MachinesDir, slot))
+			fmt.Fprintf(w, "slot %s: %s exists\n", name, path.Join(hostroot.MachinesDir, name))
 		} else {
-			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", slot, path.Join(hostroot.MachinesDir, slot), artifact.Redact(cfg.RootFS.Source))
+			fmt.Fprintf(w, "slot %s: change: %s would be provisioned from %s\n", name, path.Join(hostroot.MachinesDir, name), artifact.Redact(cfg.RootFS.Source))
 		}
 	}
 	fmt.Fprintf(w, "node cgroups: %s\n", nodeconfig.DetectCgroups(d.Root).Note())
@@ -412,7 +413,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 			fmt.Fprintf(w, "slot rootfs: %s, no fast path: %s\n", mech, why)
 		}
 	}
-	switch server, known, err := checkSkew(ctx, d.Cluster, cfg); {
+	switch server, known, err := checkSkew(ctx, &d, cfg); {
 	case err != nil:
 		fmt.Fprintf(w, "kubernetes version: BLOCKED: %v\n", err)
 		problems = append(problems, "kubernetes version")
@@ -421,7 +422,7 @@ func Preflight(ctx context.Context, d Deps, cfg *config.Config, w io.Writer) err
 	default:
 		fmt.Fprintf(w, "kubernetes version: %s, API server not reachable to check the skew policy (%s)\n", cfg.Kubernetes.Version, server)
 	}
-	if line, err := checkSandboxImage(ctx, cfg, d.ResolveImage, d.sandboxImageSkip()); err != nil {
+	if line, err := slot.CheckSandboxImage(ctx, cfg, d.ResolveImage, slot.ImageCheckSkip(d.Sandbox)); err != nil {
 		fmt.Fprintf(w, "sandbox image: BLOCKED: %v\n", err)
 		problems = append(problems, "sandbox image")
 	} else {

@@ -424,7 +424,7 @@ func TestWrongKubeletReleaseNotCommitted(t *testing.T) {
 	cfg := testConfig(t, "worker-1")
 	_, err := Run(t.Context(), f.deps(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "phase starting-node") ||
-		!strings.Contains(err.Error(), "reports 1.36.3, but kubernetes.version is 1.37.2") {
+		!strings.Contains(err.Error(), "reports 1.36.3, but kubernetes version 1.37.2 was asked for") {
 		t.Fatalf("err %v, want a starting-node failure naming both versions", err)
 	}
 	if _, found, _ := state.NewStore(f.root).Active(); found {

@@ -20,6 +20,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 	"github.com/kubeslot/kubeslot/lib/verify/verifytest"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -167,8 +168,22 @@ func (b fakeBackend) Repave(context.Context, string, string) error { return b.f.
 
 type fakeCluster struct{ f *fakes }
 
-func (c fakeCluster) WaitNodeReady(context.Context, *config.Config) error {
+// WaitReady answers once the kubelet was seen healthy (the two waits run
+// side by side), so that the calls keep one order.
+func (c fakeCluster) WaitReady(ctx context.Context, _ *config.Config, _ time.Time) error {
+	for !slices.ContainsFunc(c.f.Calls(), func(s string) bool { return strings.HasPrefix(s, "healthy=") }) {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Millisecond):
+		}
+	}
 	return c.f.call("node-ready")
+}
+
+// KubeletVersion: the Node reports what the slot's binary is.
+func (c fakeCluster) KubeletVersion(ctx context.Context, _ *config.Config) (string, error) {
+	return fakeBackend(c).KubeletVersion(ctx, "")
 }
 func (c fakeCluster) ServerVersion(context.Context, *config.Config) (string, error) {
 	if c.f.serverVersion == "" {

@@ -38,10 +38,10 @@ type joiningCluster struct {
 	root *hostroot.Root
 }
 
-func (c joiningCluster) WaitNodeReady(ctx context.Context, cfg *config.Config) error {
+func (c joiningCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
 	must(c.t, os.MkdirAll(filepath.Join(c.root.Prefix(), "opt/kubeslot/identity"), 0o700))
 	verifytest.Identity(c.t, c.root, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
-	return c.fakeCluster.WaitNodeReady(ctx, cfg)
+	return c.fakeCluster.WaitReady(ctx, cfg, since)
 }
 
 func newTokenHost(t *testing.T) *tokenHost {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/isolation"
-	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
@@ -68,7 +67,7 @@ func (r *runner) phases(ctx context.Context, res *Result) error {
 	// downloaded (best effort: a cluster that cannot be asked yet is waited
 	// for later, by the Node Ready wait).
 	if !r.rec.Checkpoint.Passed(ownership.CheckpointPreparingSlot) {
-		server, known, err := checkSkew(ctx, r.d.Cluster, r.cfg)
+		server, known, err := checkSkew(ctx, &r.d, r.cfg)
 		if err != nil {
 			err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
 			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
@@ -158,45 +157,33 @@ func (r *runner) prepareSlot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Provision(ctx, r.slot()); err != nil {
-		return err
-	}
-	return b.Configure(ctx, r.slot())
+	return slot.Prepare(ctx, b, r.slot())
 }
 
 // startNode boots the node, waits for its kubelet's health and the Node
-// Ready (together bounded by timeouts.node_ready), and enables the node's
+// Ready (together bounded by timeouts.node_ready), checks the release the
+// slot's binary and the Node report (a mirror serving another release's
+// binary under the version's path is caught here), and enables the node's
 // machine unit at boot.
 func (r *runner) startNode(ctx context.Context) error {
 	b, err := r.isolation()
 	if err != nil {
 		return err
 	}
-	slot := r.slot()
-	if err := b.Start(ctx, slot); err != nil {
+	name, t := r.slot(), r.d.tasks()
+	if err := b.Start(ctx, name); err != nil {
 		return err
 	}
-	bound := r.cfg.Timeouts.NodeReady.Duration
-	wctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
-	defer cancel()
-	t0 := time.Now()
-	if err := waitHealthy(wctx, b, slot); err != nil {
+	if _, err := t.WaitReady(ctx, b, r.cfg, name); err != nil {
 		return err
 	}
-	if err := r.d.Cluster.WaitNodeReady(wctx, r.cfg); err != nil {
+	if err := slot.CheckBinary(ctx, b, r.cfg, name); err != nil {
 		return err
 	}
-	r.log.Info("node Ready", "slot", slot, "waited", time.Since(t0).Round(time.Millisecond))
-	// What runs is the release asked for (a mirror serving another
-	// release's binary under the version's path is caught here).
-	v, err := b.KubeletVersion(ctx, slot)
-	if err != nil {
+	if err := t.CheckNode(ctx, r.cfg); err != nil {
 		return err
 	}
-	if !kuberelease.SameRelease(v, r.cfg.Kubernetes.Version) {
-		return fmt.Errorf("the kubelet binary in slot %s reports %s, but kubernetes.version is %s (check artifacts.kubelet or the release mirror)", slot, v, r.cfg.Kubernetes.Version)
-	}
-	changed, err := enableMachine(r.d.Root, r.rec, isolation.Mode(r.cfg.Isolation.Mode), slot)
+	changed, err := r.bootLinks(isolation.Mode(r.cfg.Isolation.Mode)).Enable(name)
 	if err != nil {
 		return err
 	}
@@ -206,18 +193,9 @@ func (r *runner) startNode(ctx context.Context) error {
 	return nil
 }
 
-func waitHealthy(ctx context.Context, b isolation.Backend, slot string) error {
-	for {
-		err := b.KubeletHealthy(ctx, slot)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+// bootLinks are the links that start a slot's node of mode at host boot.
+func (r *runner) bootLinks(mode isolation.Mode) *slot.BootLinks {
+	return &slot.BootLinks{Root: r.d.Root, Record: r.rec, Log: r.log, Mode: mode}
 }
 
 // installUnits installs the release (current, and last-good on it when
@@ -246,13 +224,5 @@ func (r *runner) installUnits(ctx context.Context) error {
 	if _, err := dropJoinToken(r.d, r.cfg, r.slot(), r.log); err != nil {
 		return err
 	}
-	a, err := isolation.NewApplied(r.slot(), r.cfg, buildinfo.Version, r.d.now())
-	if err != nil {
-		return err
-	}
-	store := state.NewStore(r.d.Root)
-	if err := store.SaveApplied(a); err != nil {
-		return err
-	}
-	return store.SetActive(a.Slot)
+	return slot.Commit(state.NewStore(r.d.Root), r.slot(), r.cfg, buildinfo.Version, r.d.now())
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/unitinstall"
 	"github.com/kubeslot/kubeslot/lib/verify"
@@ -357,12 +358,12 @@ func (r *repairer) renderCurrent() (map[string][]byte, error) {
 // unit started when it is neither active nor starting. A machine machined
 // does not list while its unit runs is left: it registers as it boots.
 func (r *repairer) machine(ctx context.Context, c verify.Result, mode isolation.Mode) error {
-	slot := r.applied.Slot
-	unit := mode.MachineUnit(slot)
+	name := r.applied.Slot
+	unit := mode.MachineUnit(name)
 	for _, f := range c.Findings {
 		switch {
-		case f.File == mode.BootLink(slot).Path:
-			changed, err := enableMachine(r.d.Root, r.rec, mode, slot)
+		case f.File == mode.BootLink(name).Path:
+			changed, err := (&slot.BootLinks{Root: r.d.Root, Record: r.rec, Log: r.log, Mode: mode}).Enable(name)
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
 
@@ -55,7 +56,7 @@ func (c Command) Run(ctx context.Context) error {
 		Releaser:     ReleaseFromExe{Root: root, Log: log},
 		Pause:        pause,
 		Sandbox:      sb,
-		ResolveImage: ResolveImage,
+		ResolveImage: slot.ResolveImage,
 		Releases:     kuberelease.Pinner{Root: root},
 		ConfigFile:   c.ConfigFile,
 	}

@@ -90,11 +90,17 @@ func (c *NodeCluster) RESTConfig(cfg *config.Config) (*rest.Config, error) {
 	return c.node().RESTConfig(cfg)
 }
 
-// WaitNodeReady polls the Node until its Ready condition is True, bounded
-// by ctx (nodeclient.Client.WaitReady). The identity appears once the
-// kubelet's TLS bootstrap finished.
-func (c *NodeCluster) WaitNodeReady(ctx context.Context, cfg *config.Config) error {
-	return c.node().WaitReady(ctx, cfg, time.Time{})
+// WaitReady waits until the Node is Ready as posted by a kubelet started
+// at since or later, bounded by ctx (nodeclient.Client.WaitReady). The
+// identity appears once the kubelet's TLS bootstrap finished.
+func (c *NodeCluster) WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error {
+	return c.node().WaitReady(ctx, cfg, since)
+}
+
+// KubeletVersion is nodeclient.Client.KubeletVersion: the kubelet version
+// the Node reports.
+func (c *NodeCluster) KubeletVersion(ctx context.Context, cfg *config.Config) (string, error) {
+	return c.node().KubeletVersion(ctx, cfg)
 }
 
 // ServerVersion is nodeclient.Client.ServerVersion: with the node's

@@ -2,16 +2,12 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"path"
 	"slices"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/unitinstall"
 	"github.com/kubeslot/kubeslot/units"
@@ -23,9 +19,6 @@ const Watcher = "kubeslot-watcher.service"
 
 // startTimeout bounds starting one unit.
 const startTimeout = time.Minute
-
-// Where systemd keeps the units of the nspawn machines, tried in order.
-var vendorUnitDirs = []string{"/usr/lib/systemd/system", "/lib/systemd/system"}
 
 // renderedUnits is every kubeslot unit for this host root.
 func renderedUnits(root *hostroot.Root) (map[string][]byte, error) {
@@ -49,51 +42,7 @@ func installUnits(root *hostroot.Root, rec *ownership.Record) ([]string, error) 
 var (
 	installLinks = unitinstall.Links
 	enabled      = unitinstall.Enabled
-	ensureLink   = unitinstall.EnsureLink
-	localEntry   = unitinstall.LocalEntry
 )
-
-// enableMachine makes slot's node start at host boot: the links mode
-// names (for nspawn: the instance systemd-nspawn@<slot>.service wanted by
-// machines.target, and machines.target wanted by multi-user.target, as
-// `machinectl enable` does). Both links are journalled unit changes, so
-// reset removes them.
-func enableMachine(root *hostroot.Root, rec *ownership.Record, mode isolation.Mode, slot string) (bool, error) {
-	changed := false
-	target := mode.BootTargetLink()
-	links := []isolation.Link{mode.BootLink(slot), target}
-	for _, l := range links {
-		if l.Path == "" {
-			continue
-		}
-		if l == target {
-			// Enabled by the host's own configuration already: leave it.
-			if local, err := localEntry(root, l.Path); err == nil {
-				if _, err := os.Lstat(local); err == nil {
-					continue
-				}
-			}
-		}
-		ok, err := ensureLink(root, rec, l.Path, vendorUnit(root, l.Unit))
-		if err != nil {
-			return changed, fmt.Errorf("enable %s at boot: %w", mode.MachineUnit(slot), err)
-		}
-		changed = changed || ok
-	}
-	return changed, nil
-}
-
-// vendorUnit is the host path of a unit systemd ships.
-func vendorUnit(root *hostroot.Root, name string) string {
-	for _, dir := range vendorUnitDirs {
-		if local, err := root.Resolve(path.Join(dir, name)); err == nil {
-			if _, err := os.Stat(local); err == nil {
-				return path.Join(dir, name)
-			}
-		}
-	}
-	return path.Join(vendorUnitDirs[0], name)
-}
 
 // ensureActive starts every enabled kubeslot unit that is not active
 // (except the bootstrap itself, which is this run): the watcher and the

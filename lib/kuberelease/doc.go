@@ -4,7 +4,8 @@
 // version against the API server's under the upstream version skew policy,
 // and reads the version a kubelet binary reports.
 //
-// Imported by the stages that build and verify a slot: the bootstrap, the
-// repaver, and the nspawn backend (for the mirror's CA when it downloads a
+// Imported by what builds and verifies a slot: lib/slot (the skew and
+// release checks), the bootstrap and the repaver (the Pinner), and the
+// nspawn backend (for the mirror's CA when it downloads a
 // pinned kubelet). It does no download of a binary itself: lib/artifact does.
 package kuberelease

@@ -7,7 +7,8 @@
 // identity yet).
 //
 // Imported by the stages that start a node and check it: lib/bootstrap and
-// lib/repave (which builds the repaver's client).
+// lib/repave (which builds the repaver's client), and lib/slot (the
+// version lookup's bound).
 // Never by the watcher: it links the typed clientset, which the watcher must
 // stay without.
 package nodeclient

@@ -3,7 +3,7 @@
 // flattens it into one plain tarball in kubeslot's cache, so a slot is then
 // built from it exactly like from a rootfs tarball: through lib/unpack and
 // all its safety rules. Imported by the nspawn isolation backend (node
-// rootfs images) and lib/bootstrap (Resolve, for the sandbox image) only.
+// rootfs images) and lib/slot (Resolve, for the sandbox image) only.
 //
 // What is trusted: the configured digest only. The pull is by digest, never
 // by tag (a tag in the source is informational); the manifest's digest is

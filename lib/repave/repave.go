@@ -31,7 +31,7 @@
 //	prepare          provision and configure the target; the running node is
 //	                 untouched, so a bad rootfs fails here and nothing stops.
 //	                 Before anything is fetched: the version skew check
-//	                 (lib/kuberelease), the sandbox image if it changed, the
+//	                 (lib/slot), the sandbox image if it changed, the
 //	                 kubelet's digest pinned
 //	standby          boot the target's machine warm (no kubelet yet)
 //	drain            cordon the Node and evict its pods (lib/drain) with
@@ -99,6 +99,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
@@ -234,28 +235,15 @@ func removeState(root *hostroot.Root) error {
 }
 
 // Cluster is what the repaver asks of the control plane, always as the
-// node's own identity: lib/nodeclient's Client is the real one.
+// node's own identity: what the slot's tasks ask, and the Node's labels.
+// lib/nodeclient's Client is the real one.
 type Cluster interface {
-	// WaitReady waits until cfg's Node is Ready as posted by a kubelet
-	// started at since or later, bounded by ctx.
-	WaitReady(ctx context.Context, cfg *config.Config, since time.Time) error
+	slot.Cluster
 	// SetLabels makes cfg's Node carry the labels set and not those named
 	// in drop, acting as the node itself; other labels are left alone.
 	// The kubelet applies --node-labels only when it registers a Node, and
 	// a repave keeps the Node: this is how a changed label reaches it.
 	SetLabels(ctx context.Context, cfg *config.Config, set map[string]string, drop []string) error
-	// ServerVersion is the API server's version (/version's gitVersion).
-	ServerVersion(ctx context.Context, cfg *config.Config) (string, error)
-	// KubeletVersion is the kubelet version cfg's Node reports
-	// (status.nodeInfo.kubeletVersion, e.g. "v1.37.2").
-	KubeletVersion(ctx context.Context, cfg *config.Config) (string, error)
-}
-
-// Releases finds what a Kubernetes version installs.
-type Releases interface {
-	// Pin records in cfg the kubelet of its version on its release mirror
-	// (kuberelease.Pin); a no-op for an explicit kubelet or one pinned.
-	Pin(ctx context.Context, cfg *config.Config) error
 }
 
 // labelTimeout bounds the label update after a commit or restart.
@@ -285,7 +273,8 @@ func (d *Deps) syncLabels(ctx context.Context, cfg *config.Config, prev map[stri
 	return ""
 }
 
-// Boot moves the node's start-at-boot link.
+// Boot moves the node's start-at-boot link (slot.BootLinks is the real
+// one).
 type Boot interface {
 	// Move makes slot to's node start at host boot and slot from's not.
 	Move(ctx context.Context, from, to string) error
@@ -305,7 +294,7 @@ type Deps struct {
 	// Isolation builds the backend and operator of mode for cfg.
 	Isolation func(mode isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, error)
 	Cluster   Cluster
-	Releases  Releases
+	Releases  slot.Releases
 	// SandboxImage checks that the node can get cfg's sandbox image (a
 	// registry through the mirrors serves it, or it is preloaded); nil
 	// checks nothing.
@@ -322,7 +311,7 @@ type Deps struct {
 	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, PauseFromEnv); an
 	// error aborts the run as a crash would, leaving the state for a resume.
 	Pause func(ctx context.Context, phase string) error
-	// Poll is the health poll interval (0: 200 ms).
+	// Poll is the pause between two asks of a wait (0: slot.Tasks').
 	Poll time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
@@ -335,11 +324,9 @@ func (d *Deps) now() time.Time {
 	return time.Now()
 }
 
-func (d *Deps) poll() time.Duration {
-	if d.Poll > 0 {
-		return d.Poll
-	}
-	return 50 * time.Millisecond // a local healthz GET; inside the downtime
+// tasks are the slot's tasks (lib/slot) with the repaver's collaborators.
+func (d *Deps) tasks() *slot.Tasks {
+	return &slot.Tasks{Log: d.Log, Cluster: d.Cluster, Releases: d.Releases, Poll: d.Poll}
 }
 
 // backend builds the backend of cfg's own mode.
@@ -373,43 +360,18 @@ func (d *Deps) oldBackend(st *State) (isolation.Backend, error) {
 }
 
 // waitNode waits for slot's kubelet health and the Node Ready as posted by
-// that kubelet (a heartbeat since it started: never the status the old
-// slot's kubelet, or an earlier run of this one, left), together bounded by
-// cfg's timeouts.node_ready. The two waits run side by side, both inside
-// the downtime. Taking the floor from the running kubelet rather than from
-// a time this process noted makes a resumed wait (after a kill or a reboot,
-// with the kubelet already up) finish too.
-func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Config, slot string) error {
-	bound := cfg.Timeouts.NodeReady.Duration
-	if bound <= 0 {
-		bound = config.DefaultNodeReady
-	}
-	wctx, cancel := context.WithTimeoutCause(ctx, bound,
-		fmt.Errorf("node of slot %s not Ready within %s (timeouts.node_ready)", slot, bound))
-	defer cancel()
-	since, err := retry(wctx, d.poll(), func() (time.Time, error) { return b.KubeletStartedAt(wctx, slot) })
+// that kubelet (slot.Tasks.WaitReady), both inside the downtime, then
+// starts removing the pod sandboxes the stopped node left dead.
+func (d *Deps) waitNode(ctx context.Context, b isolation.Backend, cfg *config.Config, name string) error {
+	since, err := d.tasks().WaitReady(ctx, b, cfg, name)
 	if err != nil {
-		return fmt.Errorf("kubelet of slot %s never started: %w", slot, err)
-	}
-	d.Log.Info("kubelet started; waiting for its health and Node status", "slot", slot, "kubeletStarted", since.UTC().Format(time.RFC3339Nano))
-	healthy := make(chan error, 1)
-	go func() {
-		_, err := retry(wctx, d.poll(), func() (struct{}, error) { return struct{}{}, b.KubeletHealthy(wctx, slot) })
-		healthy <- err
-	}()
-	if err := d.Cluster.WaitReady(wctx, cfg, since); err != nil {
-		cancel()
-		<-healthy
 		return err
-	}
-	if err := <-healthy; err != nil {
-		return fmt.Errorf("kubelet of slot %s never healthy: %w", slot, err)
 	}
 	// Healthy and Ready: past its start-up and its first Node status, in
 	// its first sync's fixed wait, so the removal's CNI work takes no CPU
 	// from either (started at the health check, it still overlapped the
 	// kubelet's registration and first status on 2 CPUs).
-	d.removeDeadSandboxes(ctx, b, slot, since)
+	d.removeDeadSandboxes(ctx, b, name, since)
 	return nil
 }
 
@@ -462,21 +424,4 @@ func (d *Deps) removeDead(ctx context.Context, e isolation.CRIEndpoint, slot str
 	}
 	defer conn.Close()
 	return cri.RemoveDead(ctx, rt, before, d.Log.With("slot", slot))
-}
-
-// retry calls f every poll until it succeeds or ctx is done; the error
-// then names ctx's cause and f's last failure.
-func retry[T any](ctx context.Context, poll time.Duration, f func() (T, error)) (T, error) {
-	for {
-		v, err := f()
-		if err == nil {
-			return v, nil
-		}
-		select {
-		case <-ctx.Done():
-			var zero T
-			return zero, fmt.Errorf("%w; last: %v", context.Cause(ctx), err)
-		case <-time.After(poll):
-		}
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
@@ -170,7 +171,7 @@ func PhaseChains() [][]string {
 // that a resume installs the same file, and provisions and configures the
 // target (built after the pin, from the pinned configuration).
 func (d *Deps) prepare(ctx context.Context, st *State, _ isolation.Backend) error {
-	if err := d.checkSkew(ctx, st.Desired); err != nil {
+	if err := d.checkSkew(ctx, st); err != nil {
 		return err
 	}
 	if err := d.checkSandboxImage(ctx, st); err != nil {
@@ -186,10 +187,7 @@ func (d *Deps) prepare(ctx context.Context, st *State, _ isolation.Backend) erro
 	if err != nil {
 		return err
 	}
-	if err := target.Provision(ctx, st.To); err != nil {
-		return err
-	}
-	return target.Configure(ctx, st.To)
+	return slot.Prepare(ctx, target, st.To)
 }
 
 // standby boots the target's machine while the old node still serves:
@@ -204,7 +202,7 @@ func (d *Deps) standby(ctx context.Context, st *State, target isolation.Backend)
 	if err := target.Boot(ctx, st.To); err != nil {
 		return err
 	}
-	return d.checkBinary(ctx, target, st.Desired, st.To)
+	return slot.CheckBinary(ctx, target, st.Desired, st.To)
 }
 
 // switchOld hands the container runtime over to the warm target while the
@@ -278,7 +276,7 @@ func (d *Deps) verify(ctx context.Context, st *State, target isolation.Backend) 
 		return err
 	}
 	st.ReadyAt = d.now().UTC()
-	return d.checkNodeVersion(ctx, st.Desired)
+	return d.tasks().CheckNode(ctx, st.Desired)
 }
 
 func (d *Deps) commit(ctx context.Context, st *State, _ isolation.Backend) error {
@@ -290,14 +288,7 @@ func (d *Deps) commit(ctx context.Context, st *State, _ isolation.Backend) error
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
-	a, err := isolation.NewApplied(st.To, st.Desired, d.AgentVersion, d.now())
-	if err != nil {
-		return err
-	}
-	if err := d.Store.SaveApplied(a); err != nil {
-		return err
-	}
-	if err := d.Store.SetActive(st.To); err != nil {
+	if err := slot.Commit(d.Store, st.To, st.Desired, d.AgentVersion, d.now()); err != nil {
 		return err
 	}
 	if err := d.Boot.Move(ctx, st.From, st.To); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubeslot/kubeslot/lib/bootstrap"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/drain"
@@ -23,6 +22,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
@@ -94,22 +94,16 @@ func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sa
 			return isolation.For(m, isolation.Deps{Root: root, Config: cfg, Systemd: sd, Exec: hostapi.ExecRunner{}, Node: systemdconn.DialNode,
 				Log: log, Record: rec, Settings: settings})
 		},
-		// Named as the bootstrap's requests, as the repaver's Node requests
-		// always were (they went through lib/bootstrap's client).
-		Cluster:  &nodeclient.Client{Root: root, Log: log, Stage: bootstrap.Stage},
+		Cluster:  &nodeclient.Client{Root: root, Log: log, Stage: slot.ClientName},
 		Releases: kuberelease.Pinner{Root: root},
 		SandboxImage: func(ctx context.Context, cfg *config.Config) error {
-			skip := ""
-			if sb.SkipSandboxImageCheck {
-				skip = "sandbox setting " + sandbox.EnvSkipSandboxImageCheck
-			}
-			line, err := bootstrap.CheckSandboxImage(ctx, cfg, bootstrap.ResolveImage, skip)
+			line, err := slot.CheckSandboxImage(ctx, cfg, slot.ResolveImage, slot.ImageCheckSkip(sb))
 			if err == nil {
 				log.Info("sandbox image", "check", line)
 			}
 			return err
 		},
-		Boot: &BootLinks{Root: root, Record: rec, Log: log},
+		Boot: &slot.BootLinks{Root: root, Record: rec, Log: log},
 		// The node's own identity: the Node authorizer and NodeRestriction
 		// let it cordon only its own Node and evict only its own pods.
 		Drain: func(cfg *config.Config) (drain.Cluster, error) {

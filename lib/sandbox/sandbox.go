@@ -7,7 +7,7 @@
 // without linking the bootstrap's typed Kubernetes clientset (the
 // watcher's resident memory). It imports lib/hostroot, lib/state and
 // lib/isolation/hostapi only. Imported by the stage packages lib/bootstrap,
-// lib/repave and lib/watcher.
+// lib/repave and lib/watcher, and by lib/slot (the sandbox image check).
 package sandbox
 
 import (

@@ -6,7 +6,8 @@
 // (lib/units) and reloads systemd when something changed.
 //
 // Imported by lib/bootstrap (the first release's units, repair of a
-// complete host) and lib/upgrade (a new release's units, rollback).
+// complete host), lib/upgrade (a new release's units, rollback) and
+// lib/slot (a slot's boot links).
 package unitinstall
 
 import (

@@ -3,7 +3,7 @@
 // registries may be reached without TLS. It is separate from lib/oci so
 // that lib/config can validate a source without linking the registry
 // client. Imported by whatever names or checks an image source: lib/config,
-// lib/oci, lib/bootstrap (the sandbox image) and the nspawn backend.
+// lib/oci, lib/slot (the sandbox image) and the nspawn backend.
 package ociref
 
 import (

@@ -1,9 +1,10 @@
-package bootstrap
+package slot
 
 // The sandbox ("pause") image: containerd runs it for every pod, so a node
 // whose sandbox image no registry serves starts no pod at all, and says so
 // only in containerd's log. The bootstrap asks before the host is touched
-// (a fresh installation) and at --preflight.
+// (a fresh installation) and at --preflight; the repaver before it builds a
+// slot whose sandbox image changed.
 
 import (
 	"context"
@@ -17,7 +18,18 @@ import (
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/oci"
 	"github.com/kubeslot/kubeslot/lib/oci/ociref"
+	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/state"
 )
+
+// ImageCheckSkip is why sb does not let the sandbox image be checked ("":
+// it does), for CheckSandboxImage's skip.
+func ImageCheckSkip(sb state.Sandbox) string {
+	if sb.SkipSandboxImageCheck {
+		return "sandbox setting " + sandbox.EnvSkipSandboxImageCheck
+	}
+	return ""
+}
 
 // SandboxImageTimeout bounds the check of the sandbox image, every
 // endpoint together.
@@ -32,7 +44,7 @@ func ResolveImage(ctx context.Context, ref string, mirrors []string) (*oci.Resol
 	return oci.Resolve(ctx, ref, mirrors, nil)
 }
 
-// checkSandboxImage says where the node will get its sandbox image: a
+// CheckSandboxImage says where the node will get its sandbox image: a
 // preload (an oci:// preload of that very image, or image archives, whose
 // contents are known only once downloaded) or a registry reached through
 // node.registry_mirrors. It returns a line for --preflight, and an error
@@ -40,12 +52,6 @@ func ResolveImage(ctx context.Context, ref string, mirrors []string) (*oci.Resol
 // and no registry serves it. resolve nil (unit tests of other logic) or
 // skip (the test machine, which must not reach public registries) checks
 // nothing.
-func checkSandboxImage(ctx context.Context, cfg *config.Config, resolve ImageResolver, skip string) (string, error) {
-	return CheckSandboxImage(ctx, cfg, resolve, skip)
-}
-
-// CheckSandboxImage is checkSandboxImage for the repaver, which checks a
-// sandbox image a Machine's spec changed before it builds a slot.
 func CheckSandboxImage(ctx context.Context, cfg *config.Config, resolve ImageResolver, skip string) (string, error) {
 	img := cfg.Node.Sandbox()
 	setting := fmt.Sprintf("node.sandbox_image %q", img)

@@ -1,4 +1,4 @@
-package repave
+package slot
 
 import (
 	"context"
