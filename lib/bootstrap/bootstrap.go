@@ -7,10 +7,11 @@
 // the phase logic is tested with fakes on a temporary root; Real builds the
 // production ones.
 //
-// The slot's own tasks (skew check, sandbox image, kubelet pin, provision,
-// start, ready, commit, boot link) are lib/slot's, shared with the repaver.
+// The slot's own tasks (skew check, sandbox image, provision and configure,
+// ready, commit, boot link) are lib/slot's, shared with the repaver.
 //
-// Imported by cmd/kubeslot-bootstrap only; by no lib/ package.
+// Imported by cmd/kubeslot-bootstrap (and the rig's tests, for the sandbox
+// settings' names); by no lib/ package.
 // Never by the watcher: this package links client-go's typed clientset,
 // which the watcher must stay without; what the stages share
 // with it lives in lib/sandbox, lib/systemdconn and lib/nodeidentity.
@@ -38,7 +39,8 @@
 //     (complete) verify and repair.
 //   - preparing-host (lib/hostprep) → preparing-slot (provision and configure
 //     slot a) → starting-node (start, kubelet healthy, Node Ready within
-//     timeouts.node_ready; systemd-nspawn@a enabled at boot) →
+//     timeouts.node_ready, the release the binary and the Node report;
+//     systemd-nspawn@a enabled at boot) →
 //     installing-units (the release into <base>/releases/blue and current,
 //     unless a usable one is there; every unit file, journalled first; then
 //     the commit: slot a's applied configuration, then applied/active) →
@@ -158,7 +160,7 @@ type Deps struct {
 
 // tasks are the slot's tasks (lib/slot) with this run's collaborators.
 func (d *Deps) tasks() *slot.Tasks {
-	return &slot.Tasks{Log: d.Log, Cluster: d.Cluster, Releases: d.Releases}
+	return &slot.Tasks{Log: d.Log, Cluster: d.Cluster}
 }
 
 // checkSkew is the version skew check (slot.Tasks.Skew), asking once: an

@@ -326,7 +326,7 @@ func (d *Deps) now() time.Time {
 
 // tasks are the slot's tasks (lib/slot) with the repaver's collaborators.
 func (d *Deps) tasks() *slot.Tasks {
-	return &slot.Tasks{Log: d.Log, Cluster: d.Cluster, Releases: d.Releases, Poll: d.Poll}
+	return &slot.Tasks{Log: d.Log, Cluster: d.Cluster, Poll: d.Poll}
 }
 
 // backend builds the backend of cfg's own mode.

@@ -3,8 +3,8 @@
 // phase table and durable state:
 //
 //   - prepare: the version skew check (Skew), the sandbox image check
-//     (CheckSandboxImage), the kubelet pinned (Releases), then the slot
-//     provisioned and configured (Prepare);
+//     (CheckSandboxImage), the kubelet pinned (through a Releases), then
+//     the slot provisioned and configured (Prepare);
 //   - start: the stage's backend starts the node;
 //   - ready: the kubelet healthy and the Node Ready as posted by that
 //     kubelet, within timeouts.node_ready (WaitReady), and the release the
@@ -59,9 +59,8 @@ type Releases interface {
 
 // Tasks runs a slot's tasks with a stage's collaborators.
 type Tasks struct {
-	Log      *slog.Logger
-	Cluster  Cluster
-	Releases Releases
+	Log     *slog.Logger
+	Cluster Cluster
 	// Poll is the pause between two asks of a wait (0: 50 ms, a local
 	// healthz GET inside the repave's downtime).
 	Poll time.Duration
