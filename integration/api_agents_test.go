@@ -35,14 +35,20 @@ func TestAPIAgentAccess(t *testing.T) {
 	labelled := testMachine("api-a", "api-a")
 	_, err := a.CreateMachine(ctx, labelled)
 	wantRejected(t, "api-a creates its own Machine with labels of its choosing", err, apierrors.IsForbidden,
-		"ValidatingAdmissionPolicy 'kubeslot-agent-writes'", "node api-a may not create a Machine with metadata.labels or metadata.annotations")
+		"ValidatingAdmissionPolicy 'kubeslot-agent-writes'", "node api-a may not create a Machine with metadata.annotations or labels other than kubeslot.dev/enrolled=true")
 	annotated := nodeMachine("api-a", "api-a")
 	annotated.Annotations = map[string]string{"example.com/x": "y"}
 	_, err = a.CreateMachine(ctx, annotated)
-	wantRejected(t, "api-a creates its own Machine with an annotation", err, apierrors.IsForbidden, "may not create a Machine with metadata.labels or metadata.annotations")
+	wantRejected(t, "api-a creates its own Machine with an annotation", err, apierrors.IsForbidden, "may not create a Machine with metadata.annotations or labels other than kubeslot.dev/enrolled=true")
+	marked := nodeMachine("api-a", "api-a")
+	marked.Labels = map[string]string{v1alpha1.LabelEnrolled: "yes"}
+	_, err = a.CreateMachine(ctx, marked)
+	wantRejected(t, "api-a creates its own Machine with another value of the enrollment mark", err, apierrors.IsForbidden,
+		"labels other than kubeslot.dev/enrolled=true")
 	ma := nodeMachine("api-a", "api-a")
+	ma.Labels = v1alpha1.EnrolledLabels()
 	if _, err := a.CreateMachine(ctx, ma); err != nil {
-		t.Fatalf("node api-a may create its own Machine: %v", err)
+		t.Fatalf("node api-a, enrolled, may create its own Machine with the enrollment mark: %v", err)
 	}
 	_, err = a.CreateMachine(ctx, nodeMachine("api-b", "api-b"))
 	wantRejected(t, "api-a creates api-b's Machine", err, apierrors.IsForbidden,
@@ -154,18 +160,11 @@ func TestAPIAgentAccess(t *testing.T) {
 	})
 	t.Run("deletes finished operations with a TTL", func(t *testing.T) { agentDeletes(t, ctx, admin, a, b) })
 
-	// An identity in system:nodes that is not a node gets nothing.
-	cert, key, err := cp.ClientCert("impostor", v1alpha1.NodesGroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imp, err := machineclient.New(cp.CertConfig(cert, key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = imp.CreateMachine(ctx, nodeMachine("api-impostor", "impostor"))
+	// An identity in system:nodes that is not a node gets nothing: RBAC refuses it here (system:nodes only reads),
+	// the policy where RBAC grants more (agentBeyondRBAC).
+	_, err = impostorAPI(t, cp).CreateMachine(ctx, nodeMachine("api-impostor", "impostor"))
 	wantRejected(t, "a system:nodes member that is not a node creates a Machine", err, apierrors.IsForbidden,
-		"user impostor is in group system:nodes but is not a node identity")
+		`User "impostor" cannot create resource "machines"`)
 
 	t.Run("policy holds where RBAC grants more", func(t *testing.T) { agentBeyondRBAC(t, ctx, cp, admin, a) })
 
@@ -369,7 +368,8 @@ func agentBeyondRBAC(t *testing.T, ctx context.Context, cp *kube.ControlPlane, a
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: v1alpha1.AgentUsername("api-a")}},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: v1alpha1.AgentUsername("api-a")},
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "impostor"}},
 	}
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -434,6 +434,25 @@ func agentBeyondRBAC(t *testing.T, ctx context.Context, cp *kube.ControlPlane, a
 	eventuallyDeniedBy("api-a deletes an operation for it", "may not delete MachineOperation api-op-a", func() error {
 		return a.DeleteOperation(ctx, "api-op-a")
 	})
+	imp := impostorAPI(t, cp)
+	eventuallyDeniedBy("a system:nodes member that is not a node creates a Machine", "user impostor is in group system:nodes but is not a node identity", func() error {
+		_, err := imp.CreateMachine(ctx, nodeMachine("api-impostor", "impostor"))
+		return err
+	})
+}
+
+// impostorAPI is a client of an identity in group system:nodes that is not a node (user "impostor").
+func impostorAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
+	t.Helper()
+	cert, key, err := cp.ClientCert("impostor", v1alpha1.NodesGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp, err := machineclient.New(cp.CertConfig(cert, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imp
 }
 
 // wantRejected checks that err is of the expected kind and that its message contains every one of want.

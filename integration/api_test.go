@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
@@ -71,8 +72,28 @@ func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
 	return c
 }
 
-// nodeAPI is a client with the identity an agent has: the node's kubelet client certificate.
+// nodeAPI is a client with the identity an agent of an enrolled node has: the node's kubelet client certificate,
+// the node bound to kubeslot:fleet-member (enrollNode).
 func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Client {
+	t.Helper()
+	enrollNode(t, cp, node)
+	return outsiderAPI(t, cp, node)
+}
+
+// enrollNode enrolls node as an administrator does before its host joins (kubeslot cluster enroll with no Machine
+// yet), once the apiserver's authorizer lets it register its Machine.
+func enrollNode(t testing.TB, cp *kube.ControlPlane, node string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := fleet.Enroll(ctx, cp, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outsiderAPI is a client with the identity of a node no administrator enrolled: its kubelet client certificate
+// alone.
+func outsiderAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Client {
 	t.Helper()
 	cert, key, err := cp.NodeClientCert(node)
 	if err != nil {
@@ -115,6 +136,10 @@ func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
 			Phase: v1alpha1.OperationSucceeded, StartTime: &now, CompletionTime: &now}, nil)
 		return nil
 	}); err != nil {
+		return err
+	}
+	// Enrolled, or RBAC refuses the delete before the policy sees it.
+	if err := fleet.Enroll(ctx, cp, prober); err != nil {
 		return err
 	}
 	cert, key, err := cp.NodeClientCert(prober)

@@ -184,6 +184,8 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	if r.token, err = cp.CreateBootstrapToken(ctx, 30*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// As an administrator enrolls a host before it joins: its agent registers its Machine.
+	enrollNode(t, cp, r.node)
 	ports, err := kube.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)

@@ -523,8 +523,8 @@ func TestRolloutAPI(t *testing.T) {
 	}
 
 	// Slots: only an enrolled node takes one, and only in its own name.
-	a := rollout.REST{Client: nodeAPI(t, cp, "roapi-a").REST()}
-	b := rollout.REST{Client: nodeAPI(t, cp, "roapi-b").REST()}
+	a := rollout.REST{Client: outsiderAPI(t, cp, "roapi-a").REST()}
+	b := rollout.REST{Client: outsiderAPI(t, cp, "roapi-b").REST()}
 	lease := func(name, holder string) *v1alpha1.RolloutLease {
 		l := &v1alpha1.RolloutLease{Spec: v1alpha1.RolloutLeaseSpec{HolderIdentity: holder, LeaseDurationSeconds: 10}}
 		l.Name, l.Labels = name, map[string]string{v1alpha1.LabelOperation: "roapi-ok"}

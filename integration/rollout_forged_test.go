@@ -1,14 +1,17 @@
 package integration
 
-// Each test here plays a node that is no target of the rollout, with its own real node credentials, and forges what
-// admission lets a node write. A node can write entries under its own node name into any operation's status.machines
-// and its summary (admission checks status writes from the request alone: DESIGN.md, "Admission cost"), create
-// RolloutLeases in its own name, and create its own Machine. What keeps each from steering a rollout: every reader
-// counts only entries whose Machine is an enrolled target with that node name, sizes the rollout from its own List of
-// those targets, counts only leases of the slots' shape held by a target, and only an administrator labels a Machine.
+// Each test here but the last plays a node that is enrolled (it may write) but no target of the rollout, with its
+// own real node credentials, and forges what admission lets such a node write. It can write entries under its own
+// node name into any operation's status.machines and its summary (admission checks status writes from the request
+// alone: DESIGN.md, "Admission cost"), create RolloutLeases in its own name, and create its own Machine. What keeps
+// each from steering a rollout: every reader counts only entries whose Machine is an enrolled target with that node
+// name, sizes the rollout from its own List of those targets, counts only leases of the slots' shape held by a
+// target, and only an administrator labels a Machine. The last plays a node no administrator enrolled: it writes
+// nothing at all.
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
+	"github.com/kubeslot/kubeslot/lib/watcher"
 )
 
 // TestRolloutForgedEntries: a node no operation targets writes, while the rollout is paused, a Failed entry for a
@@ -103,7 +109,7 @@ func TestRolloutForgedMachine(t *testing.T) {
 	m.Labels = map[string]string{"rollout": "ro8", "order": "0", v1alpha1.LabelEnrolled: "true"}
 	_, err := forger.CreateMachine(ctx, m)
 	wantRejected(t, "the outsider creates its Machine with the rollout's labels", err, apierrors.IsForbidden,
-		"may not create a Machine with metadata.labels or metadata.annotations")
+		"may not create a Machine with metadata.annotations or labels other than kubeslot.dev/enrolled=true")
 	own, err := forger.CreateMachine(ctx, nodeMachine(outsider, outsider))
 	if err != nil {
 		t.Fatalf("the outsider creates its own Machine without labels: %v", err)
@@ -372,6 +378,123 @@ func (h *roHarness) fleetOutsider(name string) *machineclient.Client {
 		}
 		if time.Now().After(deadline) {
 			h.t.Fatalf("node %s enrolled, but still may not create a RolloutLease: %v", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestNotEnrolledNodeOnlyReads: a node no administrator enrolled, with its own real node credentials, reads kubeslot's
+// objects and writes none of them: it cannot register its Machine (with or without the enrollment mark), report on a
+// Machine an admin made for it, write an entry into an operation that names it, delete that operation once finished,
+// or take a rollout slot. Its agent (the watcher's own loop) keeps trying and registers the Machine, enrolled, as soon
+// as an administrator enrolls the node (kubeslot cluster enroll, before any Machine exists).
+func TestNotEnrolledNodeOnlyReads(t *testing.T) {
+	cp := needAPI(t)
+	ctx := apiCtx(t)
+	admin := adminAPI(t, cp)
+	const stranger = "ne-stranger"
+	s := outsiderAPI(t, cp, stranger)
+	rbac := func(verb, resource string) string {
+		return `User "system:node:` + stranger + `" cannot ` + verb + ` resource "` + resource + `"`
+	}
+
+	if _, err := s.ListOperations(ctx); err != nil {
+		t.Errorf("a node that is not enrolled may still read operations: %v", err)
+	}
+	m := nodeMachine(stranger, stranger)
+	m.Labels = v1alpha1.EnrolledLabels()
+	_, err := s.CreateMachine(ctx, m)
+	wantRejected(t, "the stranger registers its Machine with the enrollment mark", err, apierrors.IsForbidden, rbac("create", "machines"))
+	_, err = s.CreateMachine(ctx, nodeMachine(stranger, stranger))
+	wantRejected(t, "the stranger registers its Machine", err, apierrors.IsForbidden, rbac("create", "machines"))
+
+	if _, err := admin.CreateMachine(ctx, nodeMachine(stranger, stranger)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.DeleteMachine(context.Background(), stranger) })
+	_, err = s.UpdateMachineStatus(ctx, stranger, func(m *v1alpha1.Machine) error {
+		m.Status.Phase = v1alpha1.MachineReady
+		return nil
+	})
+	wantRejected(t, "the stranger reports on the Machine an admin made for it", err, apierrors.IsForbidden, rbac("patch", "machines/status"))
+
+	op := testOperation("ne-restart", v1alpha1.OperationNodeRestart)
+	op.Spec.MachineRef = &v1alpha1.MachineReference{Name: stranger}
+	if _, err := admin.CreateOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.DeleteOperation(context.Background(), op.Name) })
+	_, err = s.UpdateOperationStatus(ctx, op.Name, func(o *v1alpha1.MachineOperation) error {
+		now := metav1.Now()
+		v1alpha1.SetMachineResult(o, v1alpha1.MachineOperationTarget{Name: stranger, NodeName: stranger,
+			Phase: v1alpha1.OperationSucceeded, StartTime: &now, CompletionTime: &now}, v1alpha1.CountAll)
+		return nil
+	})
+	wantRejected(t, "the stranger writes its entry into an operation that names its Machine", err, apierrors.IsForbidden,
+		rbac("patch", "machineoperations/status"))
+	if _, err := admin.UpdateOperationStatus(ctx, op.Name, func(o *v1alpha1.MachineOperation) error {
+		now := metav1.Now()
+		v1alpha1.SetMachineResult(o, v1alpha1.MachineOperationTarget{Name: stranger, NodeName: stranger,
+			Phase: v1alpha1.OperationSucceeded, StartTime: &now, CompletionTime: &now}, v1alpha1.CountAll)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := admin.GetOperation(ctx, op.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.DeleteFinishedOperation(ctx, op.Name, cur.UID, cur.ResourceVersion)
+	wantRejected(t, "the stranger deletes the finished operation of its Machine", err, apierrors.IsForbidden, rbac("delete", "machineoperations"))
+
+	l := &v1alpha1.RolloutLease{Spec: v1alpha1.RolloutLeaseSpec{HolderIdentity: stranger, LeaseDurationSeconds: 10}}
+	l.Name, l.Labels = rollout.Name("ne-restart", 0), map[string]string{v1alpha1.LabelOperation: "ne-restart"}
+	_, err = rollout.REST{Client: s.REST()}.Create(ctx, l)
+	wantRejected(t, "the stranger takes a rollout slot", err, apierrors.IsForbidden, rbac("create", "rolloutleases"))
+
+	// The agent of a node that joins before it is enrolled: nothing registered until an administrator enrolls it.
+	const joiner = "ne-joiner"
+	root, rc, err := fleet.InstallUnenrolled(cp, t.TempDir(), joiner, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := watcher.Run(wctx, watcher.Options{Root: root, REST: rc, NodeName: joiner, MachineName: joiner,
+			AgentVersion: "test", Log: apiLog(t).With("agent", joiner)}); err != nil && wctx.Err() == nil {
+			t.Errorf("agent %s: %v", joiner, err)
+		}
+	}()
+	t.Cleanup(func() {
+		wcancel()
+		<-done
+		_ = admin.DeleteMachine(context.Background(), joiner)
+		_, _ = clusterinstall.Enroll(context.Background(), cp.AdminConfig(), []string{joiner}, false, slog.New(slog.DiscardHandler))
+	})
+	time.Sleep(3 * time.Second) // the agent's first attempts, refused
+	if _, err := admin.GetMachine(ctx, joiner); !apierrors.IsNotFound(err) {
+		t.Fatalf("Machine %s before its node was enrolled: err %v, want NotFound", joiner, err)
+	}
+	lines, err := clusterinstall.Enroll(ctx, cp.AdminConfig(), []string{joiner}, true, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "no Machine "+joiner+" yet") {
+		t.Errorf("enroll of a node without a Machine said %q", lines)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got, err := admin.GetMachine(ctx, joiner)
+		if err == nil {
+			if got.Labels[v1alpha1.LabelEnrolled] != "true" || len(got.Labels) != 1 {
+				t.Errorf("Machine %s registered with labels %v, want only %s=true", joiner, got.Labels, v1alpha1.LabelEnrolled)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Machine %s not registered within 2m of the enrollment: %v", joiner, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -206,6 +206,7 @@ func newUpgradeRig(t *testing.T, ctx context.Context, base, blueVersion string) 
 	if err := ownership.Save(r.root, rec); err != nil {
 		t.Fatal(err)
 	}
+	enrollNode(t, cp, r.node) // as an administrator does before the host joins
 	cert, key, err := cp.NodeClientCert(r.node)
 	if err != nil {
 		t.Fatal(err)

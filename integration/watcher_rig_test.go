@@ -86,6 +86,7 @@ func newWatcherRig(t *testing.T, ctx context.Context, base string) *watcherRig {
 		t.Fatal(err)
 	}
 	// Node identity.
+	enrollNode(t, cp, r.node) // as an administrator does before the host joins
 	cert, key, err := cp.NodeClientCert(r.node)
 	if err != nil {
 		t.Fatal(err)

@@ -26,9 +26,9 @@ type clusterCmd struct {
 	Uninstall clusterUninstallCmd `cmd:"" help:"Remove what 'cluster install' installed."`
 	// The kubelets of kubeslot nodes ask the cluster for their serving
 	// certificates; Kubernetes approves none of those by itself.
-	// Only a cluster admin enrolls a Machine in the fleet: nodes set no
-	// labels and bind no roles.
-	Enroll clusterEnrollCmd `cmd:"" help:"Enroll Machines in the fleet (label kubeslot.dev/enrolled=true, and their nodes' binding to kubeslot:fleet-member): only enrolled Machines are targets of selector operations and take rollout slots."`
+	// Only a cluster admin enrolls a node in the fleet: nodes bind no
+	// roles, and a node not enrolled writes nothing of kubeslot's.
+	Enroll clusterEnrollCmd `cmd:"" help:"Enroll nodes in the fleet, before or after they join: each node's binding to kubeslot:fleet-member (without it a node only reads kubeslot's objects) and the label kubeslot.dev/enrolled=true on its Machine (only enrolled Machines are targets of selector operations and take rollout slots)."`
 	// Agents expire only the operations of their own Machine; selector
 	// operations are expired here, with the cluster admin's rights.
 	Expire         clusterExpireCmd         `cmd:"" help:"Delete finished MachineOperations whose spec.ttlSecondsAfterFinished has passed, judging 'finished' from the entries of their enrolled targets (agents expire only those that name their own Machine)."`

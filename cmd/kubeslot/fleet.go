@@ -98,12 +98,12 @@ func (c expireCluster) DeleteOperation(ctx context.Context, name string, uid typ
 	return c.mc.DeleteFinishedOperation(ctx, name, uid, rv)
 }
 
-// clusterEnrollCmd makes Machines members of the fleet, or takes them out
-// (lib/clusterinstall.Enroll).
+// clusterEnrollCmd makes nodes and their Machines members of the fleet, or
+// takes them out (lib/clusterinstall.Enroll).
 type clusterEnrollCmd struct {
 	clusterFlags
-	Remove   bool     `help:"Take the Machines out of the fleet instead."`
-	Machines []string `arg:"" name:"machine" help:"Machines to enroll."`
+	Remove   bool     `help:"Take them out of the fleet instead."`
+	Machines []string `arg:"" name:"machine" help:"Machines to enroll; a name with no Machine yet is a node's (its agent registers its Machine under that name)."`
 }
 
 func (c *clusterEnrollCmd) Run(e *env) error {

@@ -164,6 +164,7 @@ func run() int {
 		{"install kubeslot's CRDs and access control (kubeslot cluster install)", d.clusterInstall, nil},
 		{"build a workload image from Go source, serve it from a registry on loopback", d.buildWorkload, nil},
 		{"boot an isolated systemd host", d.bootHost, nil},
+		{"enroll the node before it joins (kubeslot cluster enroll)", d.enroll, nil},
 		{"lay down the release, config and first-boot unit (as kubeslot ignition does)", d.layDown, nil},
 		{"first-boot bootstrap (kubeslot-bootstrap.service)", d.bootstrap, []string{units.Bootstrap}},
 		{"Node Ready on slot a, Machine registered by the watcher", d.readyOnA, []string{units.Bootstrap, units.Watcher}},

@@ -72,6 +72,21 @@ func (d *demo) clusterInstall(ctx context.Context) (string, error) {
 	return "CRDs Established, RBAC and admission policies enforced", nil
 }
 
+// enroll makes the node a member of the fleet with the real CLI, before the host joins: a node no administrator
+// enrolled only reads kubeslot's objects, and its agent registers its Machine once it may.
+func (d *demo) enroll(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(d.flags.bins, "kubeslot"), "cluster", "enroll",
+		"--kubeconfig", d.cp.AdminKubeconfig(), d.node)
+	out, err := cmd.CombinedOutput()
+	d.say("$ kubeslot cluster enroll --kubeconfig %s %s\n%s", d.cp.AdminKubeconfig(), d.node, indent(strings.TrimSpace(string(out)), "    "))
+	if err != nil {
+		return "", fmt.Errorf("kubeslot cluster enroll: %w", err)
+	}
+	return "node " + d.node + " may register its Machine (labelled kubeslot.dev/enrolled=true) and report on it", nil
+}
+
 // bootHost starts the mirror (node rootfs, kubelet) and an isolated systemd host sharing the machine's network,
 // with the release and the mirror's directory bound read-only.
 func (d *demo) bootHost(ctx context.Context) (string, error) {

@@ -27,11 +27,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
@@ -198,7 +202,53 @@ func (f *Fleet) install(name string, reported *statusWritten) (*hostroot.Root, *
 // linked to the dated pair by its path inside the node, as the kubelet's certificate manager writes it. No
 // kubeconfig: the watcher builds its client from the applied configuration and that pair (lib/nodeidentity), the
 // path production hosts take. It returns the root with that client configuration, tuned as the binary tunes it.
+// The node is enrolled (Enroll) first, as an administrator does before a host joins; InstallUnenrolled leaves
+// that out.
 func Install(cp *kube.ControlPlane, prefix, name, agentVersion string) (*hostroot.Root, *rest.Config, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := Enroll(ctx, cp, name); err != nil {
+		return nil, nil, err
+	}
+	return InstallUnenrolled(cp, prefix, name, agentVersion)
+}
+
+// Enroll binds each node to kubeslot:fleet-member, as `kubeslot cluster enroll` does for a node with no Machine
+// yet, and waits until the apiserver's authorizer (a cache that lags the binding) lets it register its Machine.
+func Enroll(ctx context.Context, cp *kube.ControlPlane, nodes ...string) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	for _, node := range nodes {
+		if err := clusterinstall.BindFleetMember(ctx, cs, node, true); err != nil {
+			return fmt.Errorf("fleet: enroll %s: %w", node, err)
+		}
+	}
+	for _, node := range nodes {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   v1alpha1.AgentUsername(node),
+			Groups: []string{v1alpha1.NodesGroup, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: v1alpha1.GroupName, Resource: v1alpha1.MachinesResource,
+				Verb: "create"},
+		}}
+		for {
+			got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+			if err == nil && got.Status.Allowed {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("fleet: node %s enrolled, but not yet allowed to register its Machine (%v)", node, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// InstallUnenrolled is Install for a node no administrator enrolled.
+func InstallUnenrolled(cp *kube.ControlPlane, prefix, name, agentVersion string) (*hostroot.Root, *rest.Config, error) {
 	if err := os.MkdirAll(prefix, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
 	}

@@ -145,7 +145,9 @@ func report(ctx context.Context, rc *rest.Config, cfg *config.Config, r Report) 
 	name := cfg.Machine.Name
 	// The status errors of client-go are found through wrapping (errors.As).
 	if _, err := mc.GetMachine(ctx, name); apierrors.IsNotFound(err) {
-		if _, err := mc.CreateMachine(ctx, MachineFor(cfg)); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := mc.CreateMachine(ctx, MachineFor(cfg)); apierrors.IsForbidden(err) {
+			return v1alpha1.NotEnrolled(name, err)
+		} else if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	} else if err != nil {
@@ -220,7 +222,8 @@ func truncate(s string, n int) string {
 }
 
 // MachineFor is the Machine a bootstrap creates when there is none: named
-// after the machine, for its node, with the node configuration of cfg.
+// after the machine, for its node, with the node configuration of cfg and
+// the enrolled label (only an enrolled node may create it).
 func MachineFor(cfg *config.Config) *v1alpha1.Machine {
 	nc := v1alpha1.NodeConfig{
 		KubernetesVersion: cfg.Kubernetes.Version,
@@ -248,7 +251,7 @@ func MachineFor(cfg *config.Config) *v1alpha1.Machine {
 		nc.Taints = append(nc.Taints, v1alpha1.Taint(t))
 	}
 	return &v1alpha1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: cfg.Machine.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: cfg.Machine.Name, Labels: v1alpha1.EnrolledLabels()},
 		Spec:       v1alpha1.MachineSpec{NodeName: cfg.Machine.NodeName, Node: nc},
 	}
 }

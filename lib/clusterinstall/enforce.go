@@ -24,18 +24,20 @@ const ProbeNode = "kubeslot-install-probe"
 const WritesPolicy = "kubeslot-agent-writes"
 
 // waitEnforced waits until the admission policy refuses what it must. The
-// apiserver reads policies, and the RBAC that lets a node try at all,
-// through caches that lag the writes by a second or more, so Install would
-// otherwise return while a node could still create another node's Machine.
-// The probe is a dry-run create (admission runs, nothing is stored) of a
-// Machine for another node, made as the node ProbeNode through
-// impersonation. A caller who may not impersonate gets a warning instead of
-// the wait.
+// apiserver reads policies through caches that lag the writes by a second
+// or more, so Install would otherwise return while an enrolled node could
+// still create another node's Machine. The probe is a dry-run create
+// (admission runs, nothing is stored) of a Machine for another node, made
+// as the node ProbeNode through impersonation. ProbeNode is enrolled
+// nowhere, so RBAC would refuse it before admission looks: the probe also
+// takes the group system:masters, which authorization lets through and
+// admission does not exempt (the policy matches node user names). A caller
+// who may not impersonate gets a warning instead of the wait.
 func waitEnforced(ctx context.Context, cfg *rest.Config, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, EnforceTimeout)
 	defer cancel()
 	pcfg := rest.CopyConfig(cfg)
-	pcfg.Impersonate = rest.ImpersonationConfig{UserName: v1alpha1.AgentUsername(ProbeNode), Groups: []string{v1alpha1.NodesGroup}}
+	pcfg.Impersonate = rest.ImpersonationConfig{UserName: v1alpha1.AgentUsername(ProbeNode), Groups: []string{v1alpha1.NodesGroup, "system:masters"}}
 	dc, err := dynamic.NewForConfig(pcfg)
 	if err != nil {
 		return fmt.Errorf("cluster client: %w", err)
@@ -62,7 +64,7 @@ func waitEnforced(ctx context.Context, cfg *rest.Config, log *slog.Logger) error
 			// does not heal by waiting
 			return fmt.Errorf("admission policy %s is in force but failed its probe: %w", WritesPolicy, err)
 		default:
-			last = err.Error() // e.g. RBAC not synced yet
+			last = err.Error() // e.g. the CRD not served yet
 		}
 		select {
 		case <-ctx.Done():

@@ -1,11 +1,15 @@
 package clusterinstall
 
-// Enrolling a Machine makes it a member of the fleet: the label every
-// selector operation requires (v1alpha1.LabelEnrolled) and a binding of
-// the ClusterRole kubeslot:fleet-member, which lets its node take rollout
-// slots, to that node alone. Both are a cluster admin's: nodes can set no
-// labels and bind no roles, so a node no administrator enrolled is matched
-// by no selector and cannot write a RolloutLease.
+// Enrolling a node makes it a member of the fleet: a binding of the
+// ClusterRole kubeslot:fleet-member to that node alone, the only grant that
+// lets a node write anything of kubeslot's (register its Machine, report
+// status, take rollout slots), and the label every selector operation
+// requires (v1alpha1.LabelEnrolled) on its Machine. Both are a cluster
+// admin's: nodes bind no roles, and set no label but that one on the
+// Machine they may register only once bound. Enrolling before the host
+// joins is the usual order: the agent then registers its Machine already
+// labelled; a Machine that exists (an admin's, or one registered before)
+// gets the label here.
 
 import (
 	"context"
@@ -30,8 +34,11 @@ const FleetMemberRole = "kubeslot:fleet-member"
 func FleetMemberBinding(node string) string { return FleetMemberRole + ":" + node }
 
 // Enroll enrolls the Machines named (enroll false: takes them out of the
-// fleet), each with its node's binding. It is idempotent, and it returns
-// what it did, a line per Machine.
+// fleet), each with its node's binding. A name with no Machine yet is a
+// node's: a host's agent registers its Machine under its node's name, so
+// the binding alone is made (or removed) and the agent's registration
+// brings the label. It is idempotent, and it returns what it did, a line
+// per name.
 func Enroll(ctx context.Context, cfg *rest.Config, names []string, enroll bool, log *slog.Logger) ([]string, error) {
 	mc, err := machineclient.New(cfg)
 	if err != nil {
@@ -44,8 +51,13 @@ func Enroll(ctx context.Context, cfg *rest.Config, names []string, enroll bool, 
 	var out []string
 	for _, name := range names {
 		var node string
+		absent := false
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			m, err := mc.GetMachine(ctx, name)
+			if apierrors.IsNotFound(err) {
+				node, absent = name, true
+				return nil
+			}
 			if err != nil {
 				return err
 			}
@@ -70,12 +82,18 @@ func Enroll(ctx context.Context, cfg *rest.Config, names []string, enroll bool, 
 		if node == "" {
 			return out, fmt.Errorf("machine %s has no spec.nodeName", name)
 		}
-		if err := bindFleetMember(ctx, cs, node, enroll); err != nil {
+		if err := BindFleetMember(ctx, cs, node, enroll); err != nil {
 			return out, fmt.Errorf("machine %s, node %s: %w", name, node, err)
 		}
 		what := "enrolled"
 		if !enroll {
 			what = "removed from the fleet"
+		}
+		if absent {
+			log.Info("node "+what+"; it has no Machine yet", "node", node, "binding", FleetMemberBinding(node))
+			out = append(out, fmt.Sprintf("%s node %s (ClusterRoleBinding %s; no Machine %s yet: its agent registers it, enrolled)",
+				what, node, FleetMemberBinding(node), name))
+			continue
 		}
 		log.Info("Machine "+what, "machine", name, "node", node, "binding", FleetMemberBinding(node))
 		out = append(out, fmt.Sprintf("%s %s (node %s, ClusterRoleBinding %s)", what, name, node, FleetMemberBinding(node)))
@@ -83,8 +101,8 @@ func Enroll(ctx context.Context, cfg *rest.Config, names []string, enroll bool, 
 	return out, nil
 }
 
-// bindFleetMember creates (or, bind false, deletes) node's binding.
-func bindFleetMember(ctx context.Context, cs kubernetes.Interface, node string, bind bool) error {
+// BindFleetMember creates (or, bind false, deletes) node's binding.
+func BindFleetMember(ctx context.Context, cs kubernetes.Interface, node string, bind bool) error {
 	name := FleetMemberBinding(node)
 	crbs := cs.RbacV1().ClusterRoleBindings()
 	if !bind {

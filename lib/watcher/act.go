@@ -226,6 +226,9 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
+		if apierrors.IsForbidden(err) {
+			return v1alpha1.NotEnrolled(a.Machine.Name, err)
+		}
 		if err == nil {
 			l.Log.Info("registered the Machine", "machine", a.Machine.Name, "node", a.Machine.Spec.NodeName)
 		}

@@ -498,7 +498,8 @@ func degraded(reason, msg string) Action {
 
 // NewMachine is the Machine a host registers when it has none: named name,
 // for node, with the applied configuration as its spec (so nothing differs)
-// and the OnNodeDelete policy.
+// and the OnNodeDelete policy. It carries the enrolled label: only a node
+// an administrator enrolled may create it (v1alpha1.LabelEnrolled).
 func NewMachine(name, node string, a *state.Applied) *v1alpha1.Machine {
 	c := a.Config
 	n := v1alpha1.NodeConfig{
@@ -530,5 +531,6 @@ func NewMachine(name, node string, a *state.Applied) *v1alpha1.Machine {
 	}
 	m := &v1alpha1.Machine{Spec: v1alpha1.MachineSpec{NodeName: node, Node: n, UpdatePolicy: v1alpha1.UpdateOnNodeDelete}}
 	m.Name = name
+	m.Labels = v1alpha1.EnrolledLabels()
 	return m
 }

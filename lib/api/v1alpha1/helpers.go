@@ -47,13 +47,25 @@ func (s *MachineSelector) AsLabelSelector() *metav1.LabelSelector {
 
 // LabelEnrolled, with the value "true", marks a Machine a member of the
 // fleet: only such Machines are targets of a selector operation, and only
-// they take part in a rollout's counts. Nodes can never set a Machine's
-// labels (admission refuses labels on the one create a node may make, and
-// refuses nodes every update of a Machine's metadata), so the mark is an
-// administrator's: a Machine a node made for itself is matched by no
-// selector, however the selector is written, until an administrator
-// enrolls it.
+// they take part in a rollout's counts. Membership is a cluster admin's
+// decision (`kubeslot cluster enroll`): a ClusterRoleBinding of the node to
+// kubeslot:fleet-member, the only grant that lets a node write anything of
+// kubeslot's. The node's agent then creates its Machine with this label and
+// no other (admission refuses any other label, and every later change of a
+// Machine's metadata by a node); a node no admin enrolled can create
+// nothing, so the label on a node-made Machine always follows an
+// administrator's binding.
 const LabelEnrolled = "kubeslot.dev/enrolled"
+
+// NotEnrolled explains a refused registration of Machine name: the usual
+// cause is a node no administrator enrolled yet.
+func NotEnrolled(name string, err error) error {
+	return fmt.Errorf("register Machine %s: %w (a node takes part in kubeslot only once a cluster admin enrolls it: kubeslot cluster enroll %s)", name, err, name)
+}
+
+// EnrolledLabels are the labels of a Machine an enrolled node registers
+// for itself: the mark alone.
+func EnrolledLabels() map[string]string { return map[string]string{LabelEnrolled: "true"} }
 
 // Selector returns the Machines s selects as a labels.Selector: those whose
 // labels match s and that carry LabelEnrolled=true. An empty or nil

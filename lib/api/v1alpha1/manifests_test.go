@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -32,41 +31,51 @@ func TestAccessControlManifests(t *testing.T) {
 		byName[o.GetKind()+"/"+o.GetName()] = o
 	}
 
-	// The grant: read both kinds, create Machines, write status, delete operations (ttlSecondsAfterFinished, narrowed
-	// by the policies below); never change the objects themselves, never delete a Machine.
-	rules, _, _ := unstructured.NestedSlice(byName["ClusterRole/kubeslot:agent"].Object, "rules")
-	granted := map[string][]string{}
-	for _, r := range rules {
-		m := r.(map[string]any)
-		groups, _ := m["apiGroups"].([]any)
-		if len(groups) != 1 || groups[0] != GroupName {
-			t.Errorf("rule outside %s: %v", GroupName, m)
-		}
-		for _, res := range m["resources"].([]any) {
-			for _, v := range m["verbs"].([]any) {
-				granted[res.(string)] = append(granted[res.(string)], v.(string))
+	// Every node: read only. An enrolled node (kubeslot:fleet-member, bound per node by kubeslot cluster enroll):
+	// create its Machine, write status, delete operations (ttlSecondsAfterFinished, narrowed by the policies below),
+	// take rollout slots; never change the objects themselves, never delete a Machine.
+	grants := func(role string) map[string][]string {
+		rules, _, _ := unstructured.NestedSlice(byName["ClusterRole/"+role].Object, "rules")
+		granted := map[string][]string{}
+		for _, r := range rules {
+			m := r.(map[string]any)
+			groups, _ := m["apiGroups"].([]any)
+			if len(groups) != 1 || groups[0] != GroupName {
+				t.Errorf("%s: rule outside %s: %v", role, GroupName, m)
+			}
+			for _, res := range m["resources"].([]any) {
+				for _, v := range m["verbs"].([]any) {
+					granted[res.(string)] = append(granted[res.(string)], v.(string))
+				}
 			}
 		}
+		return granted
 	}
-	wantGrants := map[string][]string{
-		"machines":                 {"get", "list", "watch", "create"},
-		"machines/status":          {"get", "update", "patch"},
-		"machineoperations":        {"get", "list", "watch", "delete"},
-		"machineoperations/status": {"get", "update", "patch"},
-		"rolloutleases":            {"get", "list"},
-	}
-	for res, verbs := range wantGrants {
-		if !slices.Equal(granted[res], verbs) {
-			t.Errorf("agents may %v %s, want exactly %v", granted[res], res, verbs)
+	for role, wantGrants := range map[string]map[string][]string{
+		"kubeslot:agent": {
+			"machines":                 {"get", "list", "watch"},
+			"machines/status":          {"get"},
+			"machineoperations":        {"get", "list", "watch"},
+			"machineoperations/status": {"get"},
+			"rolloutleases":            {"get", "list"},
+		},
+		"kubeslot:fleet-member": {
+			"machines":                 {"create"},
+			"machines/status":          {"get", "update", "patch"},
+			"machineoperations":        {"delete"},
+			"machineoperations/status": {"get", "update", "patch"},
+			"rolloutleases":            {"get", "list", "create", "update", "delete"},
+		},
+	} {
+		granted := grants(role)
+		for res, verbs := range wantGrants {
+			if !slices.Equal(granted[res], verbs) {
+				t.Errorf("%s may %v %s, want exactly %v", role, granted[res], res, verbs)
+			}
 		}
-	}
-	if len(granted) != len(wantGrants) {
-		t.Errorf("agents are granted %v", granted)
-	}
-	// Taking rollout slots: a role no manifest binds (kubeslot cluster enroll binds it per enrolled node).
-	fleet, _, _ := unstructured.NestedSlice(byName["ClusterRole/kubeslot:fleet-member"].Object, "rules")
-	if len(fleet) != 1 || fmt.Sprint(fleet[0].(map[string]any)["resources"]) != "[rolloutleases]" {
-		t.Errorf("kubeslot:fleet-member grants %v, want rolloutleases alone", fleet)
+		if len(granted) != len(wantGrants) {
+			t.Errorf("%s is granted %v", role, granted)
+		}
 	}
 	for _, o := range objs {
 		if o.GetKind() == "ClusterRoleBinding" && o.GetName() != "kubeslot:agent" {
