@@ -591,6 +591,25 @@ func TestWatcherOnRig(t *testing.T) {
 		t.Logf("Degraded: %s", meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionDegraded).Message)
 	})
 
+	t.Run("GPUsTheHostDoesNotOfferDegraded", func(t *testing.T) {
+		// A Machine editor asks for the host's GPUs; this host's configuration neither sets gpus nor allows
+		// /dev/nvidiactl.
+		gen := r.updateSpec(t, func(m *v1alpha1.Machine) {
+			m.Spec.Node.Labels = nil
+			m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA}
+		})
+		eventually(t, 20*time.Second, "Degraded InvalidSpec naming spec.node.devices.gpus", func() (bool, string) {
+			m := getMachine()
+			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionDegraded)
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonInvalidSpec &&
+				strings.Contains(c.Message, `spec.node.devices.gpus = "NVIDIA"`) && strings.Contains(c.Message, "/dev/nvidiactl"), fmt.Sprintf("%+v", c)
+		})
+		time.Sleep(time.Second)
+		if id := r.pendingID(requests.Repave); id != "" {
+			t.Errorf("repave %s dispatched for GPUs the host does not offer (generation %d)", id, gen)
+		}
+	})
+
 	t.Run("CorruptAppliedConfigRefuses", func(t *testing.T) {
 		p := mustOK(r.root.Path("applied", "a.json"))
 		b, err := os.ReadFile(p)

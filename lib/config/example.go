@@ -164,7 +164,9 @@ mode = "cluster"
 # paths = ["/dev/fuse"]
 # The device paths a Machine's spec.node.devices.paths may select from
 # (path.Match patterns: '*' and '?' within one path element, '[...]'
-# classes). Empty: a Machine may pass none. The host's memory and ports
+# classes). Empty: a Machine may pass none, and may ask for the NVIDIA
+# GPUs only when gpus above is "nvidia" or this matches /dev/nvidiactl.
+# The host's memory and ports
 # (/dev/mem, /dev/kmem, /dev/port), block devices and raw disk nodes pass,
 # from the spec or from paths above, only when listed here exactly, never
 # through a wildcard.

@@ -612,7 +612,7 @@ func TestAppliedSummaryRoundTrips(t *testing.T) {
 func TestDesiredDevices(t *testing.T) {
 	a := applied(t)
 	a.Config.Node.Devices.NVIDIADriverDirs = []string{"/opt/nvidia/lib"}
-	a.Config.Node.Devices.Allowed = []string{"/dev/fuse"}
+	a.Config.Node.Devices.Allowed = []string{"/dev/fuse", "/dev/nvidia*"}
 	m := NewMachine("m1", node, a)
 	same, err := Desired(a.Config, &m.Spec.Node, nil)
 	if err != nil || same.Fingerprint() != a.Config.Fingerprint() {

@@ -80,7 +80,7 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig, stat config.DeviceS
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s", specPaths(err.Error()))
 	}
-	if err := checkSpecDevices(c.Node.Devices, n.Devices, stat); err != nil {
+	if err := checkSpecDevices(c.Node.Devices, applied.Node.Devices.GPUs, n.Devices, stat); err != nil {
 		return nil, err
 	}
 	return c, nil

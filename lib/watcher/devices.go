@@ -25,14 +25,26 @@ func desiredDevices(dst *config.Devices, spec *v1alpha1.Devices) {
 	}
 }
 
-// checkSpecDevices refuses what spec.node.devices.paths may not reach on
-// this host (config.Devices.Refusal): a path the host's allowed list does
-// not match, or a dangerous node it does not name exactly. host is the
-// desired [node.devices], whose Allowed is the applied one's: the spec
-// cannot set it. stat looks at the host's node (nil: by name alone).
-func checkSpecDevices(host config.Devices, spec *v1alpha1.Devices, stat config.DeviceStat) error {
+// nvidiaControl is the device node every NVIDIA GPU passed into a node
+// needs; a host that allows it allows the spec to ask for its GPUs.
+const nvidiaControl = "/dev/nvidiactl"
+
+// checkSpecDevices refuses what spec.node.devices may not reach on this host
+// (config.Devices.Refusal): a path the host's allowed list does not match,
+// a dangerous node it does not name exactly, or the host's NVIDIA GPUs
+// (their device nodes and driver files) unless the host's own
+// configuration sets gpus = "nvidia" (hostGPUs) or allows nvidiaControl.
+// host is the desired [node.devices], whose Allowed is the applied one's:
+// the spec cannot set it. stat looks at the host's node (nil: by name
+// alone).
+func checkSpecDevices(host config.Devices, hostGPUs string, spec *v1alpha1.Devices, stat config.DeviceStat) error {
 	if spec == nil {
 		return nil
+	}
+	if strings.EqualFold(string(spec.GPUs), config.GPUsNVIDIA) && hostGPUs != config.GPUsNVIDIA &&
+		host.Refusal(nvidiaControl, nil, true) != "" {
+		return fmt.Errorf("spec.node.devices.gpus = %q: this host's node.devices neither sets gpus = %q nor allows %q; "+
+			"whether a node may have the host's GPUs is the host's operator's to decide", spec.GPUs, config.GPUsNVIDIA, nvidiaControl)
 	}
 	for i, p := range spec.Paths {
 		if config.CheckDevicePath(string(p)) != "" {

@@ -86,3 +86,33 @@ func TestDecideRefusesDeviceSpec(t *testing.T) {
 		t.Errorf("allowed exactly: got %q, want a repave", got)
 	}
 }
+
+// TestSpecGPUsNeedTheHost: a spec asking for the host's NVIDIA GPUs is
+// refused, naming the field and the rule, unless the host's own
+// configuration sets gpus = "nvidia" or allows /dev/nvidiactl.
+func TestSpecGPUsNeedTheHost(t *testing.T) {
+	for _, c := range []struct {
+		gpus    string
+		allowed []string
+		ok      bool
+	}{
+		{"", nil, false},
+		{"", []string{"/dev/ttyUSB*"}, false},
+		{"none", []string{"/dev/nvidia*"}, true},
+		{"", []string{"/dev/*"}, true},
+		{"nvidia", nil, true},
+	} {
+		a := applied(t)
+		a.Config.Node.Devices.GPUs, a.Config.Node.Devices.Allowed = c.gpus, c.allowed
+		m := NewMachine("m1", node, a)
+		m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA}
+		_, err := Desired(a.Config, &m.Spec.Node, nil)
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("host gpus %q, allowed %q: %v", c.gpus, c.allowed, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), `spec.node.devices.gpus = "NVIDIA"`) ||
+			!strings.Contains(err.Error(), "/dev/nvidiactl")):
+			t.Errorf("host gpus %q, allowed %q: %v, want the GPUs refused naming the field and the rule", c.gpus, c.allowed, err)
+		}
+	}
+}

@@ -235,7 +235,9 @@ type Devices struct {
 	// GPUs is None or NVIDIA: bind the host's NVIDIA device nodes
 	// (/dev/nvidia*, /dev/nvidia-caps/*) and the driver's libraries and
 	// binaries (read-only) into the node. A host without a loaded driver
-	// fails the repave, naming what is missing.
+	// fails the repave, naming what is missing. NVIDIA is refused
+	// (Degraded) unless the host's own configuration sets gpus = "nvidia"
+	// or its node.devices.allowed matches /dev/nvidiactl.
 	//
 	// +optional
 	// +kubebuilder:validation:Enum=None;NVIDIA
