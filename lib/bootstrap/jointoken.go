@@ -100,31 +100,50 @@ func rewriteSlotKubeconfig(d Deps, cfg *config.Config, slot string) (bool, error
 	return len(changed) > 0, err
 }
 
-// dropCompleteJoinToken is dropJoinToken on a complete host: the active
-// slot's, and its applied configuration re-saved without the token when
-// it has one (its fingerprint leaves secrets out, so nothing looks
-// reconfigured). A host with no active slot only has its file scrubbed.
+// dropCompleteJoinToken is dropJoinToken on a complete host, for every
+// slot: the inactive one may be a slot configured with the token before
+// the node had its identity (or by a release that kept it), and a
+// rollback would boot it. Each slot's bootstrap kubeconfig is rewritten
+// and its applied configuration re-saved without the token when it has one
+// (its fingerprint leaves secrets out, so nothing looks reconfigured). A
+// host with no active slot only has its file scrubbed.
 func dropCompleteJoinToken(d Deps, cfg *config.Config) error {
 	store := state.NewStore(d.Root)
-	slot, found, err := store.Active()
+	_, found, err := store.Active()
 	if err != nil {
 		return err
 	}
 	if !found {
-		slot = ""
-	}
-	dropped, err := dropJoinToken(d, cfg, slot, d.Log)
-	if err != nil || !dropped || slot == "" {
+		_, err := dropJoinToken(d, cfg, "", d.Log)
 		return err
 	}
-	a, err := store.LoadApplied(slot)
-	if err != nil || a.Config.Cluster.BootstrapToken == "" {
+	dropped, err := dropJoinToken(d, cfg, "", d.Log)
+	if err != nil || !dropped {
 		return err
 	}
-	a.Config.Cluster.BootstrapToken = ""
-	if err := store.SaveApplied(a); err != nil {
-		return err
+	for _, slot := range cfg.Isolation.Slots {
+		changed, err := rewriteSlotKubeconfig(d, cfg, slot)
+		if err != nil {
+			return err
+		}
+		if changed {
+			d.Log.Info("slot's bootstrap kubeconfig rewritten without the join token", "slot", slot, "path", nodeconfig.BootstrapKubeconfig)
+		}
+		a, err := store.LoadApplied(slot)
+		if errors.Is(err, state.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if a.Config.Cluster.BootstrapToken == "" {
+			continue
+		}
+		a.Config.Cluster.BootstrapToken = ""
+		if err := store.SaveApplied(a); err != nil {
+			return err
+		}
+		d.Log.Info("join token removed from the applied configuration", "slot", slot)
 	}
-	d.Log.Info("join token removed from the applied configuration", "slot", slot)
 	return nil
 }

@@ -153,6 +153,16 @@ func TestJoinTokenDroppedOnCompleteHost(t *testing.T) {
 	h := newTokenHost(t)
 	token := h.cfg.Cluster.BootstrapToken.Reveal()
 	h.run(t) // no identity yet: kept
+	// The other slot as an earlier release left it: configured with the token, its applied configuration too.
+	store := state.NewStore(h.f.root)
+	old, err := store.LoadApplied("a")
+	must(t, err)
+	if old.Config.Cluster.BootstrapToken == "" {
+		t.Fatal("slot a's applied configuration has no token before the identity exists")
+	}
+	old.Slot = "b"
+	must(t, store.SaveApplied(old))
+	h.put(t, "/var/lib/machines/b/etc/kubernetes/bootstrap-kubelet.conf", "token: "+token+"\n", 0o600)
 	must(t, os.MkdirAll(filepath.Join(h.f.root.Prefix(), "opt/kubeslot/identity"), 0o700))
 	verifytest.Identity(t, h.f.root, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 	h.log.Reset()
@@ -160,9 +170,14 @@ func TestJoinTokenDroppedOnCompleteHost(t *testing.T) {
 	if got := h.read(t, "/etc/kubeslot/config.toml"); strings.Contains(got, token) {
 		t.Errorf("configuration keeps the token:\n%s", got)
 	}
-	a, err := state.NewStore(h.f.root).LoadApplied("a")
-	if err != nil || a.Config.Cluster.BootstrapToken != "" {
-		t.Errorf("applied configuration keeps the token: %v", err)
+	for _, slot := range []string{"a", "b"} {
+		a, err := store.LoadApplied(slot)
+		if err != nil || a.Config.Cluster.BootstrapToken != "" {
+			t.Errorf("slot %s: applied configuration keeps the token: %v", slot, err)
+		}
+		if got := h.read(t, "/var/lib/machines/"+slot+"/etc/kubernetes/bootstrap-kubelet.conf"); strings.Contains(got, token) {
+			t.Errorf("slot %s: bootstrap kubeconfig keeps the token:\n%s", slot, got)
+		}
 	}
 	if !strings.Contains(h.log.String(), "join token removed from the applied configuration") {
 		t.Errorf("log:\n%s", h.log)
