@@ -58,9 +58,6 @@ const (
 	// ResettingDir holds the resetter's own copy while a reset is under
 	// way (lib/reset): it outlives the releases, and goes last.
 	ResettingDir = "resetting"
-	// RepaveStateFile is the repave transition in StateDir (lib/repave);
-	// named here because lib/cachekeep reads what it still needs.
-	RepaveStateFile = "repave.json"
 	// ParentsFile lists the directories kubeslot made above the base when
 	// it made the base (or moved it there): reset removes them, empty,
 	// after the base. Absent when there were none.
