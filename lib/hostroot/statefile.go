@@ -39,6 +39,9 @@ type StateFile[T any] struct {
 	Advice string
 }
 
+// ErrNotJSON marks a state file that was read whole but does not decode.
+var ErrNotJSON = errors.New("not valid JSON")
+
 // FileStore keeps a state file's bytes. Read returns an error wrapping
 // fs.ErrNotExist for a file that is absent, and a *CorruptError for one
 // that is there but cannot be trusted; Remove is fine with an absent file.
@@ -92,6 +95,13 @@ func (f StateFile[T]) Load(r *Root) (*T, error) {
 	if err != nil {
 		return nil, err
 	}
+	return f.LoadPath(p)
+}
+
+// LoadPath is Load of the file at the local path p, for a file of this
+// kind found elsewhere than Dir and Name say (a directory listing, a name
+// made of a request's ID).
+func (f StateFile[T]) LoadPath(p string) (*T, error) {
 	b, err := f.store().Read(p, f.Max)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -124,6 +134,11 @@ func (f StateFile[T]) Save(r *Root, v *T) error {
 	if err != nil {
 		return err
 	}
+	return f.SavePath(p, v)
+}
+
+// SavePath is Save to the local path p (LoadPath).
+func (f StateFile[T]) SavePath(p string, v *T) error {
 	if f.Validate != nil {
 		if err := f.Validate(v); err != nil {
 			return fmt.Errorf("save %s: %w", p, err)
