@@ -29,6 +29,9 @@ type StateFile[T any] struct {
 	// Perm is the mode the file is written with (0600 when it holds a
 	// secret).
 	Perm fs.FileMode
+	// Decode, when set, decodes the bytes in place of json.Unmarshal (a
+	// stricter reading); an error it returns makes the file corrupt.
+	Decode func(data []byte, v *T) error
 	// Validate, when set, checks a value before Save writes it and after
 	// Load decodes it; a loaded value it refuses is a *CorruptError.
 	Validate func(*T) error
@@ -116,7 +119,11 @@ func (f StateFile[T]) LoadPath(p string) (*T, error) {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
 	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
+	if f.Decode != nil {
+		if err := f.Decode(b, &v); err != nil {
+			return nil, &CorruptError{Path: p, Reason: err.Error(), Advice: f.Advice, Err: err}
+		}
+	} else if err := json.Unmarshal(b, &v); err != nil {
 		return nil, &CorruptError{Path: p, Reason: fmt.Sprintf("%v: %v", ErrNotJSON, err), Advice: f.Advice, Err: ErrNotJSON}
 	}
 	if f.Validate != nil {
