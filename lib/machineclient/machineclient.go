@@ -21,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 )
@@ -35,14 +37,22 @@ type Client struct {
 }
 
 // RetryPolicy bounds how often, and how patiently, a status write that lost
-// a race (409 Conflict) is tried again with a fresh read.
+// a race (409 Conflict) is tried again with a fresh read. The pauses are
+// jittered: hundreds of agents write one operation's status, and those that
+// collided must not all come back together.
 type RetryPolicy struct {
 	// Attempts is the most writes made in total (default 8).
 	Attempts int
-	// Backoff is the pause after the first conflict; it doubles up to
-	// 2 s (default 50 ms).
+	// Backoff is the pause after the first conflict (default 50 ms, at
+	// most maxPause); it doubles, each pause lengthened by up to half at
+	// random, and the retries end once it would pass maxPause (client-go's
+	// wait.Backoff cap). By default that is 6 writes and at most about
+	// 4.7 s of pauses.
 	Backoff time.Duration
 }
+
+// maxPause caps a pause between two conflicting writes.
+const maxPause = 2 * time.Second
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Attempts <= 0 {
@@ -51,7 +61,13 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Backoff <= 0 {
 		p.Backoff = 50 * time.Millisecond
 	}
+	p.Backoff = min(p.Backoff, maxPause)
 	return p
+}
+
+func (p RetryPolicy) backoff() wait.Backoff {
+	p = p.withDefaults()
+	return wait.Backoff{Duration: p.Backoff, Factor: 2, Jitter: 0.5, Steps: p.Attempts, Cap: maxPause}
 }
 
 // Scheme knows the kubeslot types (and metav1's options and status).
@@ -301,25 +317,24 @@ func (c *Client) patchStatus(ctx context.Context, resource, name, resourceVersio
 		Body(patch).Do(ctx).Into(into)
 }
 
-// retryOnConflict runs write until it does not fail with a conflict, at most
-// c.Retry.Attempts times, pausing with doubling backoff between attempts.
+// retryOnConflict runs write until it does not fail with a conflict, within
+// c.Retry (retry.RetryOnConflict). A pause is not cut short by ctx, but it
+// is bounded (maxPause and its jitter), and a write after ctx ended fails
+// at once.
 func (c *Client) retryOnConflict(ctx context.Context, write func() error) error {
-	p := c.Retry.withDefaults()
-	backoff := p.Backoff
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = write()
-		if err == nil || !apierrors.IsConflict(err) {
+	writes := 0
+	err := retry.RetryOnConflict(c.Retry.backoff(), func() error {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if attempt >= p.Attempts {
-			return fmt.Errorf("gave up after %d conflicting writes: %w", attempt, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (after %d conflicting writes: %v)", ctx.Err(), attempt, err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		writes++
+		return write()
+	})
+	if err == nil || (ctx.Err() == nil && !apierrors.IsConflict(err)) {
+		return err
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (after %d conflicting writes: %v)", ctx.Err(), writes, err)
+	}
+	return fmt.Errorf("gave up after %d conflicting writes: %w", writes, err)
 }

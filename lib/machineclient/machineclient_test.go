@@ -176,7 +176,7 @@ func TestUpdateMachineStatusOtherOutcomes(t *testing.T) {
 	}
 	// a cancelled context ends the retries
 	f.otherErr, f.conflicts = 0, 100
-	c.Retry = RetryPolicy{Attempts: 100, Backoff: time.Hour}
+	c.Retry = RetryPolicy{Attempts: 100, Backoff: 20 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := c.UpdateMachineStatus(ctx, "m1", func(*v1alpha1.Machine) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
