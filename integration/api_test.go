@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 var apiInstall struct {
@@ -62,9 +62,9 @@ func apiCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
+func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineapi.Client {
 	t.Helper()
-	c, err := machineclient.New(cp.AdminConfig())
+	c, err := machineapi.New(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +72,13 @@ func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
 }
 
 // nodeAPI is a client with the identity an agent has: the node's kubelet client certificate.
-func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Client {
+func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineapi.Client {
 	t.Helper()
 	cert, key, err := cp.NodeClientCert(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := machineclient.New(cp.CertConfig(cert, key))
+	c, err := machineapi.New(cp.CertConfig(cert, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Cl
 // clusterinstall probes only the other policy. The probe is a dry-run delete (nothing is deleted) by a node of a
 // finished operation for another node's Machine, through an entry of its own: only that policy refuses it.
 func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
-	admin, err := machineclient.New(cp.AdminConfig())
+	admin, err := machineapi.New(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	agent, err := machineclient.New(cp.CertConfig(cert, key))
+	agent, err := machineapi.New(cp.CertConfig(cert, key))
 	if err != nil {
 		return err
 	}
