@@ -9,8 +9,10 @@
 //
 // Host paths (what systemd and unit files see) and local paths (what this
 // process opens) are kept apart: HostPath gives the former, the resolving
-// methods give the latter. Imported by every lib/ package and cmd/ binary
-// that touches the host.
+// methods give the latter. Files kubeslot reads are opened without
+// following links and read within a bound (OpenRegular, ReadRegular); its
+// state files are StateFile values. Imported by every lib/ package and
+// cmd/ binary that touches the host.
 package hostroot
 
 import (
