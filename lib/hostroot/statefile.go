@@ -47,7 +47,8 @@ var ErrNotJSON = errors.New("not valid JSON")
 
 // FileStore keeps a state file's bytes. Read returns an error wrapping
 // fs.ErrNotExist for a file that is absent, and a *CorruptError for one
-// that is there but cannot be trusted; Remove is fine with an absent file.
+// that is there but cannot be trusted; every error names the file. Remove
+// is fine with an absent file.
 type FileStore interface {
 	Read(path string, limit int64) ([]byte, error)
 	Write(path string, data []byte, perm fs.FileMode) error
@@ -116,7 +117,7 @@ func (f StateFile[T]) LoadPath(p string) (*T, error) {
 		return nil, ce
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
+		return nil, err // it names the file
 	}
 	var v T
 	if f.Decode != nil {
