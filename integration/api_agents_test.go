@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 // TestAPIAgentAccess: each agent, with its node's identity, may create and report on only its own Machine and the
@@ -205,7 +205,7 @@ func TestAPIAgentAccess(t *testing.T) {
 // (with completionTime) and is one of its own Machine's (machineRef, or an entry of its node for that Machine);
 // refused otherwise, by whichever policy catches it. The admin may delete anything. Machines api-a and api-b exist and
 // the policy's Machine cache has them.
-func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.Client) {
+func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineapi.Client) {
 	// The policy with Machines as parameters reads them from the apiserver's cache: wait until it has api-b (and so
 	// api-a, written before it), so that what follows tests the policy and not the cache's lag.
 	waitParamCache(t, ctx, admin, a, "api-b")
@@ -221,7 +221,7 @@ func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.
 		t.Cleanup(func() { _ = admin.DeleteOperation(context.WithoutCancel(ctx), name) })
 	}
 	// report writes, as c, the entry of Machine machine on node node; finished entries carry a completionTime.
-	report := func(c *machineclient.Client, opName, machine, node string, phase v1alpha1.OperationPhase) {
+	report := func(c *machineapi.Client, opName, machine, node string, phase v1alpha1.OperationPhase) {
 		t.Helper()
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		e := v1alpha1.MachineOperationTarget{Name: machine, NodeName: node, Phase: phase, Message: "test", StartTime: &now}
@@ -240,7 +240,7 @@ func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.
 		}
 	}
 	// del deletes name as c with the preconditions the watcher uses (UID and resourceVersion as just read).
-	del := func(c *machineclient.Client, name string) error {
+	del := func(c *machineapi.Client, name string) error {
 		op, err := admin.GetOperation(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -327,7 +327,7 @@ func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.
 	// an entry (and the summary) under its own name: admission cannot tell a target from a node that is none.
 	report(a, "api-del-sel-b", "api-outsider", "api-a", v1alpha1.OperationSucceeded)
 	for _, d := range []struct {
-		c          *machineclient.Client
+		c          *machineapi.Client
 		node, name string
 	}{{a, "api-a", "api-del-sel-a"}, {b, "api-b", "api-del-sel-b"}, {a, "api-a", "api-del-sel-b"}} {
 		err = del(d.c, d.name)
@@ -355,7 +355,7 @@ func agentDeletes(t *testing.T, ctx context.Context, admin, a, b *machineclient.
 
 // agentBeyondRBAC grants node api-a every verb on kubeslot.dev through RBAC, as a careless cluster might, and checks
 // that the admission policy still refuses spec changes, deletes and new operations.
-func agentBeyondRBAC(t *testing.T, ctx context.Context, cp *kube.ControlPlane, admin, a *machineclient.Client) {
+func agentBeyondRBAC(t *testing.T, ctx context.Context, cp *kube.ControlPlane, admin, a *machineapi.Client) {
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -442,13 +442,13 @@ func agentBeyondRBAC(t *testing.T, ctx context.Context, cp *kube.ControlPlane, a
 }
 
 // impostorAPI is a client of an identity in group system:nodes that is not a node (user "impostor").
-func impostorAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
+func impostorAPI(t *testing.T, cp *kube.ControlPlane) *machineapi.Client {
 	t.Helper()
 	cert, key, err := cp.ClientCert("impostor", v1alpha1.NodesGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	imp, err := machineclient.New(cp.CertConfig(cert, key))
+	imp, err := machineapi.New(cp.CertConfig(cert, key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,14 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 // agentForgedEntries (TestAPIAgentAccess): node api-a writes, under its own node name, entries the readers must not
 // count. Operations api-op-b (machineRef api-b) and api-op-sel-b (selector pool=api-b) exist; report builds the
 // mutation that writes one entry.
-func agentForgedEntries(t *testing.T, ctx context.Context, admin, a, b *machineclient.Client,
+func agentForgedEntries(t *testing.T, ctx context.Context, admin, a, b *machineapi.Client,
 	report func(name, node, phase string) func(*v1alpha1.MachineOperation) error) {
 	// Entries under its own node name that name another node's Machine, or a Machine the operation does not
 	// target, or none at all: admitted since status writes are checked from the request alone (no pass over every
@@ -62,7 +62,7 @@ func agentForgedEntries(t *testing.T, ctx context.Context, admin, a, b *machinec
 // waitParamCache waits until the admission policy's cache of Machines has Machine machine: agent's dry-run delete
 // (nothing is deleted) of a finished operation for machine, with an entry of the agent's node, is refused because
 // machine belongs to another node. Only deletes are checked against the Machines.
-func waitParamCache(t *testing.T, ctx context.Context, admin, agent *machineclient.Client, machine string) {
+func waitParamCache(t *testing.T, ctx context.Context, admin, agent *machineapi.Client, machine string) {
 	t.Helper()
 	name := "api-probe-" + machine
 	op := targetedOp(name, machine, nil)

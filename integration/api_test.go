@@ -20,9 +20,9 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 var apiInstall struct {
@@ -63,9 +63,9 @@ func apiCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
+func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineapi.Client {
 	t.Helper()
-	c, err := machineclient.New(cp.AdminConfig())
+	c, err := machineapi.New(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func adminAPI(t *testing.T, cp *kube.ControlPlane) *machineclient.Client {
 
 // nodeAPI is a client with the identity an agent of an enrolled node has: the node's kubelet client certificate,
 // the node bound to kubeslot:fleet-member (enrollNode).
-func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Client {
+func nodeAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineapi.Client {
 	t.Helper()
 	enrollNode(t, cp, node)
 	return outsiderAPI(t, cp, node)
@@ -93,13 +93,13 @@ func enrollNode(t testing.TB, cp *kube.ControlPlane, node string) {
 
 // outsiderAPI is a client with the identity of a node no administrator enrolled: its kubelet client certificate
 // alone.
-func outsiderAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclient.Client {
+func outsiderAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineapi.Client {
 	t.Helper()
 	cert, key, err := cp.NodeClientCert(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := machineclient.New(cp.CertConfig(cert, key))
+	c, err := machineapi.New(cp.CertConfig(cert, key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func outsiderAPI(t testing.TB, cp *kube.ControlPlane, node string) *machineclien
 // clusterinstall probes only the other policy. The probe is a dry-run delete (nothing is deleted) by a node of a
 // finished operation for another node's Machine, through an entry of its own: only that policy refuses it.
 func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
-	admin, err := machineclient.New(cp.AdminConfig())
+	admin, err := machineapi.New(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func waitTargetPolicy(ctx context.Context, cp *kube.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	agent, err := machineclient.New(cp.CertConfig(cert, key))
+	agent, err := machineapi.New(cp.CertConfig(cert, key))
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 // BenchmarkAgentAdmission measures what an agent's writes cost in admission as the cluster's Machines grow: a node
@@ -113,7 +113,7 @@ func BenchmarkAgentAdmission(b *testing.B) {
 }
 
 // benchBackgroundMachines brings the benchmark's background Machines from have to want, eight creates at a time.
-func benchBackgroundMachines(ctx context.Context, admin *machineclient.Client, prefix string, have, want int) error {
+func benchBackgroundMachines(ctx context.Context, admin *machineapi.Client, prefix string, have, want int) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

@@ -41,8 +41,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 var fleetN = flag.Int("kubeslot.fleet-n", 0, "agents in BenchmarkFleet (default KUBESLOT_FLEET_N, else 200)")
@@ -80,8 +80,8 @@ func benchLog(b *testing.B) *slog.Logger {
 	return slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-func benchAdmin(b *testing.B, cp *kube.ControlPlane) *machineclient.Client {
-	c, err := machineclient.New(cp.AdminConfig())
+func benchAdmin(b *testing.B, cp *kube.ControlPlane) *machineapi.Client {
+	c, err := machineapi.New(cp.AdminConfig())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -42,8 +42,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
 
@@ -372,7 +372,7 @@ const joinBound = 10 * time.Minute
 
 // waitJoined polls the operation (once a second, bounded by d) until it has n entries, n-1 of them Waiting, and
 // returns its counts (as far as they came, also with an error).
-func waitJoined(ctx context.Context, admin *machineclient.Client, name string, n int, d time.Duration) (string, error) {
+func waitJoined(ctx context.Context, admin *machineapi.Client, name string, n int, d time.Duration) (string, error) {
 	deadline := time.Now().Add(d)
 	last := "operation not read yet"
 	for {

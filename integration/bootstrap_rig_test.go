@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
@@ -32,7 +33,6 @@ import (
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/transition"
 	"github.com/kubeslot/kubeslot/units"
@@ -52,7 +52,7 @@ type bsRig struct {
 	h     *sdhost.Host
 	srv   *mirror.Server
 	admin *kubernetes.Clientset
-	mc    *machineclient.Client
+	mc    *machineapi.Client
 	node  string
 	env   []string // the sandbox environment, KEY=VALUE
 	token string
@@ -126,7 +126,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	if r.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
-	if r.mc, err = machineclient.New(cp.AdminConfig()); err != nil {
+	if r.mc, err = machineapi.New(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
 	mirrorDir := filepath.Join(t.TempDir(), "mirror")

@@ -26,10 +26,10 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 	"github.com/kubeslot/kubeslot/lib/watcher"
@@ -77,7 +77,7 @@ func (c countSlotCalls) WrappedRoundTripper() http.RoundTripper { return c.rt }
 type roHarness struct {
 	t      *testing.T
 	cp     *kube.ControlPlane
-	admin  *machineclient.Client
+	admin  *machineapi.Client
 	agents []*roAgent
 	cfgs   map[string]*agentCfg
 	// now and peak count the runners between InProgress and their final status.
@@ -572,7 +572,7 @@ func TestRolloutAPI(t *testing.T) {
 	}
 }
 
-func adminDeleteLease(admin *machineclient.Client, name string) {
+func adminDeleteLease(admin *machineapi.Client, name string) {
 	_ = admin.REST().Delete().Resource(v1alpha1.RolloutLeasesResource).Name(name).Do(context.Background()).Error()
 }
 

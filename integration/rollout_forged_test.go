@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 	"github.com/kubeslot/kubeslot/lib/watcher"
@@ -355,7 +355,7 @@ func TestRolloutForgedDelete(t *testing.T) {
 // fleetOutsider enrolls a Machine for node name in another pool, as the cluster admin, and returns a client with that
 // node's credentials: a fleet member that no operation of the harness targets. A node no administrator enrolled may
 // not write a RolloutLease at all (TestRolloutAPI).
-func (h *roHarness) fleetOutsider(name string) *machineclient.Client {
+func (h *roHarness) fleetOutsider(name string) *machineapi.Client {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -29,9 +29,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/integration/workload"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
@@ -228,7 +228,7 @@ type rolloutRig struct {
 	prefix string
 	hosts  []*podsRig
 	admin  *kubernetes.Clientset
-	mc     *machineclient.Client
+	mc     *machineapi.Client
 	ns     string
 	nodes  []string
 }

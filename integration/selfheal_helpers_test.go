@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 )
 
 // forTest is the rig with its failures reported to t (a subtest): the rig's helpers call t.Fatalf, which must run
@@ -95,7 +95,7 @@ func (r *rpRig) denyStatusWrites(ctx context.Context, message string) (remove fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := machineclient.New(r.cp.CertConfig(cert, key))
+	agent, err := machineapi.New(r.cp.CertConfig(cert, key))
 	if err != nil {
 		t.Fatal(err)
 	}

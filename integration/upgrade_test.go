@@ -22,6 +22,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
@@ -29,7 +30,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -43,7 +43,7 @@ type upRig struct {
 	cp     *kube.ControlPlane
 	h      *sdhost.Host
 	sd     *sddbus.Conn
-	admin  *machineclient.Client
+	admin  *machineapi.Client
 	node   string
 	root   *hostroot.Root
 	dir    *requests.Dir

@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
@@ -231,7 +231,7 @@ func certNotAfter(t *testing.T, certPEM []byte) time.Time {
 // getAs reads the rig's Machine with a client certificate, a fresh connection each time.
 func getAs(ctx context.Context, t *testing.T, r *watcherRig, certPEM, keyPEM []byte) error {
 	t.Helper()
-	c, err := machineclient.New(r.cp.CertConfig(certPEM, keyPEM))
+	c, err := machineapi.New(r.cp.CertConfig(certPEM, keyPEM))
 	if err != nil {
 		t.Fatal(err)
 	}

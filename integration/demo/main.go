@@ -28,12 +28,12 @@ import (
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/leakcheck"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/netfwd"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/integration/workload"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -63,7 +63,7 @@ type demo struct {
 
 	cp       *kube.ControlPlane
 	admin    *kubernetes.Clientset
-	mc       *machineclient.Client
+	mc       *machineapi.Client
 	crds     bool // kubeslot's API is installed: kubectl can show Machines
 	mirror   *mirror.Server
 	sums     map[string]string

@@ -19,13 +19,13 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/rigenv"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/units"
 )
@@ -51,7 +51,7 @@ func (d *demo) startControlPlane(ctx context.Context) (string, error) {
 	if d.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		return "", err
 	}
-	if d.mc, err = machineclient.New(cp.AdminConfig()); err != nil {
+	if d.mc, err = machineapi.New(cp.AdminConfig()); err != nil {
 		return "", err
 	}
 	return "apiserver " + cp.URL() + ", admin kubeconfig " + cp.AdminKubeconfig(), nil

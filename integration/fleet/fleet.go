@@ -34,11 +34,11 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
 	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
@@ -342,7 +342,7 @@ func (c countingRT) WrappedRoundTripper() http.RoundTripper { return c.rt }
 
 // WaitRegistered waits until every agent's watches have listed and every agent's Machine exists with its status
 // reported (agent version set), polling the Machines with admin, bounded by timeout.
-func (f *Fleet) WaitRegistered(ctx context.Context, admin *machineclient.Client, timeout time.Duration) error {
+func (f *Fleet) WaitRegistered(ctx context.Context, admin *machineapi.Client, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	want := map[string]bool{}
@@ -415,7 +415,7 @@ func (f *Fleet) Stop(timeout time.Duration) error {
 
 // DeleteMachines deletes the agents' Machines (an absent one is fine); call after Stop, or the agents register
 // them again.
-func (f *Fleet) DeleteMachines(ctx context.Context, admin *machineclient.Client) error {
+func (f *Fleet) DeleteMachines(ctx context.Context, admin *machineapi.Client) error {
 	var errs []error
 	for _, n := range f.names {
 		if err := admin.DeleteMachine(ctx, n); err != nil && !isNotFound(err) {

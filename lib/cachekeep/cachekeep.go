@@ -31,6 +31,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/repave/repavestate"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
@@ -125,25 +126,11 @@ func appliedSlots(root *hostroot.Root) ([]string, error) {
 }
 
 // repaveDesired is the desired configuration of the repave transition in
-// progress, or nil when there is none. lib/repave writes the file; only its
-// desired configuration is read here.
+// progress, or nil when there is none (lib/repave writes the file).
 func repaveDesired(root *hostroot.Root) (*config.Config, error) {
-	p, err := root.Path(hostroot.StateDir, hostroot.RepaveStateFile)
-	if err != nil {
+	st, err := repavestate.File.Load(root)
+	if st == nil || err != nil {
 		return nil, err
-	}
-	var st struct {
-		Desired *config.Config `json:"desired"`
-	}
-	err = hostroot.ReadJSON(p, state.MaxChecksummed, &st)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if errors.Is(err, hostroot.ErrNotJSON) || (err == nil && st.Desired == nil) {
-		return nil, fmt.Errorf("repave state %s: no desired configuration to keep the artifacts of (%v)", p, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("repave state: %w", err)
 	}
 	return st.Desired, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/repave/repavestate"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/testkit"
@@ -84,7 +85,7 @@ func TestInUse(t *testing.T) {
 	if err := os.WriteFile(claimed, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := root.Path(hostroot.StateDir, hostroot.RepaveStateFile)
+	st, err := repavestate.File.Path(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestInUse(t *testing.T) {
 // cannot be read, only the temporary files go.
 func TestPruneWithUnreadableState(t *testing.T) {
 	root := testkit.LaidOut(t)
-	st, err := root.Path(hostroot.StateDir, hostroot.RepaveStateFile)
+	st, err := repavestate.File.Path(root)
 	if err != nil {
 		t.Fatal(err)
 	}

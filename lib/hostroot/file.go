@@ -1,7 +1,6 @@
 package hostroot
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,23 +79,6 @@ func describeMode(m os.FileMode) string {
 		return "a symbolic link"
 	}
 	return "type " + m.Type().String()
-}
-
-// ErrNotJSON marks a file ReadJSON read whole but could not decode.
-var ErrNotJSON = errors.New("not valid JSON")
-
-// ReadJSON decodes the regular file p (ReadRegular, at most limit bytes)
-// into v. A file that is not there is an error wrapping fs.ErrNotExist;
-// one that does not decode wraps ErrNotJSON and says why.
-func ReadJSON(p string, limit int64, v any) error {
-	b, err := ReadRegular(p, limit)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w: %v", p, ErrNotJSON, err)
-	}
-	return nil
 }
 
 // ReadRegular reads the whole regular file p (OpenRegular) if it holds at

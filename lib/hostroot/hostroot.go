@@ -9,8 +9,10 @@
 //
 // Host paths (what systemd and unit files see) and local paths (what this
 // process opens) are kept apart: HostPath gives the former, the resolving
-// methods give the latter. Imported by every lib/ package and cmd/ binary
-// that touches the host.
+// methods give the latter. Files kubeslot reads are opened without
+// following links and read within a bound (OpenRegular, ReadRegular); its
+// state files are StateFile values. Imported by every lib/ package and
+// cmd/ binary that touches the host.
 package hostroot
 
 import (
@@ -58,9 +60,6 @@ const (
 	// ResettingDir holds the resetter's own copy while a reset is under
 	// way (lib/reset): it outlives the releases, and goes last.
 	ResettingDir = "resetting"
-	// RepaveStateFile is the repave transition in StateDir (lib/repave);
-	// named here because lib/cachekeep reads what it still needs.
-	RepaveStateFile = "repave.json"
 	// ParentsFile lists the directories kubeslot made above the base when
 	// it made the base (or moved it there): reset removes them, empty,
 	// after the base. Absent when there were none.

@@ -64,17 +64,18 @@ func (r *Root) ensureBase() error {
 	return r.SaveParents(parents)
 }
 
+// parentsFile is ParentsFile: a JSON list of host paths. Entries are
+// checked against a base when loaded (LoadParentsOf), as the list may have
+// been made for another one.
+var parentsFile = StateFile[[]string]{Name: ParentsFile, Max: 64 << 10, Perm: 0o644}
+
 // SaveParents records parents (host paths above the base that kubeslot
 // made) in ParentsFile; none removes the file.
 func (r *Root) SaveParents(parents []string) error {
-	p, err := r.File(ParentsFile)
-	if err != nil {
-		return err
-	}
 	if len(parents) == 0 {
-		return atomicfile.Remove(p)
+		return parentsFile.Remove(r)
 	}
-	return atomicfile.WriteJSON(p, parents, 0o644)
+	return parentsFile.Save(r, &parents)
 }
 
 // LoadParents reads ParentsFile; none when it is absent. Each entry must
@@ -85,24 +86,20 @@ func (r *Root) LoadParents() ([]string, error) { return r.LoadParentsOf(r.base) 
 // LoadParentsOf is LoadParents for a list made for another base: the one a
 // root move came from, whose list moved with the tree.
 func (r *Root) LoadParentsOf(base string) ([]string, error) {
-	p, err := r.File(ParentsFile)
-	if err != nil {
-		return nil, err
-	}
-	var parents []string
-	err = ReadJSON(p, 64<<10, &parents)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range parents {
-		if q == "/" || path.Clean(q) != q || !strings.HasPrefix(base, q+"/") {
-			return nil, fmt.Errorf("%s: %q is %w %s", p, q, ErrNotAbove, base)
+	f := parentsFile
+	f.Validate = func(parents *[]string) error {
+		for _, q := range *parents {
+			if q == "/" || path.Clean(q) != q || !strings.HasPrefix(base, q+"/") {
+				return fmt.Errorf("%q is %w %s", q, ErrNotAbove, base)
+			}
 		}
+		return nil
 	}
-	return parents, nil
+	parents, err := f.Load(r)
+	if parents == nil {
+		return nil, err
+	}
+	return *parents, nil
 }
 
 // RemoveParents removes parents (a LoadParents list, outermost first) from

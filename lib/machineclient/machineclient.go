@@ -1,10 +1,12 @@
 // Package machineclient is the agent's typed view of the cluster API: get
-// and watch its own Machine, list and watch the MachineOperations that
-// target it, create its Machine, publish status with optimistic
-// concurrency and bounded retries on conflict, and delete a finished
-// operation exactly as it was read. It is a thin layer over a
+// its own Machine, create it, read and list MachineOperations, publish
+// status with optimistic concurrency and bounded retries on conflict, and
+// delete a finished operation exactly as it was read; the REST client
+// under it serves the watcher's informers. It is a thin layer over a
 // client-go REST client for lib/api/v1alpha1 (no controller-runtime).
-// Imported by lib/watcher and lib/bootstrap only.
+// Imported by lib/watcher, lib/bootstrap, lib/clusterinstall and the
+// kubeslot CLI; the rig's tests add what only they do
+// (integration/machineapi).
 package machineclient
 
 import (
@@ -12,17 +14,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 )
@@ -35,14 +36,22 @@ type Client struct {
 }
 
 // RetryPolicy bounds how often, and how patiently, a status write that lost
-// a race (409 Conflict) is tried again with a fresh read.
+// a race (409 Conflict) is tried again with a fresh read. The pauses are
+// jittered: hundreds of agents write one operation's status, and those that
+// collided must not all come back together.
 type RetryPolicy struct {
 	// Attempts is the most writes made in total (default 8).
 	Attempts int
-	// Backoff is the pause after the first conflict; it doubles up to
-	// 2 s (default 50 ms).
+	// Backoff is the pause after the first conflict (default 50 ms, at
+	// most maxPause); it doubles, each pause lengthened by up to half at
+	// random, and the retries end once it would pass maxPause (client-go's
+	// wait.Backoff cap). By default that is 6 writes and at most about
+	// 4.7 s of pauses.
 	Backoff time.Duration
 }
+
+// maxPause caps a pause between two conflicting writes.
+const maxPause = 2 * time.Second
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Attempts <= 0 {
@@ -51,7 +60,13 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Backoff <= 0 {
 		p.Backoff = 50 * time.Millisecond
 	}
+	p.Backoff = min(p.Backoff, maxPause)
 	return p
+}
+
+func (p RetryPolicy) backoff() wait.Backoff {
+	p = p.withDefaults()
+	return wait.Backoff{Duration: p.Backoff, Factor: 2, Jitter: 0.5, Steps: p.Attempts, Cap: maxPause}
 }
 
 // Scheme knows the kubeslot types (and metav1's options and status).
@@ -63,8 +78,6 @@ func init() {
 	}
 	metav1.AddToGroupVersion(Scheme, metav1.SchemeGroupVersion)
 }
-
-var parameterCodec = runtime.NewParameterCodec(Scheme)
 
 // New returns a Client for the cluster cfg points at. cfg is copied.
 func New(cfg *rest.Config) (*Client, error) {
@@ -93,32 +106,6 @@ func (c *Client) GetMachine(ctx context.Context, name string) (*v1alpha1.Machine
 	return m, nil
 }
 
-// MachineForNode finds the Machine whose spec.nodeName is nodeName (a field
-// selector the CRD declares selectable). It returns a NotFound error when
-// there is none, and an error naming them when there are several (only a
-// cluster admin can make that happen).
-func (c *Client) MachineForNode(ctx context.Context, nodeName string) (*v1alpha1.Machine, error) {
-	l := &v1alpha1.MachineList{}
-	opts := &metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()}
-	err := c.rest.Get().Resource(v1alpha1.MachinesResource).VersionedParams(opts, parameterCodec).Do(ctx).Into(l)
-	if err != nil {
-		return nil, fmt.Errorf("find the Machine of node %s: %w", nodeName, err)
-	}
-	switch len(l.Items) {
-	case 0:
-		return nil, fmt.Errorf("find the Machine of node %s: %w", nodeName,
-			apierrors.NewNotFound(v1alpha1.Resource(v1alpha1.MachinesResource), "spec.nodeName="+nodeName))
-	case 1:
-		return &l.Items[0], nil
-	}
-	names := make([]string, len(l.Items))
-	for i := range l.Items {
-		names[i] = l.Items[i].Name
-	}
-	return nil, fmt.Errorf("find the Machine of node %s: several Machines name it (%s); a cluster admin must delete all but one",
-		nodeName, strings.Join(names, ", "))
-}
-
 // CreateMachine creates m. An agent may create only the Machine whose
 // spec.nodeName is its own node.
 func (c *Client) CreateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alpha1.Machine, error) {
@@ -130,23 +117,6 @@ func (c *Client) CreateMachine(ctx context.Context, m *v1alpha1.Machine) (*v1alp
 	return out, nil
 }
 
-// WatchMachine watches the one Machine name (field selector metadata.name),
-// from resourceVersion on ("" for the current state first). The caller
-// stops the watch; it also ends with ctx.
-func (c *Client) WatchMachine(ctx context.Context, name, resourceVersion string) (watch.Interface, error) {
-	opts := &metav1.ListOptions{
-		FieldSelector:       fields.OneTermEqualSelector("metadata.name", name).String(),
-		ResourceVersion:     resourceVersion,
-		Watch:               true,
-		AllowWatchBookmarks: true,
-	}
-	w, err := c.rest.Get().Resource(v1alpha1.MachinesResource).VersionedParams(opts, parameterCodec).Watch(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("watch Machine %s: %w", name, err)
-	}
-	return w, nil
-}
-
 // ListOperations lists every MachineOperation, with the list's
 // resourceVersion to watch from.
 func (c *Client) ListOperations(ctx context.Context) (*v1alpha1.MachineOperationList, error) {
@@ -156,44 +126,6 @@ func (c *Client) ListOperations(ctx context.Context) (*v1alpha1.MachineOperation
 		return nil, fmt.Errorf("list MachineOperations: %w", err)
 	}
 	return l, nil
-}
-
-// OperationsFor lists the operations that target m (by machineRef or by a
-// selector matching its labels), and the resourceVersion of the list. The
-// server cannot filter selectors, so this filters here.
-func (c *Client) OperationsFor(ctx context.Context, m *v1alpha1.Machine) ([]v1alpha1.MachineOperation, string, error) {
-	l, err := c.ListOperations(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []v1alpha1.MachineOperation
-	for i := range l.Items {
-		if ok, _ := l.Items[i].Targets(m); ok {
-			out = append(out, l.Items[i])
-		}
-	}
-	return out, l.ResourceVersion, nil
-}
-
-// WatchOperationsFor watches the operations from resourceVersion on and
-// passes on the events of those that target m (as m is now: a relabelled
-// Machine needs a new watch). Bookmarks and errors pass through. Deleted
-// operations pass too, so the caller can forget them.
-func (c *Client) WatchOperationsFor(ctx context.Context, m *v1alpha1.Machine, resourceVersion string) (watch.Interface, error) {
-	opts := &metav1.ListOptions{ResourceVersion: resourceVersion, Watch: true, AllowWatchBookmarks: true}
-	w, err := c.rest.Get().Resource(v1alpha1.MachineOperationsResource).VersionedParams(opts, parameterCodec).Watch(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("watch MachineOperations: %w", err)
-	}
-	machine := m.DeepCopy()
-	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
-		op, ok := ev.Object.(*v1alpha1.MachineOperation)
-		if !ok || ev.Type == watch.Deleted {
-			return ev, true
-		}
-		t, _ := op.Targets(machine)
-		return ev, t
-	}), nil
 }
 
 // DeleteFinishedOperation deletes the MachineOperation name only while it is
@@ -301,25 +233,24 @@ func (c *Client) patchStatus(ctx context.Context, resource, name, resourceVersio
 		Body(patch).Do(ctx).Into(into)
 }
 
-// retryOnConflict runs write until it does not fail with a conflict, at most
-// c.Retry.Attempts times, pausing with doubling backoff between attempts.
+// retryOnConflict runs write until it does not fail with a conflict, within
+// c.Retry (retry.RetryOnConflict). A pause is not cut short by ctx, but it
+// is bounded (maxPause and its jitter), and a write after ctx ended fails
+// at once.
 func (c *Client) retryOnConflict(ctx context.Context, write func() error) error {
-	p := c.Retry.withDefaults()
-	backoff := p.Backoff
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = write()
-		if err == nil || !apierrors.IsConflict(err) {
+	writes := 0
+	err := retry.RetryOnConflict(c.Retry.backoff(), func() error {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if attempt >= p.Attempts {
-			return fmt.Errorf("gave up after %d conflicting writes: %w", attempt, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (after %d conflicting writes: %v)", ctx.Err(), attempt, err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		writes++
+		return write()
+	})
+	if err == nil || (ctx.Err() == nil && !apierrors.IsConflict(err)) {
+		return err
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (after %d conflicting writes: %v)", ctx.Err(), writes, err)
+	}
+	return fmt.Errorf("gave up after %d conflicting writes: %w", writes, err)
 }

@@ -14,11 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
@@ -86,43 +84,23 @@ func run(ctx context.Context, st State, steps []Step, cp Checkpoint, log *slog.L
 	return cp.Remove()
 }
 
+// stateFile is the checkpoint in a root's state directory.
+var stateFile = hostroot.StateFile[State]{
+	Dir: hostroot.StateDir, Name: StateFile, Max: maxState, Perm: 0o600,
+	Validate: func(st *State) error {
+		if st.Kind == "" || st.From == "" || st.To == "" {
+			return errors.New("kind, from and to must be set")
+		}
+		return nil
+	},
+	Advice: "the migration checkpoint is damaged",
+}
+
 // loadState reads the checkpoint in root's state directory; nil when there
 // is none.
-func loadState(root *hostroot.Root) (*State, error) {
-	p, err := root.File(hostroot.StateDir, StateFile)
-	if err != nil {
-		return nil, err
-	}
-	var st State
-	err = hostroot.ReadJSON(p, maxState, &st)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if errors.Is(err, hostroot.ErrNotJSON) {
-		return nil, fmt.Errorf("%w: the migration checkpoint is damaged", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if st.Kind == "" || st.From == "" || st.To == "" {
-		return nil, fmt.Errorf("%s: kind, from and to must be set: the migration checkpoint is damaged", p)
-	}
-	return &st, nil
-}
+func loadState(root *hostroot.Root) (*State, error) { return stateFile.Load(root) }
 
 // saveState writes the checkpoint atomically into root's state directory.
-func saveState(root *hostroot.Root, st State) error {
-	p, err := root.File(hostroot.StateDir, StateFile)
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteJSON(p, st, 0o600)
-}
+func saveState(root *hostroot.Root, st State) error { return stateFile.Save(root, &st) }
 
-func removeState(root *hostroot.Root) error {
-	p, err := root.File(hostroot.StateDir, StateFile)
-	if err != nil {
-		return err
-	}
-	return atomicfile.Remove(p)
-}
+func removeState(root *hostroot.Root) error { return stateFile.Remove(root) }

@@ -191,78 +191,56 @@ func ShortFingerprint(fp string) string {
 }
 
 // RecordPath resolves the local path of the ownership record.
-func RecordPath(root *hostroot.Root) (string, error) {
-	return root.File(hostroot.OwnershipFile)
-}
+func RecordPath(root *hostroot.Root) (string, error) { return recordFile.Path(root) }
 
 // Load reads the ownership record. A missing record returns (nil, nil):
 // nothing owns this host. A record that exists but cannot be trusted returns
 // a *DamagedError naming the file.
 func Load(root *hostroot.Root) (*Record, error) {
-	p, err := RecordPath(root)
-	if err != nil {
-		return nil, err
-	}
-	f, err := hostroot.OpenRegular(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if errors.Is(err, hostroot.ErrNotRegular) {
-		return nil, &DamagedError{Path: p, Problem: err.Error()}
+	r, err := recordFile.Load(root)
+	if ce := (*hostroot.CorruptError)(nil); errors.As(err, &ce) {
+		return nil, &DamagedError{Path: ce.Path, Problem: ce.Reason, Err: ce.Err}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read ownership record %s: %w", p, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read ownership record %s: %w", p, err)
-	}
-	if len(data) > maxRecordSize {
-		return nil, &DamagedError{Path: p, Problem: fmt.Sprintf("larger than %d bytes", maxRecordSize)}
-	}
-	r, err := decode(data)
-	if err != nil {
-		var d *DamagedError
-		if errors.As(err, &d) {
-			d.Path = p
-		}
-		return nil, err
+		return nil, fmt.Errorf("ownership record: %w", err)
 	}
 	return r, nil
 }
 
-// decode parses and validates a record; errors are *DamagedError without a
-// path.
-func decode(data []byte) (*Record, error) {
+// recordFile is the record, <base>/ownership.json.
+var recordFile = hostroot.StateFile[Record]{
+	Name: hostroot.OwnershipFile, Max: maxRecordSize, Perm: recordMode,
+	Decode: decode,
+	Validate: func(r *Record) error {
+		if r.SchemaVersion != SchemaVersion {
+			return fmt.Errorf("schemaVersion %d: this release understands only %d", r.SchemaVersion, SchemaVersion)
+		}
+		return r.validate()
+	},
+}
+
+// decode parses a record strictly: a field this release does not know may
+// be undo information it would silently drop.
+func decode(data []byte, r *Record) error {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, &DamagedError{Problem: "empty (truncated write?)"}
+		return errors.New("empty (truncated write?)")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	// Strict: a field this release does not know may be undo information
-	// it would silently drop.
 	dec.DisallowUnknownFields()
-	var r Record
-	if err := dec.Decode(&r); err != nil {
+	if err := dec.Decode(r); err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, &DamagedError{Problem: "not valid JSON (truncated write?): " + err.Error(), Err: err}
+			return fmt.Errorf("not valid JSON (truncated write?): %w", err)
 		}
-		return nil, &DamagedError{Problem: "unexpected content: " + err.Error(), Err: err}
+		return fmt.Errorf("unexpected content: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, &DamagedError{Problem: "not valid JSON: data after the record"}
-	}
-	if r.SchemaVersion != SchemaVersion {
-		return nil, &DamagedError{Problem: fmt.Sprintf("schemaVersion %d: this release understands only %d", r.SchemaVersion, SchemaVersion)}
-	}
-	if err := r.validate(); err != nil {
-		return nil, &DamagedError{Problem: err.Error(), Err: err}
+		return errors.New("not valid JSON: data after the record")
 	}
 	if r.Journal == nil {
 		r.Journal = []Change{}
 	}
-	return &r, nil
+	return nil
 }
 
 // validate checks everything but the schema version.
@@ -318,23 +296,16 @@ func isHex(s string) bool {
 // The base directory must exist (hostroot.EnsureLayout). The caller must
 // hold the installation lock.
 func Save(root *hostroot.Root, r *Record) error {
-	p, err := RecordPath(root)
-	if err != nil {
-		return err
-	}
 	if r == nil {
-		return fmt.Errorf("save ownership record %s: no record", p)
-	}
-	if r.SchemaVersion != SchemaVersion {
-		return fmt.Errorf("save ownership record %s: schemaVersion %d, this release writes %d", p, r.SchemaVersion, SchemaVersion)
-	}
-	if err := r.validate(); err != nil {
-		return fmt.Errorf("save ownership record %s: %w", p, err)
+		return errors.New("save ownership record: no record")
 	}
 	if r.Journal == nil {
 		r.Journal = []Change{}
 	}
-	return atomicfile.WriteJSON(p, r, recordMode)
+	if err := recordFile.Save(root, r); err != nil {
+		return fmt.Errorf("ownership record: %w", err)
+	}
+	return nil
 }
 
 // Remove deletes the record durably; the host is then owned by no

@@ -4,15 +4,12 @@
 // commit → uncordon → clean, or rollback), and restarting the node in
 // place. Imported only by cmd/kubeslot-repaver (and its tests).
 //
-// The transition lives in <base>/state/repave.json, written (atomically)
-// BEFORE each phase runs, so a repaver started after a crash resumes the
-// phase it was in. The phases are a table run by lib/transition (state and
-// progress status saved, test pause, "repave phase started/done" logs,
-// timings kept in the state, failed phases included; a failure in switch,
-// start or verify goes to rollback). The file is a plain atomic JSON file rather than a
-// checksummed pair: it is rewritten at every phase, and a crash between a
-// data file and its sidecar would leave a mismatch that blocks the resume,
-// while an atomic rename leaves either the old or the new state.
+// The transition lives in <base>/state/repave.json (lib/repave/repavestate),
+// written (atomically) BEFORE each phase runs, so a repaver started after a
+// crash resumes the phase it was in. The phases are a table run by
+// lib/transition (state and progress status saved, test pause, "repave
+// phase started/done" logs, timings kept in the state, failed phases
+// included; a failure in switch, start or verify goes to rollback).
 //
 // Rules kept (DESIGN.md): the running node is untouched until the target
 // slot is fully prepared; the applied configuration and applied/active name
@@ -86,153 +83,65 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/cri"
 	"github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
+	"github.com/kubeslot/kubeslot/lib/repave/repavestate"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
-// Phase is one step of the repave transition.
-type Phase string
+// Phase is one step of the repave transition (lib/repave/repavestate).
+type Phase = repavestate.Phase
 
 // Phases of a repave, in order, and the rollback.
 const (
-	Prepare  Phase = "prepare"  // provision + configure the target; the node keeps serving
-	Standby  Phase = "standby"  // boot the target's machine warm (no containerd, no kubelet); the node keeps serving
-	Drain    Phase = "drain"    // cordon the Node, evict its pods (lib/drain); the node keeps serving
-	Switch   Phase = "switch"   // stop the old node gracefully
-	Start    Phase = "start"    // start containerd and the kubelet in the target (booting it first if it is not)
-	Verify   Phase = "verify"   // kubelet healthy, Node Ready as posted by that kubelet
-	Commit   Phase = "commit"   // applied config of the target, applied/active, boot link
-	Uncordon Phase = "uncordon" // the Node schedulable again, if kubeslot cordoned it
-	Clean    Phase = "clean"    // remove the old slot
-	Rollback Phase = "rollback" // stop the target, start the old slot
-	// RollbackVerify waits for the old slot's node (started again if a
-	// reboot came in between) and removes the failed target.
-	RollbackVerify Phase = "rollback-verify"
-	// RestartNode is the one phase of a restart in place (a test can pause
-	// there, after the claim).
-	RestartNode Phase = "restart-node"
+	Prepare        = repavestate.Prepare
+	Standby        = repavestate.Standby
+	Drain          = repavestate.Drain
+	Switch         = repavestate.Switch
+	Start          = repavestate.Start
+	Verify         = repavestate.Verify
+	Commit         = repavestate.Commit
+	Uncordon       = repavestate.Uncordon
+	Clean          = repavestate.Clean
+	Rollback       = repavestate.Rollback
+	RollbackVerify = repavestate.RollbackVerify
+	RestartNode    = repavestate.RestartNode
 )
 
 // Phases lists the forward phases in order.
-func Phases() []Phase {
-	return []Phase{Prepare, Standby, Drain, Switch, Start, Verify, Commit, Uncordon, Clean}
-}
-
-// allPhases are the forward phases, the rollback's and the restart's.
-func allPhases() []Phase { return append(Phases(), Rollback, RollbackVerify, RestartNode) }
-
-// Valid reports whether p is a forward phase or a rollback phase.
-func (p Phase) Valid() bool { return slices.Contains(allPhases(), p) }
+func Phases() []Phase { return repavestate.Phases() }
 
 // PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any
 // Valid phase; transition.PauseFromEnv): the run stops before that phase,
 // its state written, and waits to be killed; nil when unset.
 func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
 	var names []string
-	for _, p := range allPhases() {
+	for _, p := range repavestate.AllPhases() {
 		names = append(names, string(p))
 	}
 	return transition.PauseFromEnv(getenv, "repave", names, w)
 }
 
-// StateFile is the transition's file name in <base>/state/.
-const StateFile = hostroot.RepaveStateFile
-
-// State is the durable repave transition.
-type State struct {
-	RequestID         string `json:"requestID"`
-	Operation         string `json:"operation,omitempty"`
-	MachineGeneration int64  `json:"machineGeneration"`
-	From              string `json:"from"`
-	To                string `json:"to"`
-	// Desired is the target's configuration. It holds the join secret,
-	// hence the file is 0600.
-	Desired *config.Config `json:"desired"`
-	// Phase is the phase being run (written before it runs).
-	Phase Phase `json:"phase"`
-	// Reason is why the repave rolls back (rollback phases only).
-	Reason string `json:"reason,omitempty"`
-	// FailedIn is the phase that failed (rollback phases only).
-	FailedIn  Phase     `json:"failedIn,omitempty"`
-	StartedAt time.Time `json:"startedAt"`
-	// SwitchAt is when the old node began to stop: the start of the node
-	// downtime.
-	SwitchAt time.Time `json:"switchAt,omitzero"`
-	// ReadyAt is when verify saw the target's Node Ready: the end of the
-	// node downtime.
-	ReadyAt time.Time `json:"readyAt,omitzero"`
-	// Warning is what went wrong without undoing anything (a forced
-	// drain, the Node's labels not updated, the Node not uncordoned); it
-	// ends up in the final status.
-	Warning string                 `json:"warning,omitempty"`
-	Phases  []requests.PhaseTiming `json:"phases,omitempty"`
-	// Disruption is the request's drain policy (nil: the defaults);
-	// SkipDrain a repave by hand with --no-drain.
-	Disruption *drain.Policy `json:"disruption,omitempty"`
-	SkipDrain  bool          `json:"skipDrain,omitempty"`
-	// Drain is the drain's last progress, carried into every status.
-	Drain *drain.Progress `json:"drain,omitempty"`
-}
-
-func statePath(root *hostroot.Root) (string, error) {
-	return root.File(hostroot.StateDir, StateFile)
-}
+// State is the durable repave transition (lib/repave/repavestate).
+type State = repavestate.State
 
 // LoadState reads the transition; (nil, nil) when there is none.
-func LoadState(root *hostroot.Root) (*State, error) {
-	p, err := statePath(root)
-	if err != nil {
-		return nil, err
-	}
-	var st State
-	err = hostroot.ReadJSON(p, state.MaxChecksummed, &st)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if errors.Is(err, hostroot.ErrNotJSON) {
-		return nil, fmt.Errorf("repave state %w; remove it only after checking which slot runs", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("repave state: %w", err)
-	}
-	if !st.Phase.Valid() || st.From == "" || st.To == "" || st.From == st.To || st.Desired == nil || st.RequestID == "" {
-		return nil, fmt.Errorf("repave state %s: phase %q, from %q, to %q, request %q: incomplete or invalid", p, st.Phase, st.From, st.To, st.RequestID)
-	}
-	return &st, nil
-}
+func LoadState(root *hostroot.Root) (*State, error) { return repavestate.File.Load(root) }
 
-func saveState(root *hostroot.Root, st *State) error {
-	p, err := statePath(root)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.WriteJSON(p, st, 0o600); err != nil {
-		return fmt.Errorf("repave state: %w", err)
-	}
-	return nil
-}
+func saveState(root *hostroot.Root, st *State) error { return repavestate.File.Save(root, st) }
 
-func removeState(root *hostroot.Root) error {
-	p, err := statePath(root)
-	if err != nil {
-		return err
-	}
-	return atomicfile.Remove(p)
-}
+func removeState(root *hostroot.Root) error { return repavestate.File.Remove(root) }
 
 // Cluster is what the repaver asks of the control plane, always as the
 // node's own identity: what the slot's tasks ask, and the Node's labels.

@@ -249,18 +249,37 @@ func (d *Dir) statusPath(id string) (string, error) {
 // opposed to one that could not be read).
 var errContent = errors.New("unusable content")
 
-func readJSON(p string, v any) error {
-	// No-follow and regular only: a link in requests/ or state/ must not
-	// lead a worker (root) to read a file outside the host root, and a FIFO
-	// must not hang it.
-	err := hostroot.ReadJSON(p, maxFile, v)
-	if errors.Is(err, hostroot.ErrTooLarge) || errors.Is(err, hostroot.ErrNotRegular) || errors.Is(err, hostroot.ErrNotJSON) {
-		return fmt.Errorf("read %w: %w", err, errContent)
-	}
-	return err
+// protocolFile is every file of the protocol: bounded, and 0600 as a
+// request may carry a configuration with the join secret. The files are
+// at the local paths Dir's methods make (their directories made too).
+func protocolFile[T any]() hostroot.StateFile[T] {
+	return hostroot.StateFile[T]{Max: maxFile, Perm: 0o600}
 }
 
-func writeJSON(p string, v any) error { return atomicfile.WriteJSON(p, v, 0o600) }
+// readJSON reads the protocol file p: nil when it is absent; one that is
+// there but unusable is an error wrapping errContent. No-follow and regular
+// only (hostroot.StateFile): a link in requests/ or state/ must not lead a
+// worker (root) to read a file outside the host root, and a FIFO must not
+// hang it.
+func readJSON[T any](p string) (*T, error) {
+	v, err := protocolFile[T]().LoadPath(p)
+	if ce := (*hostroot.CorruptError)(nil); errors.As(err, &ce) {
+		return nil, fmt.Errorf("read %w: %w", err, errContent)
+	}
+	return v, err
+}
+
+// readJSONOrAbsent is readJSON with an absent file an error wrapping
+// os.ErrNotExist.
+func readJSONOrAbsent[T any](p string) (*T, error) {
+	v, err := readJSON[T](p)
+	if v == nil && err == nil {
+		return nil, fmt.Errorf("read %s: %w", p, os.ErrNotExist)
+	}
+	return v, err
+}
+
+func writeJSON[T any](p string, v *T) error { return protocolFile[T]().SavePath(p, v) }
 
 // ErrInvalid marks a request file no worker can use: not JSON, too large,
 // not a request of its file's kind, or missing what its kind needs. Such a
@@ -280,20 +299,20 @@ func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 // cannot be used is an error wrapping ErrInvalid; the request is returned
 // alongside when its JSON parsed, so that a rejection can name its ID.
 func readRequest(p string, kind Kind) (*Request, error) {
-	var r Request
-	if err := readJSON(p, &r); err != nil {
+	r, err := readJSONOrAbsent[Request](p)
+	if err != nil {
 		if errors.Is(err, errContent) {
 			return nil, &invalidError{p, err}
 		}
 		return nil, err
 	}
 	if err := r.validate(); err != nil {
-		return &r, &invalidError{p, err}
+		return r, &invalidError{p, err}
 	}
 	if r.Kind != kind {
-		return &r, &invalidError{p, fmt.Errorf("holds a %s request (%s), not a %s request", r.Kind, r.ID, kind)}
+		return r, &invalidError{p, fmt.Errorf("holds a %s request (%s), not a %s request", r.Kind, r.ID, kind)}
 	}
-	return &r, nil
+	return r, nil
 }
 
 // ReadFile reads one request file of kind without changing anything (for

@@ -12,7 +12,6 @@ package requests
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"time"
 
@@ -55,13 +54,10 @@ func (d *Dir) ReadSlotLost(id string) (*SlotLost, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s SlotLost
-	err = readJSON(p, &s)
+	s, err := readJSON[SlotLost](p)
 	switch {
 	case err == nil:
-		return &s, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil
+		return s, nil
 	case errors.Is(err, errContent):
 		return &SlotLost{Reason: fmt.Sprintf("%s is unreadable: %v", p, err)}, nil
 	}

@@ -33,14 +33,14 @@ func (d *Dir) ReadStatus(id string) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s Status
-	if err := readJSON(p, &s); err != nil {
+	s, err := readJSONOrAbsent[Status](p)
+	if err != nil {
 		return nil, err
 	}
 	if s.RequestID != id {
 		return nil, fmt.Errorf("%s: names request %q, expected %q", p, s.RequestID, id)
 	}
-	return &s, nil
+	return s, nil
 }
 
 // ListStatus reads every status file, sorted by request ID. Files that do
@@ -118,11 +118,14 @@ func (d *Dir) LoadPublished() (Published, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := Published{}
-	if err := readJSON(p, &out); err != nil && !errors.Is(err, os.ErrNotExist) {
+	out, err := readJSON[Published](p)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	if out == nil || *out == nil {
+		return Published{}, nil
+	}
+	return *out, nil
 }
 
 // SavePublished writes the published marker.
@@ -131,7 +134,7 @@ func (d *Dir) SavePublished(p Published) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(path, p)
+	return writeJSON(path, &p)
 }
 
 // Prune removes status files of finished requests that were published as

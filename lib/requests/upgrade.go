@@ -1,9 +1,7 @@
 package requests
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -73,17 +71,14 @@ func (d *Dir) ReadUpgradeSignal() (*UpgradeSignal, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s UpgradeSignal
-	if err := readJSON(p, &s); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
+	s, err := readJSON[UpgradeSignal](p)
+	if s == nil || err != nil {
 		return nil, err
 	}
 	if !idRE.MatchString(s.RequestID) {
 		return nil, fmt.Errorf("%s: request id %q: want <kind>-<generation>-<operation>", p, s.RequestID)
 	}
-	return &s, nil
+	return s, nil
 }
 
 // RemoveUpgradeSignal removes the signal (no error when it is absent).
@@ -155,11 +150,8 @@ func (d *Dir) ReadProbation() (*Probation, error) {
 	if err != nil {
 		return nil, err
 	}
-	var p Probation
-	if err := readJSON(path, &p); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
+	p, err := readJSON[Probation](path)
+	if p == nil || err != nil {
 		return nil, err
 	}
 	if !idRE.MatchString(p.RequestID) {
@@ -168,7 +160,7 @@ func (d *Dir) ReadProbation() (*Probation, error) {
 	if p.ToRelease == "" || p.ToVersion == "" {
 		return nil, fmt.Errorf("%s: toRelease %q, toVersion %q: want both", path, p.ToRelease, p.ToVersion)
 	}
-	return &p, nil
+	return p, nil
 }
 
 // RemoveProbation removes the probation file (no error when it is absent).

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,59 +44,68 @@ func NewStore(root *hostroot.Root) *Store { return &Store{root: root} }
 func (s *Store) SetBetweenReads(f func()) { s.betweenReads = f }
 
 func (s *Store) appliedPath(slot string) (string, error) {
-	if slot == "" || slot == activeName || strings.ContainsAny(slot, "/.") {
-		return "", fmt.Errorf("slot name %q is not valid", slot)
+	f, err := appliedFile(slot)
+	if err != nil {
+		return "", err
 	}
-	return s.root.File(hostroot.AppliedDir, slot+".json")
+	return f.Path(s.root)
+}
+
+// appliedFile is applied/<slot>.json, checksummed and 0600 (the join
+// secret); a file naming another slot, or without a config, is refused.
+func appliedFile(slot string) (hostroot.StateFile[Applied], error) {
+	if slot == "" || slot == activeName || strings.ContainsAny(slot, "/.") {
+		return hostroot.StateFile[Applied]{}, fmt.Errorf("slot name %q is not valid", slot)
+	}
+	return hostroot.StateFile[Applied]{
+		Dir: hostroot.AppliedDir, Name: slot + ".json", Max: MaxChecksummed, Perm: 0o600,
+		Store: Checksummed, Advice: Advice,
+		Validate: func(a *Applied) error {
+			if a.Slot != slot {
+				return fmt.Errorf("names slot %q, expected %q", a.Slot, slot)
+			}
+			if a.Config == nil {
+				return errors.New("has no config")
+			}
+			return nil
+		},
+	}, nil
 }
 
 // SaveApplied persists a's configuration for its slot.
 func (s *Store) SaveApplied(a *Applied) error {
-	p, err := s.appliedPath(a.Slot)
+	f, err := appliedFile(a.Slot)
 	if err != nil {
 		return err
 	}
 	if a.Config == nil {
 		return fmt.Errorf("applied configuration for slot %q has no config", a.Slot)
 	}
-	b, err := json.MarshalIndent(a, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode applied configuration for slot %q: %w", a.Slot, err)
-	}
-	return WriteChecksummed(p, append(b, '\n'), 0o600)
+	return f.Save(s.root, a)
 }
 
 // LoadApplied reads and verifies the applied configuration of slot. It
 // wraps ErrNotFound when the slot has none.
 func (s *Store) LoadApplied(slot string) (*Applied, error) {
-	p, err := s.appliedPath(slot)
+	f, err := appliedFile(slot)
 	if err != nil {
 		return nil, err
 	}
-	b, err := ReadChecksummed(p)
-	if err != nil {
-		return nil, err
+	a, err := f.Load(s.root)
+	if a == nil && err == nil {
+		p, _ := f.Path(s.root)
+		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
 	}
-	var a Applied
-	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, &CorruptError{Path: p, Reason: "not valid JSON: " + err.Error()}
-	}
-	if a.Slot != slot {
-		return nil, &CorruptError{Path: p, Reason: fmt.Sprintf("names slot %q, expected %q", a.Slot, slot)}
-	}
-	if a.Config == nil {
-		return nil, &CorruptError{Path: p, Reason: "has no config"}
-	}
-	return &a, nil
+	return a, err
 }
 
 // RemoveApplied deletes a slot's applied configuration; absent is fine.
 func (s *Store) RemoveApplied(slot string) error {
-	p, err := s.appliedPath(slot)
+	f, err := appliedFile(slot)
 	if err != nil {
 		return err
 	}
-	return RemoveChecksummed(p)
+	return f.Remove(s.root)
 }
 
 // SetActive records slot as the active one. Call it only after the slot's
@@ -129,7 +137,7 @@ func (s *Store) Active() (slot string, found bool, err error) {
 	}
 	slot = strings.TrimSpace(string(b))
 	if _, err := s.appliedPath(slot); err != nil {
-		return "", false, &CorruptError{Path: p, Reason: fmt.Sprintf("names %q, not a slot", slot)}
+		return "", false, corrupt(p, fmt.Sprintf("names %q, not a slot", slot))
 	}
 	return slot, true, nil
 }
@@ -160,7 +168,7 @@ func (s *Store) ActiveApplied() (*Applied, error) {
 		}
 		if errors.Is(err, ErrNotFound) {
 			p, _ := s.appliedPath(slot)
-			return nil, &CorruptError{Path: p, Reason: "the active slot " + slot + " has no applied configuration"}
+			return nil, corrupt(p, "the active slot "+slot+" has no applied configuration")
 		}
 		return a, err
 	}

@@ -75,7 +75,7 @@ func TestLoadAppliedDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.LoadApplied("a")
-	var ce *CorruptError
+	var ce *hostroot.CorruptError
 	if !errors.As(err, &ce) || ce.Path != p {
 		t.Fatalf("truncated applied config: %v", err)
 	}
@@ -141,7 +141,7 @@ func TestActiveAppliedDuringACommit(t *testing.T) {
 	if err := s.RemoveApplied("b"); err != nil {
 		t.Fatal(err)
 	}
-	var ce *CorruptError
+	var ce *hostroot.CorruptError
 	if _, err := s.ActiveApplied(); !errors.As(err, &ce) {
 		t.Errorf("active naming a slot without configuration: %v, want CorruptError", err)
 	}
@@ -167,7 +167,7 @@ func TestStateFilesHostile(t *testing.T) {
 		go func() { _, err := s.LoadApplied("a"); done <- err }()
 		select {
 		case err := <-done:
-			var ce *CorruptError
+			var ce *hostroot.CorruptError
 			if !errors.As(err, &ce) || ce.Path != p {
 				t.Errorf("%s: %v, want a CorruptError naming %s", what, err, p)
 			}

@@ -2,7 +2,8 @@
 // configuration applied to each slot, which slot is active, and the
 // checksummed files that guard them against torn writes and hand edits.
 //
-// Files are replaced atomically (lib/atomicfile) and carry a sha256 sidecar in
+// Its JSON files are hostroot.StateFile values kept by Checksummed: they
+// are replaced atomically (lib/atomicfile) and carry a sha256 sidecar in
 // sha256sum format, so `sha256sum -c` checks them by hand too. A file whose
 // sidecar is missing or disagrees is an error that names the file and says
 // what to do; it is never trusted silently. Imported by any package that
@@ -31,15 +32,34 @@ const SidecarSuffix = ".sha256"
 // ErrNotFound is returned (wrapped) when a checksummed file does not exist.
 var ErrNotFound = errors.New("not found")
 
-// CorruptError reports a checksummed file that cannot be trusted.
-type CorruptError struct {
-	Path   string
-	Reason string
+// Advice ends the message of a *hostroot.CorruptError about a checksummed
+// file.
+const Advice = "not trusted; if a stage was interrupted, re-run it; otherwise reset the host (kubeslot-resetter)"
+
+// corrupt reports a checksummed file that cannot be trusted.
+func corrupt(path, reason string) *hostroot.CorruptError {
+	return &hostroot.CorruptError{Path: path, Reason: reason, Advice: Advice}
 }
 
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("%s: %s: not trusted; if a stage was interrupted, re-run it; otherwise reset the host (kubeslot-resetter)", e.Path, e.Reason)
+// Checksummed keeps a hostroot.StateFile's bytes with a sha256 sidecar
+// (WriteChecksummed, ReadChecksummed, RemoveChecksummed).
+var Checksummed hostroot.FileStore = checksummed{}
+
+type checksummed struct{}
+
+func (checksummed) Read(path string, limit int64) ([]byte, error) {
+	b, err := readChecksummed(path, limit)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
+	}
+	return b, err
 }
+
+func (checksummed) Write(path string, data []byte, perm fs.FileMode) error {
+	return WriteChecksummed(path, data, perm)
+}
+
+func (checksummed) Remove(path string) error { return RemoveChecksummed(path) }
 
 // MaxChecksummed bounds a checksummed state file (an applied configuration
 // is a few KiB): a larger one is damaged, and is not read whole.
@@ -67,16 +87,20 @@ func WriteChecksummed(path string, data []byte, perm fs.FileMode) error {
 	return atomicfile.Rename(path+pendingSuffix, path+SidecarSuffix)
 }
 
-// ReadChecksummed reads path and verifies it against its sidecar.
-func ReadChecksummed(path string) ([]byte, error) {
-	data, err := hostroot.ReadRegular(path, MaxChecksummed)
+// ReadChecksummed reads path and verifies it against its sidecar. An
+// absent file wraps ErrNotFound; one that cannot be trusted is a
+// *hostroot.CorruptError.
+func ReadChecksummed(path string) ([]byte, error) { return readChecksummed(path, MaxChecksummed) }
+
+func readChecksummed(path string, limit int64) ([]byte, error) {
+	data, err := hostroot.ReadRegular(path, limit)
 	if errors.Is(err, fs.ErrNotExist) {
 		// A sidecar left alone is a removal that was interrupted after the
 		// data went (RemoveChecksummed): the file is gone.
 		return nil, fmt.Errorf("%s: %w", path, ErrNotFound)
 	}
 	if errors.Is(err, hostroot.ErrNotRegular) || errors.Is(err, hostroot.ErrTooLarge) {
-		return nil, &CorruptError{Path: path, Reason: err.Error()}
+		return nil, corrupt(path, err.Error())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -89,7 +113,7 @@ func ReadChecksummed(path string) ([]byte, error) {
 	if _, err := os.Stat(path + pendingSuffix); err == nil && verify(path, path+pendingSuffix, data) == "" {
 		return data, nil
 	}
-	return nil, &CorruptError{Path: path, Reason: reason}
+	return nil, corrupt(path, reason)
 }
 
 // verify checks data against the sidecar file side; "" when it matches,

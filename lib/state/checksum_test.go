@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
 func TestChecksummedRoundTrip(t *testing.T) {
@@ -53,7 +55,7 @@ func TestChecksummedDamage(t *testing.T) {
 			}
 			c.damage(p)
 			_, err := ReadChecksummed(p)
-			var ce *CorruptError
+			var ce *hostroot.CorruptError
 			if !errors.As(err, &ce) {
 				t.Fatalf("got %v, want CorruptError", err)
 			}
@@ -125,7 +127,7 @@ func TestChecksummedCrashPoints(t *testing.T) {
 		p := setup(t)
 		os.WriteFile(p+pendingSuffix, sidecar(new), 0o600)
 		os.WriteFile(p, []byte(`{"v":3}`), 0o600)
-		var ce *CorruptError
+		var ce *hostroot.CorruptError
 		if _, err := ReadChecksummed(p); !errors.As(err, &ce) {
 			t.Errorf("hand-edited data accepted: %v", err)
 		}

@@ -1,12 +1,6 @@
 package state
 
-import (
-	"encoding/json"
-	"errors"
-	"fmt"
-
-	"github.com/kubeslot/kubeslot/lib/hostroot"
-)
+import "github.com/kubeslot/kubeslot/lib/hostroot"
 
 // SandboxFile is the record of the test and sandbox settings, in the state
 // directory.
@@ -44,7 +38,11 @@ type Sandbox struct {
 // IsZero reports whether s holds no setting (production).
 func (s Sandbox) IsZero() bool { return s == Sandbox{} }
 
-func (s *Store) sandboxPath() (string, error) { return s.root.File(hostroot.StateDir, SandboxFile) }
+// sandboxFile is SandboxFile, checksummed and 0600 like the applied
+// configuration.
+var sandboxFile = hostroot.StateFile[Sandbox]{
+	Dir: hostroot.StateDir, Name: SandboxFile, Max: MaxChecksummed, Perm: 0o600, Store: Checksummed, Advice: Advice,
+}
 
 // SaveSandbox records sb (atomically, with its checksum); a zero sb removes
 // the record.
@@ -52,42 +50,17 @@ func (s *Store) SaveSandbox(sb Sandbox) error {
 	if sb.IsZero() {
 		return s.RemoveSandbox()
 	}
-	p, err := s.sandboxPath()
-	if err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(sb, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", p, err)
-	}
-	return WriteChecksummed(p, append(b, '\n'), 0o600)
+	return sandboxFile.Save(s.root, &sb)
 }
 
 // LoadSandbox reads the record; no record is the zero Sandbox.
 func (s *Store) LoadSandbox() (Sandbox, error) {
-	p, err := s.sandboxPath()
-	if err != nil {
+	sb, err := sandboxFile.Load(s.root)
+	if sb == nil {
 		return Sandbox{}, err
 	}
-	b, err := ReadChecksummed(p)
-	if errors.Is(err, ErrNotFound) {
-		return Sandbox{}, nil
-	}
-	if err != nil {
-		return Sandbox{}, err
-	}
-	var sb Sandbox
-	if err := json.Unmarshal(b, &sb); err != nil {
-		return Sandbox{}, &CorruptError{Path: p, Reason: "not valid JSON: " + err.Error()}
-	}
-	return sb, nil
+	return *sb, nil
 }
 
 // RemoveSandbox removes the record; absent is fine.
-func (s *Store) RemoveSandbox() error {
-	p, err := s.sandboxPath()
-	if err != nil {
-		return err
-	}
-	return RemoveChecksummed(p)
-}
+func (s *Store) RemoveSandbox() error { return sandboxFile.Remove(s.root) }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 )
 
 func TestSandboxRoundTrip(t *testing.T) {
@@ -26,7 +28,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	if err := os.WriteFile(p, []byte(`{"kubeletPort": 1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var ce *CorruptError
+	var ce *hostroot.CorruptError
 	if _, err := s.LoadSandbox(); !errors.As(err, &ce) {
 		t.Errorf("damaged record: %v", err)
 	}

@@ -66,7 +66,7 @@ func checkApplied(root *hostroot.Root) (Result, *state.Applied) {
 	activePath := root.HostPath(hostroot.AppliedDir, "active")
 	var findings []Finding
 	corrupt := func(hostPath string, err error) {
-		var ce *state.CorruptError
+		var ce *hostroot.CorruptError
 		if errors.As(err, &ce) {
 			findings = append(findings, Finding{File: hostPath, Field: "sha256", Value: ce.Reason})
 			return

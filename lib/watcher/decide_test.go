@@ -12,6 +12,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
@@ -190,7 +191,7 @@ func TestDecide(t *testing.T) {
 		{"corrupt applied config: nothing dispatched", func(in *Inputs) {
 			newVersion(in)
 			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
-			in.Applied, in.AppliedErr = nil, &state.CorruptError{Path: "/opt/kubeslot/applied/a.json", Reason: "checksum mismatch"}
+			in.Applied, in.AppliedErr = nil, &hostroot.CorruptError{Path: "/opt/kubeslot/applied/a.json", Reason: "checksum mismatch"}
 			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1")}
 		}, []string{"report Degraded Degraded/AppliedConfigCorrupt"}},
 		{"machine missing: register", func(in *Inputs) { in.Machine = nil }, []string{"register m1"}},
@@ -299,7 +300,7 @@ func TestDecideUpgradeSignal(t *testing.T) {
 		}, []string{"finish upgrade-4-u1 Failed", "report Ready"}},
 		{"recorded even when the applied configuration is corrupt", func(in *Inputs) {
 			in.Upgrade.Failure = "rolled back"
-			in.Applied, in.AppliedErr = nil, &state.CorruptError{Path: "/opt/kubeslot/applied/a.json", Reason: "checksum mismatch"}
+			in.Applied, in.AppliedErr = nil, &hostroot.CorruptError{Path: "/opt/kubeslot/applied/a.json", Reason: "checksum mismatch"}
 		}, []string{"finish upgrade-4-u1 Failed", "report Degraded Degraded/AppliedConfigCorrupt"}},
 		{"recorded even when the Machine is missing", func(in *Inputs) {
 			in.Upgrade.Failure = "rolled back"

@@ -324,28 +324,27 @@ func onlyLoopback(b []byte) bool {
 	return len(ns) > 0
 }
 
+// hookRecordFile is NodeHostFile in <base>/state.
+var hookRecordFile = hostroot.StateFile[HookRecord]{Dir: hostroot.StateDir, Name: NodeHostFile, Max: 64 << 10, Perm: 0o600}
+
 func saveHookRecord(root *hostroot.Root, rec HookRecord) error {
-	p, err := root.File(hostroot.StateDir, NodeHostFile)
+	p, err := hookRecordFile.Path(root)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(path.Dir(p), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.WriteJSON(p, rec, 0o600)
+	return hookRecordFile.Save(root, &rec)
 }
 
 // LoadHookRecord reads the last pre-start hook's record; found is false without one.
 func LoadHookRecord(root *hostroot.Root) (rec HookRecord, found bool, err error) {
-	p, err := root.File(hostroot.StateDir, NodeHostFile)
-	if err != nil {
+	r, err := hookRecordFile.Load(root)
+	if r == nil {
 		return rec, false, err
 	}
-	err = hostroot.ReadJSON(p, 64<<10, &rec)
-	if errors.Is(err, fs.ErrNotExist) {
-		return rec, false, nil
-	}
-	return rec, err == nil, err
+	return *r, true, nil
 }
 
 // preStartHook is the drop-in's ExecStartPre= line: the current release's `kubeslot node-hook pre-start`. A release
