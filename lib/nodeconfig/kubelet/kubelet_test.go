@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -85,5 +86,20 @@ func TestRender(t *testing.T) {
 	}
 	if _, err := Render(base, map[string]any{"port": int64(1)}, ""); err == nil || !strings.Contains(err.Error(), "port") {
 		t.Errorf("an owned key in the override: %v", err)
+	}
+}
+
+// TestREADMEListsOwned: README's node section names every owned key.
+func TestREADMEListsOwned(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "- **Kubelet settings**")
+	section, _, _ = strings.Cut(section, "\n- **")
+	for _, o := range Owned {
+		if !strings.Contains(section, "`"+o.Key+"`") {
+			t.Errorf("README's Kubelet settings do not name the owned key %s", o.Key)
+		}
 	}
 }
