@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
 	"github.com/kubeslot/kubeslot/integration/mirror"
@@ -565,6 +566,20 @@ func TestNspawnNodeFilesMatchRig(t *testing.T) {
 		case p == nodeconfig.CNIConfig: // same plugins, another network name
 			if !strings.Contains(got, `"plugins": [{"type": "loopback"}]`) {
 				t.Errorf("%s: %s", p, got)
+			}
+			continue
+		case p == nodeconfig.KubeletConfig: // YAML written another way: compared key by key, decoded
+			var rigKC, ourKC map[string]any
+			if err := yaml.Unmarshal([]byte(rigData), &rigKC); err != nil {
+				t.Fatalf("%s of the rig: %v", p, err)
+			}
+			if err := yaml.Unmarshal([]byte(got), &ourKC); err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			for k, v := range rigKC {
+				if !settingsWithin(v, ourKC[k]) {
+					t.Errorf("%s: the rig's %s = %v, ours %v", p, k, v, ourKC[k])
+				}
 			}
 			continue
 		}

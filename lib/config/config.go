@@ -323,6 +323,9 @@ func (c *Config) ApplyDefaults() {
 		}
 	}
 	c.RootFS.SHA256 = normalSHA256(c.RootFS.SHA256)
+	if len(c.Node.Kubelet.Config) == 0 {
+		c.Node.Kubelet.Config = nil // an empty override is none
+	}
 	if pins := c.Kubernetes.Release.KubeletSHA256; len(pins) > 0 {
 		norm := make(map[string]string, len(pins))
 		for v, sum := range pins {

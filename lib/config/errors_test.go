@@ -230,6 +230,14 @@ func TestInvalidValues(t *testing.T) {
 		{"cluster domain", with(minimal, "kubernetes", `cluster_domain = "Cluster.Local"`),
 			[]want{{"kubernetes.cluster_domain", `"Cluster.Local"`, "DNS-1123 subdomain", `cluster_domain =`}}},
 
+		// node.kubelet
+		{"kubelet override owned key", with(minimal, "node.kubelet", `config = {maxPods = 42, readOnlyPort = 10255}`),
+			[]want{{"node.kubelet.config.readOnlyPort", "10255", "kubeslot owns this key", `config = {`}}},
+		{"kubelet override wrong type", with(minimal, "node.kubelet.config", `maxPods = "many"`),
+			[]want{{"node.kubelet.config.maxPods", `"many"`, "wrong type: want an integer", `maxPods = "many"`}}},
+		{"kubelet override unknown key", with(minimal, "node.kubelet.config", `maxpods = 42`),
+			[]want{{"node.kubelet.config.maxpods", "", "did you mean maxPods?", `maxpods = 42`}}},
+
 		// rootfs and artifacts
 		{"rootfs relative path", with(minimal, "rootfs", `source = "images/rootfs.tar"`),
 			[]want{{"rootfs.source", `"images/rootfs.tar"`, "must be an http(s) URL with a host or an absolute path", `source =`}}},

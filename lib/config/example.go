@@ -174,6 +174,19 @@ mode = "cluster"
 # Where the NVIDIA driver's libraries are (these are the defaults).
 # nvidia_driver_dirs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
 
+# The kubelet's own settings, laid over kubeslot's key by key: keys of its
+# configuration file (KubeletConfiguration, kubelet.config.k8s.io/v1beta1) by
+# their names there. The keys kubeslot owns are refused (the kubelet API's
+# security, its ports, the cgroup profile, and what [kubernetes] and [node]
+# set; README, "Kubelet configuration"). A Machine's spec.node.kubelet.config
+# replaces this table; a change repaves.
+[node.kubelet]
+# config = {maxPods = 150, shutdownGracePeriod = "30s"}
+# or as a table of its own:
+# [node.kubelet.config]
+# maxPods = 150
+# evictionHard = {"memory.available" = "200Mi", "nodefs.available" = "10%"}
+
 # The watcher's Prometheus metrics (off unless listen is set; read when the
 # watcher starts: systemctl restart kubeslot-watcher after a change). Not a
 # node setting: changing it never repaves the node.

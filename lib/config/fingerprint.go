@@ -54,6 +54,7 @@ func (c *Config) clone() *Config {
 	cp.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
 	cp.Kubernetes.Release.KubeletSHA256 = maps.Clone(c.Kubernetes.Release.KubeletSHA256)
 	cp.Isolation.Slots = slices.Clone(c.Isolation.Slots)
+	cp.Node.Kubelet.Config = maps.Clone(c.Node.Kubelet.Config)
 	for _, a := range []**Artifact{&cp.Artifacts.KubeletPinned, &cp.Artifacts.Containerd, &cp.Artifacts.Runc, &cp.Artifacts.CNIPlugins} {
 		if *a != nil {
 			v := **a

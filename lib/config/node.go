@@ -36,6 +36,8 @@ type Node struct {
 	PreloadImages []PreloadImage `toml:"preload_images" json:"preload_images,omitempty"`
 	// Devices are host devices passed into the node (GPUs, device nodes).
 	Devices Devices `toml:"devices" json:"devices,omitzero"`
+	// Kubelet is the user's override of the kubelet's configuration.
+	Kubelet Kubelet `toml:"kubelet" json:"kubelet,omitzero"`
 }
 
 // PreloadImage is one image to import into the node's containerd.
@@ -94,6 +96,7 @@ var reservable = []string{"cpu", "memory", "ephemeral-storage", "pid"}
 
 func (v *validator) node(n *Node) {
 	v.devices(&n.Devices)
+	v.kubelet(&n.Kubelet)
 	if n.CNI.Mode != "" && !slices.Contains(CNIModes, n.CNI.Mode) {
 		v.fail([]string{"node", "cni", "mode"}, quote(n.CNI.Mode), "must be one of %s", quoteList(CNIModes))
 	}

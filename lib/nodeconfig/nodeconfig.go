@@ -1,8 +1,10 @@
 // Package nodeconfig renders the node profile: the files that make a node
 // rootfs a worker node of the configured cluster (the kubelet's
-// configuration and unit, containerd's configuration, registry mirrors and
-// image preloads, the CNI network of [node.cni], the bootstrap kubeconfig
-// and CA, and the sysctl files the kubelet unit binds read-only), and the
+// configuration, kubeslot's base with the user's override laid over it by
+// lib/nodeconfig/kubelet, and the kubelet's unit, containerd's
+// configuration, registry mirrors and image preloads, the CNI network of
+// [node.cni], the bootstrap kubeconfig and CA, and the sysctl files the
+// kubelet unit binds read-only), and the
 // host's cgroup profile. It knows the node side only; where the node runs
 // (an nspawn machine) is the business of the isolation backends, which
 // import it, and lib/bootstrap's preflight reads the cgroup profile.

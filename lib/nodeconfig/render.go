@@ -24,7 +24,7 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 	if err != nil {
 		return nil, err
 	}
-	kc, err := kubeletConfigYAML(cfg, opts)
+	kc, err := kubeletConfig(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func Render(cfg *config.Config, creds *Credentials, opts Options) ([]File, error
 		// runs as root, reads them.
 		{CAFile, creds.CAPEM, 0o600},
 		{BootstrapKubeconfig, creds.BootstrapKubeconfig, 0o600},
-		{KubeletConfig, []byte(kc), 0o600},
+		{KubeletConfig, kc, 0o600},
 		{ContainerdConfig, []byte(containerdTOML(cfg, opts)), 0o644},
 		{KubeletUnitPath, []byte(kubeletUnit(node, labels, opts)), 0o600},
 		{NodeTargetDropIn, []byte(nodeTargetDropIn(opts)), 0o644},
@@ -153,139 +153,6 @@ func unitSafe(s string) bool {
 	}
 	return true
 }
-
-type taint struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
-
-func kubeletConfigYAML(cfg *config.Config, opts Options) (string, error) {
-	k := cfg.Kubernetes
-	taints := make([]taint, 0, len(k.Taints))
-	for i, s := range k.Taints {
-		t, err := config.ParseTaint(s)
-		if err != nil {
-			return "", fmt.Errorf("kubernetes.taints[%d] %q: %w", i, s, err)
-		}
-		taints = append(taints, taint{t.Key, t.Value, t.Effect})
-	}
-	// JSON is YAML: values are marshalled, so no quoting mistakes.
-	js := func(v any) string {
-		b, _ := json.Marshal(v) // strings, slices and structs of strings: cannot fail
-		return string(b)
-	}
-	dns := k.ClusterDNS
-	if dns == nil {
-		dns = []string{}
-	}
-	kubeletPort, healthzPort := opts.Ports()
-	address := "0.0.0.0"
-	if opts.NodeIP != "" {
-		address = opts.NodeIP
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# Written by kubeslot; it is rewritten on every configure.
-# The kubelet API (logs, exec, port-forward, metrics) on the node address:
-# only clients with a certificate of the cluster CA or a token the apiserver
-# accepts, each request authorized by the apiserver (SubjectAccessReview).
-# Its serving certificate comes from the cluster (a kubelet-serving CSR, to
-# be approved by the cluster's approver) and is kept in the node identity.
-address: %s
-port: %d
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: %d
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true, cacheTTL: 2m0s}
-  x509: {clientCAFile: %s}
-authorization:
-  mode: Webhook
-  webhook: {cacheAuthorizedTTL: 5m0s, cacheUnauthorizedTTL: 30s}
-serverTLSBootstrap: true
-rotateCertificates: true
-# TLS 1.2 with forward secrecy and AEAD ciphers only (TLS 1.3's suites are
-# fixed)
-tlsCipherSuites: %s
-# an exec, attach or port-forward stream idle this long is closed (the
-# kubelet's default, written out so that it is checked)
-streamingConnectionIdleTimeout: 4h0m0s
-eventRecordQPS: 50
-# one pod's fork bomb stops at its own limit, not the node's
-podPidsLimit: %d
-# a container without a seccomp profile gets the runtime's default one
-seccompDefault: true
-containerRuntimeEndpoint: unix://`+ContainerdSocket+`
-registerNode: true
-registerWithTaints: %s
-clusterDomain: %s
-clusterDNS: %s
-failSwapOn: false
-# leave the kernel alone: the sysctls the kubelet wants are bound
-# read-only over /proc/sys (see the unit), since /proc/sys is read-only in
-# a node; the firewall is the host's and the CNI's, not the kubelet's
-protectKernelDefaults: false
-makeIPTablesUtilChains: false
-`, address, kubeletPort, healthzPort, CAFile, js(tlsCipherSuites), podPidsLimit, js(taints), js(k.ClusterDomain), js(dns))
-	switch opts.CgroupProfile() {
-	case CgroupsSystemd:
-		b.WriteString(`# cgroups (profile systemd): cgroup v2 with the controllers delegated to the
-# node; pods in QoS cgroups, node allocatable enforced for them
-cgroupDriver: systemd
-cgroupsPerQOS: true
-enforceNodeAllocatable: ["pods"]
-`)
-	case CgroupsNoControllers:
-		b.WriteString(`# cgroups (profile cgroupfs-no-qos): this host cannot give the node the cpu,
-# memory and pids controllers (cgroup v1 or hybrid: nspawn mounts the v1
-# controllers read-only), so there are no QoS cgroups and nothing is
-# enforced; the kubelet must accept cgroup v1
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-`)
-	}
-	if opts.RestrictOOMScoreAdj {
-		// The kubelet's default -999 needs CAP_SYS_RESOURCE: without it the
-		// kubelet tries twice, 100 ms apart, inside every start's downtime.
-		b.WriteString(`# oom_score_adj (sandbox: the machine withholds CAP_SYS_RESOURCE): 0, a
-# score the kubelet may set without it
-oomScoreAdj: 0
-`)
-	}
-	for _, r := range []struct {
-		key string
-		m   map[string]string
-	}{{"kubeReserved", cfg.Node.KubeReserved}, {"systemReserved", cfg.Node.SystemReserved}} {
-		if len(r.m) > 0 {
-			fmt.Fprintf(&b, "%s: %s\n", r.key, js(r.m))
-		}
-	}
-	// Eviction thresholds and image GC: the kubelet's defaults.
-	return b.String(), nil
-}
-
-// tlsCipherSuites are the kubelet API's TLS 1.2 ciphers: ECDHE key
-// exchange and AEAD only, for the ECDSA key the kubelet makes for its
-// serving certificate and for an RSA one. They are the forward-secret part
-// of the CIS benchmark's strong list.
-var tlsCipherSuites = []string{
-	"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-	"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-	"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-	"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-	"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-}
-
-// podPidsLimit is the kubelet's limit on the processes (threads count) of
-// one pod: far above what a service needs, far below a node's pid_max, so a
-// runaway pod cannot starve the node of process IDs.
-const podPidsLimit = 4096
 
 func kubeletUnit(node, labels string, opts Options) string {
 	args := []string{

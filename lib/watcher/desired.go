@@ -4,6 +4,7 @@ package watcher
 // what the node runs; the devices are in devices.go).
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -41,6 +42,9 @@ func Desired(applied *config.Config, n *v1alpha1.NodeConfig, stat config.DeviceS
 		c.Node.SandboxImage = n.SandboxImage
 	}
 	desiredDevices(&c.Node.Devices, n.Devices)
+	if err := desiredKubelet(&c.Node.Kubelet, n.Kubelet); err != nil {
+		return nil, err
+	}
 	// The repaver looks the kubelet up again for the desired version.
 	c.Artifacts.KubeletPinned = nil
 	if r := n.KubernetesRelease; r != nil {
@@ -99,6 +103,7 @@ func specPaths(s string) string {
 		"node.sandbox_image", "spec.node.sandboxImage",
 		"node.devices.gpus", "spec.node.devices.gpus",
 		"node.devices.paths", "spec.node.devices.paths",
+		"node.kubelet.config", "spec.node.kubelet.config",
 		"kubernetes.release.mirror", "spec.node.kubernetesRelease.mirror",
 		"kubernetes.release.ca_pem", "spec.node.kubernetesRelease.caPEM",
 		"kubernetes.release.kubelet_sha256", "spec.node.kubernetesRelease.kubeletSHA256",
@@ -112,6 +117,7 @@ func clone(c *config.Config) *config.Config {
 	out.Kubernetes.ClusterDNS = slices.Clone(c.Kubernetes.ClusterDNS)
 	out.Kubernetes.Release.KubeletSHA256 = maps.Clone(c.Kubernetes.Release.KubeletSHA256)
 	out.Isolation.Slots = slices.Clone(c.Isolation.Slots)
+	out.Node.Kubelet.Config = maps.Clone(c.Node.Kubelet.Config)
 	for _, p := range []**config.Artifact{&out.Artifacts.KubeletPinned, &out.Artifacts.Containerd, &out.Artifacts.Runc, &out.Artifacts.CNIPlugins} {
 		if *p != nil {
 			a := **p
@@ -119,4 +125,21 @@ func clone(c *config.Config) *config.Config {
 		}
 	}
 	return &out
+}
+
+// desiredKubelet lays a Machine's spec.node.kubelet over the host's
+// [node.kubelet]: absent, the host's stays; present, its config replaces the
+// host's whole (none clears it). Config.Validate checks the keys.
+func desiredKubelet(dst *config.Kubelet, k *v1alpha1.Kubelet) error {
+	if k == nil {
+		return nil
+	}
+	dst.Config = nil
+	if k.Config == nil || len(k.Config.Raw) == 0 || string(k.Config.Raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(k.Config.Raw, &dst.Config); err != nil {
+		return fmt.Errorf("spec.node.kubelet.config: want an object of kubelet configuration keys: %v", err)
+	}
+	return nil
 }

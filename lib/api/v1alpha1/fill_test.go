@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // fill sets every exported field reachable from v (a pointer) to a non-zero
@@ -28,6 +29,16 @@ func fillValue(v reflect.Value, seed int, path string) {
 		v.Set(reflect.ValueOf(metav1.ObjectMeta{Name: fmt.Sprintf("name-%d", seed)}))
 		return
 	case v.Type() == reflect.TypeOf(metav1.TypeMeta{}):
+		return
+	case v.Type() == reflect.TypeOf(runtime.RawExtension{}):
+		// A JSON object of one length for every seed, written through the
+		// existing bytes.
+		b := reflect.ValueOf([]byte(fmt.Sprintf(`{"seed":"%04d"}`, seed)))
+		if raw := v.FieldByName("Raw"); raw.Len() == b.Len() {
+			reflect.Copy(raw, b)
+		} else {
+			raw.Set(b)
+		}
 		return
 	}
 	switch v.Kind() {

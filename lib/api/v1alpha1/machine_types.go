@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Machine is one host that kubeslot runs as a Kubernetes worker: what its
@@ -228,6 +229,30 @@ type NodeConfig struct {
 	//
 	// +optional
 	Devices *Devices `json:"devices,omitempty"`
+
+	// Kubelet sets the node's kubelet configuration beyond what kubeslot
+	// sets. Absent means what the host's bootstrap configuration says
+	// ([node.kubelet]); present, it replaces that.
+	//
+	// +optional
+	Kubelet *Kubelet `json:"kubelet,omitempty"`
+}
+
+// Kubelet is a Machine's layer over kubeslot's kubelet configuration.
+type Kubelet struct {
+	// Config holds keys of the kubelet's configuration file
+	// (KubeletConfiguration, kubelet.config.k8s.io/v1beta1) by their names
+	// there, each replacing kubeslot's value of that key, e.g. {"maxPods":
+	// 150, "evictionHard": {"memory.available": "200Mi"},
+	// "shutdownGracePeriod": "30s"}. The agent refuses unknown keys (names
+	// are case-sensitive), values of the wrong type, and the keys kubeslot
+	// owns: the kubelet API's security and ports, the hardened values of the
+	// CIS benchmark, the cgroup profile, and the cluster DNS, taints and
+	// reservations, which have settings of their own. The Machine is then
+	// Degraded (InvalidSpec), naming the key.
+	//
+	// +optional
+	Config *runtime.RawExtension `json:"config,omitempty"`
 }
 
 // Devices are host devices a Machine passes into its node.
