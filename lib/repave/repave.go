@@ -100,7 +100,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
-	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // Phase is one step of the repave transition.
@@ -137,15 +136,15 @@ func allPhases() []Phase { return append(Phases(), Rollback, RollbackVerify, Res
 // Valid reports whether p is a forward phase or a rollback phase.
 func (p Phase) Valid() bool { return slices.Contains(allPhases(), p) }
 
-// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any
-// Valid phase; transition.PauseFromEnv): the run stops before that phase,
-// its state written, and waits to be killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+// Pausable names what the test hook KUBESLOT_TEST_PAUSE_AT may pause
+// before (lib/stagekit): any Valid phase; the run stops before it, its
+// state written, and waits to be killed.
+func Pausable() []string {
 	var names []string
 	for _, p := range allPhases() {
 		names = append(names, string(p))
 	}
-	return transition.PauseFromEnv(getenv, "repave", names, w)
+	return names
 }
 
 // StateFile is the transition's file name in <base>/state/.
@@ -319,7 +318,7 @@ type Deps struct {
 	DrainPoll, UncordonWait time.Duration
 	AgentVersion            string
 	// Pause runs after the state of a phase is written and before the
-	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, PauseFromEnv); an
+	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, Pausable); an
 	// error aborts the run as a crash would, leaving the state for a resume.
 	Pause func(ctx context.Context, phase string) error
 	// Poll is the health poll interval (0: 200 ms).
