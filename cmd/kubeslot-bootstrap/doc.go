@@ -14,8 +14,9 @@
 //
 // Environment for tests and sandboxes only (see lib/sandbox, lib/bootstrap):
 // KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
-// KUBESLOT_NODE_READONLY_NET_SYSCTL=1, KUBESLOT_HOSTPREP=packages-only and
-// the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint>. The first five are
-// recorded in <base>/state/sandbox.json; later runs and stages use the
-// record, the environment overriding it (lib/sandbox.Load).
+// KUBESLOT_NODE_READONLY_NET_SYSCTL=1, KUBESLOT_HOSTPREP=packages-only and,
+// in a rig build only (lib/testhooks), the test hook
+// KUBESLOT_TEST_PAUSE_AT=<checkpoint>. The first five are recorded in
+// <base>/state/sandbox.json; later runs and stages use the record, the
+// environment overriding it (lib/sandbox.Load).
 package main

@@ -23,8 +23,9 @@
 //
 // Environment for tests and sandboxes only: those of kubeslot-bootstrap
 // (KUBESLOT_NODE_KUBELET_PORT, KUBESLOT_NODE_HEALTHZ_PORT, KUBESLOT_NODE_IP,
-// KUBESLOT_NODE_READONLY_NET_SYSCTL=1), and the test hook
-// KUBESLOT_TEST_PAUSE_AT=<phase> (prepare, standby, drain, switch, start,
-// verify, commit, uncordon, clean, rollback, rollback-verify, restart-node): the run stops before that
-// phase, its state written, and waits to be killed.
+// KUBESLOT_NODE_READONLY_NET_SYSCTL=1), and, in a rig build only
+// (lib/testhooks), the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (prepare,
+// standby, drain, switch, start, verify, commit, uncordon, clean, rollback,
+// rollback-verify, restart-node): the run stops before that phase, its
+// state written, and waits to be killed.
 package main

@@ -26,6 +26,7 @@
 // the next boot; a fresh token and `kubeslot-bootstrap --config` (or a
 // re-enabled unit) reinstall.
 //
-// Environment for tests only: KUBESLOT_TEST_PAUSE_AT=<step> stops the run
-// before that step (lib/reset step names) and waits to be killed.
+// Environment for tests only, read by a rig build only (lib/testhooks):
+// KUBESLOT_TEST_PAUSE_AT=<step> stops the run before that step (lib/reset
+// step names) and waits to be killed.
 package main

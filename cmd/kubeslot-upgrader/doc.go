@@ -24,8 +24,9 @@
 // 78 the host's layout version is not this release's (recover too: an older
 // last-good must not act on a newer layout), nothing changed.
 //
-// Test hook: KUBESLOT_TEST_PAUSE_AT=<phase> (preflight, download, last-good,
-// unpack, smoke-test, signal, switch, units, restart, health, rollback)
-// stops the run before that phase (its progress status written) and waits
-// to be killed, as in every stage.
+// Test hook, in a rig build only (lib/testhooks):
+// KUBESLOT_TEST_PAUSE_AT=<phase> (preflight, download, last-good, unpack,
+// smoke-test, signal, switch, units, restart, health, rollback) stops an
+// upgrade before that phase (its progress status written) and waits to be
+// killed, as in every stage.
 package main

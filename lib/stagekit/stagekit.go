@@ -2,10 +2,13 @@
 // owns what each stage needs before its phases and the same in all of them:
 // the host root from the flags, the layout check (another layout version:
 // exit 78, nothing changed), the test and sandbox settings (lib/sandbox),
-// the pause hook (lib/transition), the stage prologue (ownership.Begin: the
-// installation lock and the stage's admission) and the systemd connection
-// (lib/systemdconn). A stage's Command.Run reads: input check → Start → its
-// phase table; a cmd/ main turns flags into a Command and nothing else.
+// the pause hook (lib/transition), the systemd connection (lib/systemdconn)
+// and Begin, the stage prologue (ownership.Begin: the installation lock and
+// the stage's admission rule) of a stage that locks in its Command.Run.
+// The bootstrap, resetter and upgrader call ownership.Begin inside their own
+// Run, under their unit tests, and the watcher waits for the lock in
+// rounds. A stage's Command.Run reads: input check → Start → its phase
+// table; a cmd/ main turns flags into a Command and nothing else.
 //
 // Imported by the stage packages (lib/bootstrap, lib/repave, lib/reset,
 // lib/upgrade, lib/watcher) and lib/cli (Host, which cli.Run hands to a
