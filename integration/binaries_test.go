@@ -16,7 +16,7 @@ var kubeslotBins = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	binsDir = dir
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
+	cmd := exec.Command("go", "build", "-tags=kubeslot_testhooks", "-o", dir+"/", "./cmd/...")
 	cmd.Dir = moduleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

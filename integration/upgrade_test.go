@@ -61,7 +61,7 @@ func buildRelease(t *testing.T, version string) string {
 		if err != nil {
 			return "", err
 		}
-		cmd := exec.Command("go", "build", "-o", dir+"/",
+		cmd := exec.Command("go", "build", "-tags=kubeslot_testhooks", "-o", dir+"/",
 			"-ldflags", "-X github.com/kubeslot/kubeslot/lib/buildinfo.Version="+version, "./cmd/...")
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

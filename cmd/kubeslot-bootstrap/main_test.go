@@ -9,6 +9,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testhooks"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 )
@@ -84,14 +85,22 @@ func TestLockHeldDefers(t *testing.T) {
 
 func TestBadTestEnvironmentIsUsageError(t *testing.T) {
 	clitest.NoBus(t)
-	t.Setenv("KUBESLOT_TEST_PAUSE_AT", "nowhere")
 	cfgFile := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(cfgFile, []byte(configText(t, "worker-1")), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("KUBESLOT_NODE_KUBELET_PORT", "nowhere")
 	code, _, stderr := clitest.Call(run, "", "--root-prefix", t.TempDir(), "--config", cfgFile)
-	if code != exitcode.Usage || !strings.Contains(stderr, "KUBESLOT_TEST_PAUSE_AT") {
+	if code != exitcode.Usage || !strings.Contains(stderr, "KUBESLOT_NODE_KUBELET_PORT") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	t.Setenv("KUBESLOT_NODE_KUBELET_PORT", "")
+	// The test hook: a usage error in a rig build, not read at all in a
+	// production build (--preflight: nothing runs).
+	t.Setenv("KUBESLOT_TEST_PAUSE_AT", "nowhere")
+	code, _, stderr = clitest.Call(run, "", "--root-prefix", t.TempDir(), "--config", cfgFile, "--preflight")
+	if hook := code == exitcode.Usage && strings.Contains(stderr, "KUBESLOT_TEST_PAUSE_AT"); hook != testhooks.Enabled {
+		t.Errorf("test hooks %v: exit %d, stderr %q", testhooks.Enabled, code, stderr)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/repave"
+	"github.com/kubeslot/kubeslot/lib/testhooks"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -37,33 +39,14 @@ func TestNotInstalledDefers(t *testing.T) {
 
 // TestUsage: bad input is a usage error before the host is touched.
 func TestUsage(t *testing.T) {
-	clitest.UsageErrors(t, run, []clitest.UsageCase{
-		{Env: map[string]string{envRequest: "upgrade"}},
-		{Env: map[string]string{bootstrapPause: "nowhere"}},
+	cases := []clitest.UsageCase{
+		{Env: map[string]string{repave.EnvRequest: "upgrade"}},
 		{Args: []string{"--restart", "--config", "/nonexistent.toml"}},
-	})
-}
-
-const bootstrapPause = "KUBESLOT_TEST_PAUSE_AT"
-
-func TestJob(t *testing.T) {
-	env := map[string]string{}
-	getenv := func(k string) string { return env[k] }
-	j, err := job(&flags{}, getenv)
-	if err != nil || j.Kind != "repave" || j.Slot != "next" {
-		t.Errorf("no flags, no env: %+v, %v; want repave next", j, err)
 	}
-	env[envSlot] = "b"
-	if j, _ := job(&flags{}, getenv); j.Slot != "b" {
-		t.Errorf("KUBESLOT_SLOT=b: slot %q", j.Slot)
+	if testhooks.Enabled {
+		cases = append(cases, clitest.UsageCase{Env: map[string]string{"KUBESLOT_TEST_PAUSE_AT": "nowhere"}})
 	}
-	if j, _ := job(&flags{Slot: "a"}, getenv); j.Slot != "a" {
-		t.Errorf("argument a over KUBESLOT_SLOT=b: slot %q", j.Slot)
-	}
-	env[envRequest] = "restart"
-	if j, _ := job(&flags{}, getenv); j.Kind != "restart" {
-		t.Errorf("KUBESLOT_REQUEST=restart: kind %q", j.Kind)
-	}
+	clitest.UsageErrors(t, run, cases)
 }
 
 // An empty root prefix or host root is refused, never taken for "/".

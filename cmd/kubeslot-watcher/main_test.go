@@ -9,8 +9,10 @@ import (
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/testhooks"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
+	"github.com/kubeslot/kubeslot/lib/watcher"
 	"github.com/kubeslot/kubeslot/units"
 )
 
@@ -79,25 +81,22 @@ func TestDeferral(t *testing.T) {
 	}
 }
 
+// TestTestExitAfter: the exit hook works in a rig build only; a
+// production build ignores the variable (and defers: no installation).
 func TestTestExitAfter(t *testing.T) {
-	t.Setenv(EnvTestExitAfter, "0s")
-	if code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir()); code != exitcode.Failure || !strings.Contains(errs, "WARN") || !strings.Contains(errs, EnvTestExitAfter) {
-		t.Errorf("%s=0s: exit %d, stderr %q; want 1 and a warning naming the variable", EnvTestExitAfter, code, errs)
+	env := watcher.EnvTestExitAfter
+	t.Setenv(env, "0s")
+	code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir(), "--lock-wait", "2s")
+	switch {
+	case testhooks.Enabled && (code != exitcode.Failure || !strings.Contains(errs, "WARN") || !strings.Contains(errs, env)):
+		t.Errorf("%s=0s: exit %d, stderr %q; want 1 and a warning naming the variable", env, code, errs)
+	case !testhooks.Enabled && (code != exitcode.Deferred || strings.Contains(errs, env)):
+		t.Errorf("%s=0s in a production build: exit %d, stderr %q; want the hook ignored", env, code, errs)
 	}
-	t.Setenv(EnvTestExitAfter, "soon")
-	if code, _, errs := clitest.Call(run, "", "--root-prefix", t.TempDir()); code != exitcode.Usage || !strings.Contains(errs, EnvTestExitAfter) || !strings.Contains(errs, "soon") {
-		t.Errorf("%s=soon: exit %d, stderr %q; want %d naming the variable and value", EnvTestExitAfter, code, errs, exitcode.Usage)
-	}
-	for _, v := range []string{"", "5s", "-1s"} {
-		d, err := testExitAfter(v)
-		switch {
-		case v == "" && (d != nil || err != nil):
-			t.Errorf("unset: %v %v", d, err)
-		case v == "5s" && (d == nil || *d != 5*time.Second || err != nil):
-			t.Errorf("5s: %v %v", d, err)
-		case v == "-1s" && exitcode.Of(err) != exitcode.Usage:
-			t.Errorf("-1s: %v, want a usage error", err)
-		}
+	t.Setenv(env, "soon")
+	code, _, errs = clitest.Call(run, "", "--root-prefix", t.TempDir(), "--lock-wait", "2s")
+	if hook := code == exitcode.Usage && strings.Contains(errs, env) && strings.Contains(errs, "soon"); hook != testhooks.Enabled {
+		t.Errorf("%s=soon, test hooks %v: exit %d, stderr %q", env, testhooks.Enabled, code, errs)
 	}
 }
 

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/kubeslot/kubeslot/cmd/...")
+	cmd := exec.Command("go", "build", "-tags=kubeslot_testhooks", "-o", dir+"/", "github.com/kubeslot/kubeslot/cmd/...")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build the binaries: %v\n%s", err, out)

@@ -138,7 +138,7 @@ type Deps struct {
 	Releaser     Releaser
 	// Releases pins the kubelet of the configuration's version.
 	Releases slot.Releases
-	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv), called
+	// Pause is the test hook KUBESLOT_TEST_PAUSE_AT (lib/stagekit), called
 	// at the start of each phase after its checkpoint is saved, and before
 	// complete is written; nil: none.
 	Pause func(ctx context.Context, checkpoint string) error

@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
-	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // The test and sandbox environment variables are lib/sandbox's; the
@@ -37,16 +35,16 @@ const (
 	HostPrepPackagesOnly     = sandbox.HostPrepPackagesOnly
 )
 
-// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<checkpoint> (an
-// install checkpoint; transition.PauseFromEnv), a Deps.Pause: the run stops
-// at the start of that phase, its checkpoint saved ("complete": before it is
-// written), and waits to be killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+// Pausable names what the test hook KUBESLOT_TEST_PAUSE_AT may pause before
+// (lib/stagekit), a Deps.Pause: the install checkpoints; the run stops at
+// the start of that phase, its checkpoint saved ("complete": before it is
+// written), and waits to be killed.
+func Pausable() []string {
 	var names []string
 	for _, cp := range ownership.InstallCheckpoints() {
 		names = append(names, string(cp))
 	}
-	return transition.PauseFromEnv(getenv, "bootstrap", names, w)
+	return names
 }
 
 // HostPrep is the real Host: lib/hostprep over its ExecSystem.

@@ -1,7 +1,8 @@
 // Package cli holds what every kubeslot binary shares on its command line:
 // the common flags (--version, --log-format, --log-level, --root-prefix,
-// --host-root), flag parsing with kong, and the mapping of a returned error to
-// an exit code. Imported by cmd/ main packages (and lib/cli/clitest) only.
+// --host-root), flag parsing with kong, the stage's lib/stagekit.Host built
+// from them, and the mapping of a returned error to an exit code. Imported
+// by cmd/ main packages (and lib/cli/clitest) only.
 package cli
 
 import (
@@ -165,4 +166,4 @@ func Exit(log *slog.Logger, err error) int {
 
 // ErrReported means the command already told the person what went wrong
 // (on stdout or stderr, in its own words); Exit only sets the exit code.
-var ErrReported = errors.New("already reported")
+var ErrReported = exitcode.ErrReported

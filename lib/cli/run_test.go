@@ -4,27 +4,28 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 )
 
 func TestRun(t *testing.T) {
 	type flags struct{ Globals }
-	call := func(args []string, body func(context.Context, *kong.Context, *slog.Logger) error) (int, string, bool) {
+	call := func(args []string, body func(context.Context, *kong.Context, stagekit.Host) error) (int, string, bool) {
 		var f flags
 		var out, errs bytes.Buffer
 		ran := false
-		code := Run("kubeslot-test", "a test stage", &f, args, IO{Stdout: &out, Stderr: &errs}, func(ctx context.Context, k *kong.Context, log *slog.Logger) error {
+		code := Run("kubeslot-test", "a test stage", &f, args, IO{Stdout: &out, Stderr: &errs}, os.Getenv, func(ctx context.Context, k *kong.Context, h stagekit.Host) error {
 			ran = true
-			if ctx.Err() != nil || log == nil || k == nil {
-				t.Errorf("body got ctx err %v, log %v, kong ctx %v", ctx.Err(), log, k)
+			if ctx.Err() != nil || h.Log == nil || k == nil || h.RootPrefix != "/" || h.HostRoot != "/opt/kubeslot" || h.Stdout != &out || h.Started.IsZero() {
+				t.Errorf("body got ctx err %v, kong ctx %v, host %+v", ctx.Err(), k, h)
 			}
-			return body(ctx, k, log)
+			return body(ctx, k, h)
 		})
 		return code, out.String() + errs.String(), ran
 	}
@@ -45,7 +46,7 @@ func TestRun(t *testing.T) {
 		{"version", []string{"--version"}, nil, 0, false, []string{"kubeslot-test"}},
 		{"bad log level", []string{"--log-level", "loud"}, nil, exitcode.Usage, false, []string{"loud"}},
 	} {
-		code, out, ran := call(c.args, func(context.Context, *kong.Context, *slog.Logger) error { return c.err })
+		code, out, ran := call(c.args, func(context.Context, *kong.Context, stagekit.Host) error { return c.err })
 		if code != c.code || ran != c.ran {
 			t.Errorf("%s: exit %d, body ran %v; want %d, %v\n%s", c.name, code, ran, c.code, c.ran, out)
 		}

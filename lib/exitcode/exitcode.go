@@ -57,6 +57,15 @@ func Unfit(err error) error { return &Error{Code: HostUnfit, Err: err} }
 // UsageError wraps err as a usage error (exit 2).
 func UsageError(err error) error { return &Error{Code: Usage, Err: err} }
 
+// ErrReported means the command already told the person what went wrong
+// (on stdout or stderr, in its own words); lib/cli.Exit only sets the exit
+// code.
+var ErrReported = errors.New("already reported")
+
+// Reported is an error that sets the exit code without another log line:
+// the stage already said what happened.
+func Reported(code int) error { return &Error{Code: code, Err: ErrReported} }
+
 // Of returns the exit code for err: OK for nil, the wrapped code for an
 // *Error anywhere in the chain, Failure otherwise.
 func Of(err error) int {

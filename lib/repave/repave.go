@@ -97,7 +97,6 @@ import (
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/slot"
 	"github.com/kubeslot/kubeslot/lib/state"
-	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // Phase is one step of the repave transition (lib/repave/repavestate).
@@ -122,15 +121,15 @@ const (
 // Phases lists the forward phases in order.
 func Phases() []Phase { return repavestate.Phases() }
 
-// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any
-// Valid phase; transition.PauseFromEnv): the run stops before that phase,
-// its state written, and waits to be killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+// Pausable names what the test hook KUBESLOT_TEST_PAUSE_AT may pause
+// before (lib/stagekit): any Valid phase; the run stops before it, its
+// state written, and waits to be killed.
+func Pausable() []string {
 	var names []string
 	for _, p := range repavestate.AllPhases() {
 		names = append(names, string(p))
 	}
-	return transition.PauseFromEnv(getenv, "repave", names, w)
+	return names
 }
 
 // State is the durable repave transition (lib/repave/repavestate).
@@ -217,7 +216,7 @@ type Deps struct {
 	DrainPoll, UncordonWait time.Duration
 	AgentVersion            string
 	// Pause runs after the state of a phase is written and before the
-	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, PauseFromEnv); an
+	// phase runs (the test hook KUBESLOT_TEST_PAUSE_AT, Pausable); an
 	// error aborts the run as a crash would, leaving the state for a resume.
 	Pause func(ctx context.Context, phase string) error
 	// Poll is the pause between two asks of a wait (0: slot.Tasks').

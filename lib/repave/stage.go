@@ -2,9 +2,8 @@ package repave
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +22,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
 	"github.com/kubeslot/kubeslot/lib/slot"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
@@ -30,50 +30,50 @@ import (
 // Stage is the holder name written into the installation lock.
 const Stage = "kubeslot-repaver"
 
-// Command is one run of the repaver binary, as its flags and environment
-// asked (cmd/kubeslot-repaver parses and checks them).
+// Command is one run of the repaver binary, as its flags asked.
 type Command struct {
-	Root       *hostroot.Root
-	SystemdBus string // --systemd-bus; "" is the host's systemd
-	Job        Job
+	stagekit.Host
+	// Slot is the slot argument: a, b, next or "" (KUBESLOT_SLOT, else
+	// next).
+	Slot string
+	// Restart restarts in place (--restart, or KUBESLOT_REQUEST=restart).
+	Restart bool
+	// ConfigFile is --config: a repave by hand of this configuration.
+	ConfigFile string
+	// NoDrain skips the drain of a repave or restart by hand.
+	NoDrain bool
 	// LockWait bounds the wait for the installation lock (busy → 69).
 	LockWait time.Duration
-	// Getenv reads the sandbox settings' overrides (sandbox.Load) and the
-	// test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv).
-	Getenv func(string) string
-	Stdout io.Writer
-	Log    *slog.Logger
-	// Started is when the binary started, for the "took" of the summary.
-	Started time.Time
 }
 
-// Run is the whole stage, top-down: the sandbox settings; the stage
-// prologue (lock, then only a complete installation is repaved or
-// restarted); the real collaborators; resume, claim, or work by hand; a
-// summary line on Stdout.
+// Environment set by the worker units (lib/requests).
+const (
+	EnvRequest = "KUBESLOT_REQUEST"
+	EnvSlot    = "KUBESLOT_SLOT"
+)
+
+// Run is the whole stage, top-down: the job from the flags and the unit's
+// environment; the driver's prologue (sandbox settings, the lock, then only
+// a complete installation is repaved or restarted); the real collaborators;
+// resume, claim, or work by hand; a summary line on Stdout.
 func (c Command) Run(ctx context.Context) error {
-	log := c.Log
-	// Input, before anything on the host is touched.
-	pause, err := PauseFromEnv(c.Getenv, c.Stdout)
+	j, err := c.job()
 	if err != nil {
 		return exitcode.UsageError(err)
 	}
-	sb, err := sandbox.Load(c.Root, c.Getenv)
-	if err != nil {
-		return exitcode.UsageError(err)
-	}
-	held, err := ownership.Begin(ctx, c.Root, ownership.Prologue{Stage: Stage, Wait: c.LockWait,
-		Admit: ownership.RequireComplete("the installation is not complete (bootstrap still to run)"), Log: log})
+	drv, err := stagekit.Start(ctx, c.Host, stagekit.Spec{Stage: "repave", Pausable: Pausable(), Sandbox: true})
 	if err != nil {
 		return err
 	}
-	defer held.Release()
-	// systemd over D-Bus on first use.
-	sd := systemdconn.For(ctx, c.Root.Prefix(), c.SystemdBus)
-	defer sd.Close()
-	d := c.deps(sd, held.Record, sb)
-	d.Pause = pause
-	s, err := Execute(ctx, d, held.Lock, c.Job)
+	defer drv.Close()
+	held, err := drv.Begin(ctx, ownership.Prologue{Stage: Stage, Wait: c.LockWait,
+		Admit: ownership.RequireComplete("the installation is not complete (bootstrap still to run)")})
+	if err != nil {
+		return err
+	}
+	d := c.deps(drv.Root, drv.Systemd(), held.Record, drv.Sandbox)
+	d.Pause = drv.Pause
+	s, err := Execute(ctx, d, held.Lock, j)
 	if s != nil {
 		fmt.Fprintf(c.Stdout, "%s %s: %s (active slot %s, node downtime %s, took %s)\n", s.Kind, s.RequestID, s.Phase,
 			s.ActiveSlot, s.Downtime.Round(time.Millisecond), time.Since(c.Started).Round(time.Millisecond))
@@ -84,9 +84,38 @@ func (c Command) Run(ctx context.Context) error {
 	return err
 }
 
+// job reads what to do from the flags and the unit's environment.
+func (c Command) job() (Job, error) {
+	j := Job{Kind: requests.Repave, Slot: c.Slot, Triggered: c.Env("TRIGGER_PATH") != "", SkipDrain: c.NoDrain}
+	switch r := c.Env(EnvRequest); {
+	case c.Restart || r == string(requests.Restart):
+		j.Kind = requests.Restart
+	case r == "" || r == string(requests.Repave):
+	default:
+		return j, fmt.Errorf("%s=%q: the repaver handles repave and restart", EnvRequest, r)
+	}
+	if j.Slot == "" {
+		j.Slot = c.Env(EnvSlot)
+	}
+	if j.Slot == "" {
+		j.Slot = NextSlot
+	}
+	if c.ConfigFile != "" {
+		if j.Kind == requests.Restart {
+			return j, errors.New("--config applies to a repave, not to --restart")
+		}
+		cfg, err := config.LoadForStage(c.ConfigFile)
+		if err != nil {
+			return j, err
+		}
+		j.Config = cfg
+	}
+	return j, nil
+}
+
 // deps are the real collaborators of a run on the installation rec.
-func (c Command) deps(sd *systemdconn.Client, rec *ownership.Record, sb state.Sandbox) *Deps {
-	root, log := c.Root, c.Log
+func (c Command) deps(root *hostroot.Root, sd *systemdconn.Client, rec *ownership.Record, sb state.Sandbox) *Deps {
+	log := c.Log
 	settings := sandbox.BackendSettings(sb)
 	return &Deps{
 		Root: root, Log: log, Store: state.NewStore(root), Requests: requests.New(root),

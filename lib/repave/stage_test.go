@@ -10,6 +10,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 )
 
@@ -19,9 +20,9 @@ func TestCommandDefers(t *testing.T) {
 	t.Parallel()
 	root := testkit.Root(t)
 	var out bytes.Buffer
-	c := Command{Root: root, SystemdBus: "unix:path=/nonexistent/bus", Job: Job{Kind: "repave", Slot: NextSlot},
-		LockWait: 200 * time.Millisecond, Getenv: func(string) string { return "" }, Stdout: &out,
-		Log: slog.New(slog.DiscardHandler), Started: time.Now()}
+	c := Command{Host: stagekit.Host{RootPrefix: root.Prefix(), HostRoot: root.Base(), SystemdBus: "unix:path=/nonexistent/bus",
+		Getenv: func(string) string { return "" }, Stdout: &out, Log: slog.New(slog.DiscardHandler), Started: time.Now()},
+		LockWait: 200 * time.Millisecond}
 	if err := c.Run(context.Background()); exitcode.Of(err) != exitcode.Deferred || !strings.Contains(err.Error(), "not complete") {
 		t.Errorf("no installation: %v (exit %d); want the deferral", err, exitcode.Of(err))
 	}
@@ -35,5 +36,28 @@ func TestCommandDefers(t *testing.T) {
 	}
 	if out.Len() > 0 {
 		t.Errorf("a deferred run printed %q", out.String())
+	}
+}
+
+// TestJob: what to do comes from the flags, then the unit's environment.
+func TestJob(t *testing.T) {
+	env := map[string]string{}
+	c := Command{Host: stagekit.Host{Getenv: func(k string) string { return env[k] }}}
+	j, err := c.job()
+	if err != nil || j.Kind != "repave" || j.Slot != "next" {
+		t.Errorf("no flags, no env: %+v, %v; want repave next", j, err)
+	}
+	env[EnvSlot] = "b"
+	if j, _ := c.job(); j.Slot != "b" {
+		t.Errorf("KUBESLOT_SLOT=b: slot %q", j.Slot)
+	}
+	c.Slot = "a"
+	if j, _ := c.job(); j.Slot != "a" {
+		t.Errorf("argument a over KUBESLOT_SLOT=b: slot %q", j.Slot)
+	}
+	c.Slot = ""
+	env[EnvRequest] = "restart"
+	if j, _ := c.job(); j.Kind != "restart" {
+		t.Errorf("KUBESLOT_REQUEST=restart: kind %q", j.Kind)
 	}
 }

@@ -359,13 +359,6 @@ type runner struct {
 	reported bool
 }
 
-// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<step> (any of
-// StepNames; transition.PauseFromEnv), a Deps.Before: the run stops before
-// that step and waits to be killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
-	return transition.PauseFromEnv(getenv, "reset", StepNames(), w)
-}
-
 // writeLine writes to w, ignoring errors (reports only).
 func writeLine(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 

@@ -6,50 +6,52 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/hostprep"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
-	"github.com/kubeslot/kubeslot/lib/systemdconn"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 )
 
-// Command is one run of the resetter binary, as its flags and environment
-// asked (cmd/kubeslot-resetter parses and checks them).
+// Command is one run of the resetter binary, as its flags asked.
 type Command struct {
-	Root       *hostroot.Root
-	SystemdBus string // --systemd-bus; "" is the host's systemd
-	// Request, Force, Resume: Deps'. Yes skips the confirmation; DryRun
-	// only lists what would be removed.
-	Request, Yes, DryRun, Force, Resume bool
+	stagekit.Host
+	// Force, Resume: Deps'. Yes skips the confirmation; DryRun only lists
+	// what would be removed.
+	Yes, DryRun, Force, Resume bool
 	// LockWait and PublishWait: Deps'.
 	LockWait, PublishWait time.Duration
-	// Getenv reads the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv).
-	Getenv func(string) string
-	Stdin  io.Reader
-	Stdout io.Writer
-	Log    *slog.Logger
-	// Started is when the binary started, for the "in" of the summary.
-	Started time.Time
 }
 
-// Run is the whole stage: --dry-run's plan; by hand, the plan and the
-// confirmation; then lock, record and steps (Run) and a summary on Stdout.
+// EnvRequest is set by kubeslot-reset.service: serve the pending request.
+const EnvRequest = "KUBESLOT_REQUEST"
+
+// Run is the whole stage: whether it serves a request; the driver's
+// prologue; --dry-run's plan; by hand, the plan and the confirmation; then
+// lock, record and steps (Run) and a summary on Stdout.
 func (c Command) Run(ctx context.Context) error {
-	root, log := c.Root, c.Log
-	pause, err := PauseFromEnv(c.Getenv, c.Stdout)
-	if err != nil {
-		return exitcode.UsageError(err)
+	request := false
+	switch v := c.Env(EnvRequest); v {
+	case "":
+	case "reset":
+		request = true
+	default:
+		return exitcode.UsageError(fmt.Errorf("%s=%q: want reset or nothing", EnvRequest, v))
 	}
+	drv, err := stagekit.Start(ctx, c.Host, stagekit.Spec{Stage: "reset", Pausable: StepNames(), Layout: c.layout})
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+	root, log := drv.Root, c.Log
 	if c.DryRun {
 		_, err := Plan(root, c.Stdout, c.Force)
 		return err
 	}
 	// By hand: show the plan and ask (not to finish one under way).
-	if !c.Request && !c.Yes && !c.Resume {
+	if !request && !c.Yes && !c.Resume {
 		// A forced reset shows its plan (what is salvaged and what is
 		// lost) before asking.
 		planOut := io.Discard
@@ -68,16 +70,13 @@ func (c Command) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	// systemd over D-Bus, connected on first use.
-	sd := systemdconn.For(ctx, root.Prefix(), c.SystemdBus)
-	defer sd.Close()
 	// The resetting unit runs a copy of this binary.
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("path of this binary: %w", err)
 	}
-	d := Deps{Root: root, Log: log, Systemd: sd, Sys: hostprep.ExecSystem{Root: root}, Request: c.Request,
-		LockWait: c.LockWait, PublishWait: c.PublishWait, Force: c.Force, Resume: c.Resume, Self: self, Before: pause}
+	d := Deps{Root: root, Log: log, Systemd: drv.Systemd(), Sys: hostprep.ExecSystem{Root: root}, Request: request,
+		LockWait: c.LockWait, PublishWait: c.PublishWait, Force: c.Force, Resume: c.Resume, Self: self, Before: drv.Pause}
 	res, err := Run(ctx, d)
 	if err != nil {
 		return err
@@ -88,7 +87,7 @@ func (c Command) Run(ctx context.Context) error {
 		fmt.Fprintf(c.Stdout, "reset request %s handed over to kubeslot-resetting.service\n", res.RequestID)
 	case res.Nothing && c.Resume:
 		fmt.Fprintln(c.Stdout, "no reset under way")
-	case res.Nothing && c.Request:
+	case res.Nothing && request:
 		fmt.Fprintln(c.Stdout, "no reset request to serve: nothing was changed")
 	case res.Nothing:
 		fmt.Fprintln(c.Stdout, "nothing to reset: no installation owns this host")
@@ -96,6 +95,19 @@ func (c Command) Run(ctx context.Context) error {
 		fmt.Fprintf(c.Stdout, "kubeslot removed from this host (installation %s) in %s\n", res.InstallID, took)
 		log.Info("reset finished", "install_id", res.InstallID, "resumed", res.Resumed, "request", res.RequestID, "took", took)
 	}
+	return nil
+}
+
+// layout is what another layout version means: exit 78 unless --force. A
+// reset must stay possible on a host an older release cannot read (the way
+// out of a layout no release at hand understands), but only knowingly: the
+// journal and the base are what this release removes, and a newer layout
+// may keep things elsewhere that it does not know of.
+func (c Command) layout(err error) error {
+	if !c.Force {
+		return fmt.Errorf("%w (kubeslot-resetter --force resets from what the ownership record still says)", err)
+	}
+	c.Log.Warn("resetting a host whose layout this release does not understand (--force)", "err", err.Error())
 	return nil
 }
 

@@ -6,8 +6,9 @@
 // It sits apart from lib/bootstrap so that the watcher can read the settings
 // without linking the bootstrap's typed Kubernetes clientset (the
 // watcher's resident memory). It imports lib/hostroot, lib/state and
-// lib/isolation/hostapi only. Imported by the stage packages lib/bootstrap,
-// lib/repave and lib/watcher, and by lib/slot (the sandbox image check).
+// lib/isolation/hostapi only. Imported by lib/stagekit (the stage driver,
+// which loads it for lib/bootstrap and lib/repave), lib/watcher, and
+// lib/slot (the sandbox image check).
 package sandbox
 
 import (

@@ -7,9 +7,9 @@
 //
 // Of kubeslot it imports lib/isolation/hostapi only (the Machine type), so
 // the watcher can use it without linking the bootstrap's typed Kubernetes
-// clientset. Imported by the stage packages, which connect for their
-// binaries (lib/bootstrap, lib/repave, lib/reset, lib/upgrade, lib/watcher),
-// and lib/cli (Refusal, for --systemd-bus) only.
+// clientset. Imported by lib/stagekit, which connects for the stage
+// binaries, by the stage packages (lib/bootstrap, lib/repave, lib/reset,
+// lib/upgrade, lib/watcher), and lib/cli (Refusal, for --systemd-bus) only.
 package systemdconn
 
 import (

@@ -11,7 +11,8 @@
 //     checkpoint in the ownership record; repave: state/repave.json and its
 //     progress status), so a process killed from here on resumes this phase;
 //  2. Pause: the one test hook, "pause before phase X"
-//     (KUBESLOT_TEST_PAUSE_AT=X; PauseHook, PauseFromEnv);
+//     (KUBESLOT_TEST_PAUSE_AT=X; PauseHook, PauseFromEnv; only in a build
+//     with lib/testhooks' tag);
 //  3. logs "<stage> <noun> started", runs the phase, then Settle (reset:
 //     syncfs of what it touched), logs "<stage> <noun> done" (or "failed")
 //     with its duration and records a requests.PhaseTiming (Timed).
@@ -26,8 +27,8 @@
 // settle always stops the run.
 //
 // Imported by the stage packages (lib/reset, lib/bootstrap, lib/repave,
-// lib/upgrade) and by rig tests (EnvPauseAt), never by cmd/ or by a package
-// a stage imports.
+// lib/upgrade), lib/stagekit (the pause hook) and rig tests (EnvPauseAt),
+// never by cmd/ or by a package a stage imports but the stage driver.
 package transition
 
 import (
@@ -41,11 +42,13 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/testhooks"
 )
 
 // EnvPauseAt=<phase> is the test-only hook of every stage: the run stops
 // before that phase (after the phases before it finished and its state is
-// saved) and waits to be killed.
+// saved) and waits to be killed. Only a build with lib/testhooks' tag reads
+// it.
 const EnvPauseAt = "KUBESLOT_TEST_PAUSE_AT"
 
 // Phase is one named, idempotent phase of a stage.
@@ -269,12 +272,21 @@ func PauseHook(at string, paused func(name string)) func(ctx context.Context, na
 }
 
 // PauseFromEnv reads EnvPauseAt through getenv for a stage whose pausable
-// phases are names: nil when unset, an error naming them when it is none of
+// phases are names (PauseAt); nil in a build without the test hooks
+// (lib/testhooks), whatever the environment says. Every stage reads the
+// hook here (lib/stagekit), so it means the same in each.
+func PauseFromEnv(getenv func(string) string, stage string, names []string, w io.Writer) (func(ctx context.Context, name string) error, error) {
+	if !testhooks.Enabled {
+		return nil, nil
+	}
+	return PauseAt(getenv(EnvPauseAt), stage, names, w)
+}
+
+// PauseAt is the hook EnvPauseAt=at makes for a stage whose pausable phases
+// are names: nil when at is empty, an error naming them when it is none of
 // them, else PauseHook(at, ...) that first prints "paused before <phase>
 // (pid N)" to w, the line rig tests wait for before they kill the process.
-// Every stage reads the hook here, so it means the same in each.
-func PauseFromEnv(getenv func(string) string, stage string, names []string, w io.Writer) (func(ctx context.Context, name string) error, error) {
-	at := getenv(EnvPauseAt)
+func PauseAt(at, stage string, names []string, w io.Writer) (func(ctx context.Context, name string) error, error) {
 	if at == "" {
 		return nil, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/testhooks"
 )
 
 // rec runs a table of phases and records every callback in order.
@@ -224,24 +225,16 @@ func TestStopOnCancel(t *testing.T) {
 	}
 }
 
-func TestPauseFromEnv(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == EnvPauseAt {
-				return v
-			}
-			return ""
-		}
-	}
+func TestPauseAt(t *testing.T) {
 	names := []string{"prepare", "switch"}
-	if h, err := PauseFromEnv(env(""), "repave", names, nil); h != nil || err != nil {
+	if h, err := PauseAt("", "repave", names, nil); h != nil || err != nil {
 		t.Fatalf("unset: hook %v, err %v", h != nil, err)
 	}
-	if _, err := PauseFromEnv(env("nap"), "repave", names, nil); err == nil || !strings.Contains(err.Error(), `KUBESLOT_TEST_PAUSE_AT="nap": not a repave phase (prepare, switch)`) {
+	if _, err := PauseAt("nap", "repave", names, nil); err == nil || !strings.Contains(err.Error(), `KUBESLOT_TEST_PAUSE_AT="nap": not a repave phase (prepare, switch)`) {
 		t.Fatalf("bad phase: %v", err)
 	}
 	var out bytes.Buffer
-	h, err := PauseFromEnv(env("switch"), "repave", names, &out)
+	h, err := PauseAt("switch", "repave", names, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,5 +245,25 @@ func TestPauseFromEnv(t *testing.T) {
 	cancel()
 	if err := h(ctx, "switch"); err == nil || out.String() != fmt.Sprintf("paused before switch (pid %d)\n", os.Getpid()) {
 		t.Fatalf("switch: err %v, printed %q", err, out.String())
+	}
+}
+
+// TestPauseFromEnv: the environment reaches the hook only in a build with
+// the test hooks; a production build has none, whatever it is set to.
+func TestPauseFromEnv(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == EnvPauseAt {
+				return v
+			}
+			return ""
+		}
+	}
+	names := []string{"prepare", "switch"}
+	for _, v := range []string{"switch", "nap"} {
+		h, err := PauseFromEnv(env(v), "repave", names, nil)
+		if got := h != nil || err != nil; got != testhooks.Enabled {
+			t.Errorf("%s=%s, test hooks %v: hook %v, err %v", EnvPauseAt, v, testhooks.Enabled, h != nil, err)
+		}
 	}
 }

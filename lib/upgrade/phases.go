@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -58,6 +57,8 @@ func (t *txn) table() []transition.Phase {
 			return fmt.Sprintf("new watcher %s: health gate: %v; rolled back to %s", t.sig.ToVersion, err, t.sig.FromVersion)
 		}).Final(),
 		ph(Rollback, "current names last-good again", t.rollBack).Final(),
+		// Not a step of an upgrade: the recovery unit's run, alone (Recover).
+		ph(Recovery, "current names last-good, the watcher restarted", t.recover).Final(),
 	}
 }
 
@@ -67,15 +68,15 @@ func PhaseChains() [][]string {
 	return transition.Chains((&txn{}).table())
 }
 
-// PauseFromEnv reads the test hook KUBESLOT_TEST_PAUSE_AT=<phase> (any of
-// Phases; transition.PauseFromEnv): the run stops before that phase and
-// waits to be killed; nil when unset.
-func PauseFromEnv(getenv func(string) string, w io.Writer) (func(context.Context, string) error, error) {
+// Pausable names what the test hook KUBESLOT_TEST_PAUSE_AT may pause an
+// upgrade before (lib/stagekit): any of Phases; the run stops before that
+// phase and waits to be killed.
+func Pausable() []string {
 	var names []string
 	for _, p := range Phases() {
 		names = append(names, string(p))
 	}
-	return transition.PauseFromEnv(getenv, "upgrade", names, w)
+	return names
 }
 
 // run runs the table from phase from, then settles the outcome: refused

@@ -2,9 +2,11 @@ package upgrade
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/transition"
 )
 
 // Recover is `kubeslot-upgrader recover`, run by kubeslot-recovery.service
@@ -18,12 +20,34 @@ import (
 // restarting it here would only make a loop. Idempotent: it runs on every
 // failure of the watcher (its ExecStopPost= starts the recovery unit after
 // each stop that is not clean; OnFailure= once the start limit is hit).
+// Under the lock it runs the phase Recovery of the upgrade's table, alone.
 func Recover(ctx context.Context, d *Deps, j Job) (*Result, error) {
 	t, err := begin(ctx, d, j, "the installation is not complete: nothing to recover")
 	if err != nil {
 		return nil, err
 	}
 	defer t.release()
+	tr := transition.Runner{Stage: "upgrade", Log: t.log, From: string(Recovery), Now: d.Now}
+	if _, err := tr.Run(ctx, t.table()); err != nil {
+		// The phase's own error, as the run returned it before it was a
+		// phase: its message and exit code.
+		if pe, ok := errors.AsType[*transition.PhaseError](err); ok && pe.Ran {
+			return t.recovered, pe.Err
+		}
+		return t.recovered, err
+	}
+	return t.recovered, nil
+}
+
+// recover is the phase Recovery; what it did is in t.recovered.
+func (t *txn) recover(ctx context.Context) error {
+	res, err := t.recoverRun(ctx)
+	t.recovered = res
+	return err
+}
+
+func (t *txn) recoverRun(ctx context.Context) (*Result, error) {
+	d := t.d
 	cur, err := release.Current(d.Root)
 	if err != nil {
 		return nil, err

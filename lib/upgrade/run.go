@@ -45,6 +45,8 @@ type txn struct {
 	h handover
 	// reason is why the upgrade rolls back (a failure after the switch).
 	reason string
+	// recovered is what the phase Recovery did.
+	recovered *Result
 }
 
 // Run is the upgrade stage: lock, admission, then resume an interrupted

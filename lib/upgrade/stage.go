@@ -2,18 +2,17 @@ package upgrade
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
-	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
-	"github.com/kubeslot/kubeslot/lib/systemdconn"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 )
 
 // Bounds of a bundle download.
@@ -22,44 +21,50 @@ const (
 	downloadTimeout = 10 * time.Minute
 )
 
-// Command is one run of the upgrader binary, as its flags and environment
-// asked (cmd/kubeslot-upgrader parses and checks them).
+// Command is one run of the upgrader binary, as its flags asked.
 type Command struct {
-	Root       *hostroot.Root
-	SystemdBus string // --systemd-bus; "" is the host's systemd
-	// Job is the upgrade (or, with Recover, its Stage and LockWait).
-	Job Job
+	stagekit.Host
+	// Stage names the lock holder: the binary, and its subcommand.
+	Stage string
 	// Recover is `kubeslot-upgrader recover` (Recover) instead of Run.
 	Recover bool
+	// Bundle and SHA256: an upgrade by hand from a bundle file (--bundle,
+	// --sha256).
+	Bundle, SHA256 string
 	// Preflight says what the upgrade would do and changes nothing; JSON
 	// prints that plan as JSON.
 	Preflight, JSON bool
-	// Getenv reads the test hook KUBESLOT_TEST_PAUSE_AT (PauseFromEnv) of
-	// an upgrade.
-	Getenv func(string) string
-	Stdout io.Writer
-	Log    *slog.Logger
+	// Bounds of the health gate and of the wait for the lock.
+	HealthWindow, HealthTimeout, LockWait time.Duration
 }
 
-// Run is the whole stage: the real collaborators, then the plan
-// (Preflight), Recover, or Run (lock, admission, resume or claim, the
-// phases, the health gate or the rollback), and a summary on Stdout.
+// EnvRequest is set by the worker unit (lib/requests).
+const EnvRequest = "KUBESLOT_REQUEST"
+
+// Run is the whole stage: the job from the flags and the unit's
+// environment; the driver's prologue (an upgrade's pause hook); the real
+// collaborators, then the plan (Preflight), Recover, or Run (lock,
+// admission, resume or claim, the phases, the health gate or the
+// rollback), and a summary on Stdout.
 func (c Command) Run(ctx context.Context) error {
-	var pause func(context.Context, string) error
-	if !c.Recover {
-		var err error
-		if pause, err = PauseFromEnv(c.Getenv, c.Stdout); err != nil {
-			return exitcode.UsageError(err)
-		}
+	j, err := c.job()
+	if err != nil {
+		return exitcode.UsageError(err)
 	}
-	d, closeBus := c.deps(ctx)
-	d.Pause = pause
-	defer closeBus()
+	spec := stagekit.Spec{Stage: "upgrade", Pausable: Pausable(), NoMachined: true}
+	if c.Recover {
+		spec.Pausable = nil
+	}
+	drv, err := stagekit.Start(ctx, c.Host, spec)
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+	d := c.deps(drv)
 	var res *Result
-	var err error
 	switch {
 	case c.Preflight:
-		p, err := PreflightPlan(ctx, d, c.Job)
+		p, err := PreflightPlan(ctx, d, j)
 		if err != nil {
 			return err
 		}
@@ -69,25 +74,58 @@ func (c Command) Run(ctx context.Context) error {
 		p.WriteText(c.Stdout)
 		return nil
 	case c.Recover:
-		res, err = Recover(ctx, d, c.Job)
+		res, err = Recover(ctx, d, j)
 	default:
-		res, err = Run(ctx, d, c.Job)
+		res, err = Run(ctx, d, j)
 	}
 	report(c.Stdout, res)
 	return err
 }
 
+// job checks the flags and reads the unit's environment.
+func (c Command) job() (Job, error) {
+	j := Job{Stage: c.Stage, LockWait: c.LockWait}
+	if c.Recover {
+		if c.LockWait <= 0 {
+			return j, fmt.Errorf("--lock-wait %s: want a positive bound", c.LockWait)
+		}
+		return j, nil
+	}
+	j.Bundle, j.SHA256, j.HealthWindow, j.HealthTimeout = c.Bundle, c.SHA256, c.HealthWindow, c.HealthTimeout
+	switch r := c.Env(EnvRequest); r {
+	case "":
+	case string(requests.Upgrade):
+		j.Triggered = true
+	default:
+		return j, fmt.Errorf("%s=%q: the upgrader handles upgrade requests only", EnvRequest, r)
+	}
+	if c.SHA256 != "" {
+		if c.Bundle == "" {
+			return j, errors.New("--sha256 goes with --bundle")
+		}
+		if err := bundle.CheckSHA256(c.SHA256); err != nil {
+			return j, fmt.Errorf("--sha256: %w", err)
+		}
+	}
+	if c.JSON && !c.Preflight {
+		return j, errors.New("--json goes with --preflight")
+	}
+	if c.HealthWindow <= 0 || c.HealthTimeout <= c.HealthWindow || c.LockWait <= 0 {
+		return j, fmt.Errorf("--health-window %s, --health-timeout %s, --lock-wait %s: want positive bounds, the timeout longer than the window",
+			c.HealthWindow, c.HealthTimeout, c.LockWait)
+	}
+	return j, nil
+}
+
 // deps are the real collaborators; systemd over D-Bus on first use.
-func (c Command) deps(ctx context.Context) (*Deps, func()) {
-	root, log := c.Root, c.Log
-	sd := systemdconn.For(ctx, root.Prefix(), c.SystemdBus)
-	sd.NoMachined = true
+func (c Command) deps(drv *stagekit.Driver) *Deps {
+	root, log := drv.Root, c.Log
 	return &Deps{
-		Root: root, Log: log, Requests: requests.New(root), Systemd: sd,
+		Root: root, Log: log, Requests: requests.New(root), Systemd: drv.Systemd(),
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
 		Bundles: BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
-		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch,
-	}, sd.Close
+		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch, Pause: drv.Pause,
+	}
 }
 
 // report prints what a run did, one line and the message.

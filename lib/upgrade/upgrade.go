@@ -84,9 +84,11 @@ const (
 	Restart   Phase = "restart"
 	Health    Phase = "health"
 	Rollback  Phase = "rollback"
+	// Recovery is `kubeslot-upgrader recover`'s one phase (Recover).
+	Recovery Phase = "recover"
 )
 
-// Phases lists every phase, in order.
+// Phases lists every phase of an upgrade, in order.
 func Phases() []Phase {
 	return []Phase{Preflight, Download, LastGood, Unpack, SmokeTest, Signal, Switch, Units, Restart, Health, Rollback}
 }
@@ -168,7 +170,7 @@ type Deps struct {
 	// DefaultVersionTimeout, are shortened by tests.
 	PollInterval, VersionTimeout time.Duration
 	// Pause, test-only, runs before each phase (after its progress status
-	// is written; PauseFromEnv); an error ends the run as a crash would (no
+	// is written; lib/stagekit); an error ends the run as a crash would (no
 	// failure handling, no cleanup).
 	Pause func(ctx context.Context, phase string) error
 }

@@ -70,7 +70,8 @@
 //     operator's config.toml, Prometheus metrics on that address (loopback
 //     unless allow_remote); off by default. A metrics server that cannot
 //     listen is logged and left off: the watcher never stops for it.
-//   - Test hooks: KUBESLOT_TEST_WATCHER_EXIT_AFTER=<duration> (exit 1 that
+//   - Test hooks, in a rig build only (testhooks.go, lib/testhooks):
+//     KUBESLOT_TEST_WATCHER_EXIT_AFTER=<duration> (exit 1 that
 //     long after start, as a broken release would) and
 //     KUBESLOT_TEST_WATCHER_READ_GATE=<file> (hold each read of the applied
 //     state between its two files while the file exists).

@@ -21,7 +21,7 @@ func (c Command) startMetrics() (*metrics.Watcher, *metrics.Server) {
 	if c.Config == "" {
 		return nil, nil
 	}
-	local, err := c.Root.Resolve(c.Config)
+	local, err := c.root.Resolve(c.Config)
 	if err == nil {
 		_, err = os.Stat(local)
 	}

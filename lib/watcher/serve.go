@@ -66,7 +66,7 @@ func (c Command) serve(ctx context.Context, st *started) error {
 				Root: st.root, REST: loopCfg, NodeName: st.nodeName, MachineName: st.machineName,
 				AgentVersion: buildinfo.Version, Log: log, Started: c.Started, UpgradeProbation: c.UpgradeProbation, HooksErr: hooksErr,
 				RolloutLease: c.RolloutLease, RolloutPoll: c.RolloutPoll,
-				BetweenReads: readGate(c.getenv(EnvTestReadGate), log),
+				BetweenReads: c.readGate(),
 				Synced:       func() { sd.synced("watching Machine " + st.machineName) },
 				// The binary's start-up code leaves memory once it has run (pages.go).
 				ReleaseStartup: true,

@@ -24,6 +24,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/nodeidentity"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
@@ -32,14 +33,9 @@ import (
 // runs from <base>/current.
 const Stage = "kubeslot-watcher"
 
-// EnvTestReadGate is the rig tests' gate on the applied-state read.
-const EnvTestReadGate = "KUBESLOT_TEST_WATCHER_READ_GATE"
-
-// Command is one run of the watcher binary, as its flags and environment
-// asked (cmd/kubeslot-watcher parses and checks them).
+// Command is one run of the watcher binary, as its flags asked.
 type Command struct {
-	Root       *hostroot.Root
-	SystemdBus string // --systemd-bus; "" is the host's systemd
+	stagekit.Host
 	// Kubeconfig names the node identity; "" is <base>/identity/kubeconfig,
 	// else the identity the bootstrap left.
 	Kubeconfig string
@@ -51,30 +47,37 @@ type Command struct {
 	UpgradeProbation time.Duration
 	// RolloutLease and RolloutPoll are Options' (0: lib/rollout's defaults).
 	RolloutLease, RolloutPoll time.Duration
-	// Getenv reads the sandbox settings' overrides and EnvTestReadGate.
-	Getenv func(string) string
-	Log    *slog.Logger
-	// Started is when the process started (Options.Started).
-	Started time.Time
 	// Config is the host path of the operator's configuration file, read
 	// at start for its [metrics] table only (metrics.go); "" serves none.
 	Config string
+	// root is the host root (the driver's).
+	root *hostroot.Root
 	// metrics is set by Run when the endpoint is on.
 	metrics *metrics.Watcher
 }
 
-func (c Command) getenv(k string) string {
-	if c.Getenv == nil {
-		return ""
-	}
-	return c.Getenv(k)
-}
-
-// Run is the whole stage: start-up under the installation lock (start),
-// then serve until ctx ends. A deferral (69) tells systemd READY first: a
-// Type=notify service that exits before READY=1 is a protocol failure
-// whatever its exit status, and 69 must leave the unit inactive, not failed.
+// Run is the whole stage: the flags' bounds (and, in a test build, the exit
+// hook), the driver's prologue (root and layout), start-up under the
+// installation lock (start), then serve until ctx ends. A deferral (69)
+// tells systemd READY first: a Type=notify service that exits before
+// READY=1 is a protocol failure whatever its exit status, and 69 must leave
+// the unit inactive, not failed.
 func (c Command) Run(ctx context.Context) error {
+	if c.UpgradeProbation <= 0 {
+		return exitcode.UsageError(fmt.Errorf("--upgrade-probation %s: want a positive duration", c.UpgradeProbation))
+	}
+	if c.RolloutLease < 3*time.Second || c.RolloutPoll <= 0 {
+		return exitcode.UsageError(fmt.Errorf("--rollout-lease %s, --rollout-poll %s: want a lease of 3s or more (renewed every third of it) and a positive poll", c.RolloutLease, c.RolloutPoll))
+	}
+	if err := c.armExitHook(); err != nil {
+		return err
+	}
+	drv, err := stagekit.Start(ctx, c.Host, stagekit.Spec{})
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+	c.root = drv.Root
 	// Before the lock: the endpoint shows a watcher waiting for it.
 	m, srv := c.startMetrics()
 	defer srv.Close()
@@ -87,25 +90,6 @@ func (c Command) Run(ctx context.Context) error {
 		return err
 	}
 	return c.serve(ctx, st)
-}
-
-// readGate is the EnvTestReadGate hook for the gate file p: nil when unset.
-func readGate(p string, log *slog.Logger) func() {
-	if p == "" {
-		return nil
-	}
-	return func() {
-		if _, err := os.Stat(p); err != nil {
-			return
-		}
-		log.Warn("test hook: holding the applied-state read between active and the slot's configuration", "gate", p)
-		for end := time.Now().Add(5 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			if _, err := os.Stat(p); err != nil {
-				break
-			}
-		}
-		log.Warn("test hook: applied-state read released", "gate", p)
-	}
 }
 
 // started is what the locked start-up phase found.
@@ -154,7 +138,7 @@ func (c Command) begin(ctx context.Context) (*ownership.Held, error) {
 	defer c.metrics.LockWaiting(false)
 	for {
 		round = time.Now()
-		held, err := ownership.Begin(ctx, c.Root, p)
+		held, err := ownership.Begin(ctx, c.root, p)
 		if !errors.Is(err, ownership.ErrLockTimeout) {
 			return held, err
 		}
@@ -189,7 +173,7 @@ func admit(rec *ownership.Record, err error) (*ownership.Record, error) {
 
 // start runs the phases under the installation lock and releases it.
 func (c Command) start(ctx context.Context) (*started, error) {
-	root, log := c.Root, c.Log
+	root, log := c.root, c.Log
 	held, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -209,7 +193,7 @@ func (c Command) start(ctx context.Context) (*started, error) {
 		log.Info("the installation is being reset: serving only until the reset stops the watcher", "install_id", rec.InstallID)
 	}
 	if active != nil && !resetting {
-		settings, err := sandbox.LoadSettings(root, c.getenv)
+		settings, err := sandbox.LoadSettings(root, c.Env)
 		if err != nil {
 			return nil, exitcode.UsageError(err)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/state"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
@@ -58,7 +59,7 @@ func completeHost(t *testing.T) (*hostroot.Root, Command) {
 	if err := os.WriteFile(kc, nodeKubeconfig(t, "node1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return root, Command{Root: root, LockWait: 2 * time.Second, Getenv: os.Getenv, Log: slog.New(slog.DiscardHandler)}
+	return root, Command{Host: stagekit.Host{Getenv: os.Getenv, Log: slog.New(slog.DiscardHandler)}, root: root, LockWait: 2 * time.Second}
 }
 
 func mustPath(t *testing.T, root *hostroot.Root, elem ...string) string {
