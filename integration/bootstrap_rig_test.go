@@ -9,6 +9,7 @@ package integration
 // are the machine's, not the rig's).
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,10 @@ type bsRig struct {
 	// needs both again: TestHooksOnRig).
 	fwd     []string
 	unroute func()
+	// rootfs is the node rootfs tarball on the machine (served as bsOptions.RootfsName); ports are the two free
+	// ports the sandbox environment gives the kubelet (its port, its healthz port).
+	rootfs string
+	ports  []int
 }
 
 // bsOptions shape a bootstrap rig's host.
@@ -97,6 +102,17 @@ type bsOptions struct {
 	DiskBase bool
 	// Env edits the sandbox environment the rig made (TestHooksOnRig: no pinned node IP).
 	Env func(env []string) []string
+	// Bare stops at the pieces (control plane clients, mirror, host, token, ports): no release is laid down and the
+	// cluster API is not installed, for tests that drive the node themselves.
+	Bare bool
+	// Driver binds this test binary into the host at nspawnDriverPath (the nspawn backend's driver, see init).
+	Driver bool
+	// CgroupMode is the host's cgroup layout (sdhost.Options.CgroupMode).
+	CgroupMode string
+	// RootfsName is the node rootfs's name on the mirror (default "node-rootfs.tar.gz").
+	RootfsName string
+	// Figure, when set, receives the host's boot and stop times ("host boot", "host stop") instead of the log.
+	Figure func(what string, d time.Duration)
 }
 
 // bsReleaseDir is the release tree in the rig's mirror: <dir>/v<version>/bin/linux/<arch>/kubelet.
@@ -112,7 +128,13 @@ func newBootstrapRig(t *testing.T, ctx context.Context, base string, persistent 
 func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOptions) *bsRig {
 	t.Helper()
 	persistent := o.Persistent
-	cp := needAPI(t)
+	var cp *kube.ControlPlane
+	if o.Bare {
+		cp = needCluster(t)
+	} else {
+		cp = needAPI(t)
+	}
+	// Without KUBESLOT_REQUIRE_RIG an unbuilt rootfs skips (building it takes minutes); with it, it is built.
 	tarball, err := nodeimage.Tarball(ctx, rigRequired)
 	if err != nil {
 		if rigRequired {
@@ -120,9 +142,13 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		}
 		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
 	}
-	bins := needBins(t)
+	rootfsName := cmp.Or(o.RootfsName, "node-rootfs.tar.gz")
+	var bins string
+	if !o.Bare {
+		bins = needBins(t)
+	}
 	r := &bsRig{t: t, cp: cp, node: fmt.Sprintf("%s-%d", base, os.Getpid()%100000), sums: map[string]string{}, extra: o.Extra, release: o.Release,
-		watcherEnv: o.WatcherEnv, nodeReady: o.NodeReady}
+		watcherEnv: o.WatcherEnv, nodeReady: o.NodeReady, rootfs: tarball}
 	if r.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +160,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.srv.Close() })
-	if r.sums["rootfs"], err = r.srv.Add("node-rootfs.tar.gz", tarball); err != nil {
+	if r.sums["rootfs"], err = r.srv.Add(rootfsName, tarball); err != nil {
 		t.Fatal(err)
 	}
 	if r.sums["kubelet"], err = r.srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet")); err != nil {
@@ -147,8 +173,22 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t0 := time.Now()
-	hostOpts := sdhost.Options{Name: r.node + "-h", SharedNetwork: true, Persistent: persistent, Log: log,
-		Binds: []sdhost.Bind{{Source: bins, Target: bsBinsPath, ReadOnly: true}, {Source: mirrorDir, Target: bsMirrorPath, ReadOnly: true}}}
+	hostOpts := sdhost.Options{Name: r.node + "-h", SharedNetwork: true, Persistent: persistent, Log: log, CgroupMode: o.CgroupMode,
+		Binds: []sdhost.Bind{{Source: mirrorDir, Target: bsMirrorPath, ReadOnly: true}}}
+	if !o.Bare {
+		hostOpts.Binds = append(hostOpts.Binds, sdhost.Bind{Source: bins, Target: bsBinsPath, ReadOnly: true})
+	}
+	if o.Driver {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostOpts.Binds = append(hostOpts.Binds, sdhost.Bind{Source: exe, Target: nspawnDriverPath, ReadOnly: true})
+	}
+	figure := o.Figure
+	if figure == nil {
+		figure = func(what string, d time.Duration) { rigTiming(t, "bootstrap rig: "+what, d) }
+	}
 	if o.DiskBase {
 		base := filepath.Join(t.TempDir(), "base")
 		if err := os.Mkdir(base, 0o755); err != nil {
@@ -167,7 +207,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	if o.Pods {
 		r.connect(append([]string{strings.TrimPrefix(cp.URL(), "https://"), r.srv.Addr(), r.srv.TLSAddr()}, o.Forward...))
 	}
-	rigTiming(t, "bootstrap rig: host boot", time.Since(t0))
+	figure("host boot", time.Since(t0))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -175,8 +215,12 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 			// The node first, so that its kubelet stops heartbeating before the host goes.
 			_, _ = r.h.Run(sctx, "systemctl", "stop", "systemd-nspawn@a.service")
 		}
+		t1 := time.Now()
 		if err := r.h.Stop(sctx); err != nil {
 			t.Errorf("stop host: %v", err)
+		}
+		if o.Figure != nil {
+			figure("host stop", time.Since(t1))
 		}
 		_ = r.admin.CoreV1().Nodes().Delete(sctx, r.node, metav1.DeleteOptions{})
 		_ = r.mc.DeleteMachine(sctx, r.node)
@@ -188,6 +232,7 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.ports = ports
 	r.env = rigenv.Loopback(ports[0], ports[1])
 	if o.Pods {
 		r.env = rigenv.Pods(r.h.NodeIP())
@@ -195,7 +240,9 @@ func newBootstrapRigWith(t *testing.T, ctx context.Context, base string, o bsOpt
 	if o.Env != nil {
 		r.env = o.Env(r.env)
 	}
-	r.layDown(ctx)
+	if !o.Bare {
+		r.layDown(ctx)
+	}
 	return r
 }
 

@@ -23,20 +23,13 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubeslot/kubeslot/integration/kube"
-	"github.com/kubeslot/kubeslot/integration/mirror"
-	"github.com/kubeslot/kubeslot/integration/nodeimage"
-	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/config"
 )
 
@@ -49,59 +42,11 @@ echo PROBE-DONE
 `
 
 func TestDevicesOnRig(t *testing.T) {
-	cp := needCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	tarball, err := nodeimage.Tarball(ctx, rigRequired)
-	if err != nil {
-		if rigRequired {
-			t.Fatalf("node rootfs: %v", err)
-		}
-		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := mirror.Start(filepath.Join(t.TempDir(), "mirror"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	rootfsSum, err := srv.Add("node-rootfs.tar.gz", tarball)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeletSum, err := srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := fmt.Sprintf("dev-%d", os.Getpid()%100000)
-	h, err := sdhost.Start(ctx, sdhost.Options{Name: node + "-h", SharedNetwork: true, Log: log,
-		Binds: []sdhost.Bind{{Source: exe, Target: nspawnDriverPath, ReadOnly: true}}})
-	if err != nil {
-		t.Fatalf("host: %v", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := h.Stop(sctx); err != nil {
-			t.Errorf("stop host: %v", err)
-		}
-	}()
-	token, err := cp.CreateBootstrapToken(ctx, 30*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports, err := kube.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newBootstrapRigWith(t, ctx, "dev", bsOptions{Bare: true, Driver: true})
+	cp, srv, h, node, admin, token, ports := r.cp, r.srv, r.h, r.node, r.admin, r.token, r.ports
+	rootfsSum, kubeletSum := r.sums["rootfs"], r.sums["kubelet"]
 	base := nspawnRigConfig(node, cp.URL(), string(cp.CAPEM()), token, srv.URL("node-rootfs.tar.gz"), rootfsSum,
 		srv.URL("kubelet"), kubeletSum)
 	// configure writes the host's configuration with devices, checked like any bootstrap configuration. The host's
@@ -172,7 +117,7 @@ func TestDevicesOnRig(t *testing.T) {
 
 	// 1. Requested and missing: configure fails naming the setting and the device; the host side is not written.
 	configure(`paths = ["/dev/kubeslot-rig0", "/dev/kubeslot-rig-absent"]`)
-	out, err = drive("configure=a")
+	out, err := drive("configure=a")
 	if err == nil || !strings.Contains(out, `node.devices.paths[1] "/dev/kubeslot-rig-absent": the host has no such device node`) {
 		t.Errorf("a missing device: configure %v, want the documented error:\n%s", err, out)
 	}

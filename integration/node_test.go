@@ -11,7 +11,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,74 +23,32 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubeslot/kubeslot/integration/kube"
-	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 )
 
 func TestNodeKubeletJoinsByTLSBootstrap(t *testing.T) {
-	cp := needCluster(t)
 	modes := strings.Fields(os.Getenv("KUBESLOT_NODE_CGROUP_MODES"))
 	if len(modes) == 0 {
 		modes = []string{"unified"}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
-	// Without KUBESLOT_REQUIRE_RIG an unbuilt rootfs skips (building it takes minutes); with it, it is built.
-	tarball, err := nodeimage.Tarball(ctx, rigRequired)
-	if err != nil {
-		if rigRequired {
-			t.Fatalf("node rootfs: %v", err)
-		}
-		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
-	}
-
-	srv, err := mirror.Start(filepath.Join(t.TempDir(), "mirror"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if _, err := srv.Add("node-rootfs.tar.gz", tarball); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet")); err != nil {
-		t.Fatal(err)
-	}
-
 	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) { runKubeletNode(t, ctx, cp, srv, mode) })
+		t.Run(mode, func(t *testing.T) { runKubeletNode(t, ctx, mode) })
 	}
 }
 
-func runKubeletNode(t *testing.T, ctx context.Context, cp *kube.ControlPlane, srv *mirror.Server, mode string) {
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	node := fmt.Sprintf("kn-%s-%d", mode[:1], os.Getpid()%100000)
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+func runKubeletNode(t *testing.T, ctx context.Context, mode string) {
 	figure := func(what string, d time.Duration) {
 		t.Logf("timing: %s %.2fs", what, d.Seconds())
 		figures.Add(fmt.Sprintf("node (%s): %s", mode, what), d)
 	}
 
-	// 1. The isolated host, in the machine's network namespace so the node reaches the apiserver on 127.0.0.1.
-	t0 := time.Now()
-	h, err := sdhost.Start(ctx, sdhost.Options{Name: node + "-h", SharedNetwork: true, CgroupMode: mode, Log: log})
-	if err != nil {
-		t.Fatalf("host: %v", err)
-	}
-	figure("host boot", time.Since(t0))
-	defer func() {
-		t1 := time.Now()
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := h.Stop(sctx); err != nil {
-			t.Errorf("stop host: %v", err)
-		}
-		figure("host stop", time.Since(t1))
-	}()
+	// 1. The isolated host, in the machine's network namespace so the node reaches the apiserver on 127.0.0.1,
+	// with the mirror serving the node rootfs and the kubelet, a fresh bootstrap token and two free ports.
+	r := newBootstrapRigWith(t, ctx, "kn-"+mode[:1], bsOptions{Bare: true, CgroupMode: mode, Figure: figure})
+	cp, srv, h, node, admin, token, ports := r.cp, r.srv, r.h, r.node, r.admin, r.token, r.ports
 
 	// 2. The node's rootfs and kubelet, fetched from the mirror like the agent does.
 	t1 := time.Now()
@@ -113,16 +70,8 @@ func runKubeletNode(t *testing.T, ctx context.Context, cp *kube.ControlPlane, sr
 	}
 	figure("fetch kubelet", time.Since(t1))
 
-	// 3. Credentials and settings: a fresh bootstrap token, nothing else; the kubelet gets its client
+	// 3. Credentials and settings: the rig's bootstrap token, nothing else; the kubelet gets its client
 	// certificate through a CSR.
-	token, err := cp.CreateBootstrapToken(ctx, 30*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports, err := kube.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	err = nodeimage.WriteFiles(rootfs, nodeimage.Node{Name: node, CAPEM: cp.CAPEM(),
 		BootstrapKubeconfig: cp.Kubeconfig("kubelet-bootstrap", token), KubeletPort: ports[0], HealthzPort: ports[1]})
 	if err != nil {

@@ -31,8 +31,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubeslot/kubeslot/integration/kube"
-	"github.com/kubeslot/kubeslot/integration/mirror"
 	"github.com/kubeslot/kubeslot/integration/nodeimage"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/config"
@@ -61,68 +59,15 @@ func init() {
 }
 
 func TestNspawnBackendOnRig(t *testing.T) {
-	cp := needCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 18*time.Minute)
 	defer cancel()
-	tarball, err := nodeimage.Tarball(ctx, rigRequired)
-	if err != nil {
-		if rigRequired {
-			t.Fatalf("node rootfs: %v", err)
-		}
-		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	figure := func(what string, d time.Duration) {
 		t.Logf("timing: %s %.2fs", what, d.Seconds())
 		figures.Add("nspawn backend: "+what, d)
 	}
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	srv, err := mirror.Start(filepath.Join(t.TempDir(), "mirror"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	rootfsSum, err := srv.Add("node-rootfs.tar.gz", tarball)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeletSum, err := srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	node := fmt.Sprintf("nsb-%d", os.Getpid()%100000)
-	t0 := time.Now()
-	h, err := sdhost.Start(ctx, sdhost.Options{Name: node + "-h", SharedNetwork: true, Log: log,
-		Binds: []sdhost.Bind{{Source: exe, Target: nspawnDriverPath, ReadOnly: true}}})
-	if err != nil {
-		t.Fatalf("host: %v", err)
-	}
-	figure("host boot", time.Since(t0))
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := h.Stop(sctx); err != nil {
-			t.Errorf("stop host: %v", err)
-		}
-	}()
-
-	token, err := cp.CreateBootstrapToken(ctx, 30*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports, err := kube.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newBootstrapRigWith(t, ctx, "nsb", bsOptions{Bare: true, Driver: true, Figure: figure})
+	cp, srv, h, node, admin, token, ports := r.cp, r.srv, r.h, r.node, r.admin, r.token, r.ports
+	rootfsSum, kubeletSum := r.sums["rootfs"], r.sums["kubelet"]
 	toml := nspawnRigConfig(node, cp.URL(), string(cp.CAPEM()), token, srv.URL("node-rootfs.tar.gz"), rootfsSum,
 		srv.URL("kubelet"), kubeletSum)
 	if _, err := config.Parse("rig config", []byte(toml)); err != nil {

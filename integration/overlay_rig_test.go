@@ -22,12 +22,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/kubeslot/kubeslot/integration/kube"
-	"github.com/kubeslot/kubeslot/integration/mirror"
-	"github.com/kubeslot/kubeslot/integration/nodeimage"
 	"github.com/kubeslot/kubeslot/integration/sdhost"
 	"github.com/kubeslot/kubeslot/lib/config"
 )
@@ -41,27 +35,13 @@ const (
 )
 
 func TestOverlaySlotsOnRig(t *testing.T) {
-	cp := needCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
-	tarball, err := nodeimage.Tarball(ctx, rigRequired)
-	if err != nil {
-		if rigRequired {
-			t.Fatalf("node rootfs: %v", err)
-		}
-		t.Skipf("node rootfs not built (run scripts/node-rootfs.sh): %v", err)
-	}
-	srv, err := mirror.Start(filepath.Join(t.TempDir(), "mirror"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	sum1, err := srv.Add("rootfs-1x.tar.gz", tarball)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newBootstrapRigWith(t, ctx, "ovl", bsOptions{Bare: true, Driver: true, RootfsName: "rootfs-1x.tar.gz"})
+	cp, srv, h, node, token, ports := r.cp, r.srv, r.h, r.node, r.token, r.ports
+	sum1, kubeletSum := r.sums["rootfs"], r.sums["kubelet"]
 	double := filepath.Join(t.TempDir(), "rootfs-2x.tar")
-	if err := doubleTarball(tarball, double); err != nil {
+	if err := doubleTarball(r.rootfs, double); err != nil {
 		t.Fatalf("2x rootfs: %v", err)
 	}
 	sum2, err := srv.Add("rootfs-2x.tar", double)
@@ -69,40 +49,6 @@ func TestOverlaySlotsOnRig(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Remove(double)
-	kubeletSum, err := srv.Add("kubelet", filepath.Join(kubeBinDir, "kubelet"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := fmt.Sprintf("ovl-%d", os.Getpid()%100000)
-	h, err := sdhost.Start(ctx, sdhost.Options{Name: node + "-h", SharedNetwork: true,
-		Binds: []sdhost.Bind{{Source: exe, Target: nspawnDriverPath, ReadOnly: true}}})
-	if err != nil {
-		t.Fatalf("host: %v", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := h.Stop(sctx); err != nil {
-			t.Errorf("stop host: %v", err)
-		}
-	}()
-	token, err := cp.CreateBootstrapToken(ctx, 30*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports, err := kube.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) }()
 	useRootfs := func(name, sum string) {
 		t.Helper()
 		toml := nspawnRigConfig(node, cp.URL(), string(cp.CAPEM()), token, srv.URL(name), sum, srv.URL("kubelet"), kubeletSum)
