@@ -30,7 +30,7 @@ import (
 )
 
 var (
-	// Cluster is the package's control plane (with kube-controller-manager); nil when the rig cannot run.
+	// Cluster is the test binary's control plane (with kube-controller-manager); nil when the rig cannot run.
 	Cluster *kube.ControlPlane
 	// ClusterSkip says why cluster is nil because of the machine; ClusterErr, why it is nil because it failed.
 	ClusterSkip string
@@ -69,7 +69,7 @@ func Main(m *testing.M) int {
 	hostReason, binReason := rigUnavailable(ctx)
 	ClusterSkip = strings.Join(nonEmpty(hostReason, binReason), "; ")
 	if hostReason != "" {
-		// no isolated hosts here: nothing in this package can change the machine, no leak check needed
+		// no isolated hosts here: nothing in this test binary can change the machine, no leak check needed
 		return runReporting(m, hostReason)
 	}
 

@@ -16,13 +16,14 @@ import (
 )
 
 const (
-	// NspawnDriverArg as os.Args[1] makes this test binary the backend driver (see init).
+	// NspawnDriverArg as os.Args[1] makes a test binary the backend driver (integration/node's init).
 	NspawnDriverArg = "kubeslot-nspawn-driver"
 	// NspawnDriverPath is where the test binary is bound inside the host.
 	NspawnDriverPath = "/usr/local/libexec/kubeslot-nspawn-driver"
 	NspawnConfigPath = "/etc/kubeslot/nspawn-rig.toml"
 )
 
+// NspawnRigConfig is the TOML configuration the nspawn backend's rig tests drive the backend with.
 func NspawnRigConfig(node, server, caPEM, token, rootfsURL, rootfsSum, kubeletURL, kubeletSum string) string {
 	return fmt.Sprintf(`[machine]
 name = %q

@@ -105,7 +105,7 @@ type Options struct {
 	// Bare stops at the pieces (control plane clients, mirror, host, token, ports): no release is laid down and the
 	// cluster API is not installed, for tests that drive the node themselves.
 	Bare bool
-	// Driver binds this test binary into the host at NspawnDriverPath (the nspawn backend's driver, see init).
+	// Driver binds this test binary into the host at NspawnDriverPath (the nspawn backend's driver: integration/node's init).
 	Driver bool
 	// CgroupMode is the host's cgroup layout (sdhost.Options.CgroupMode).
 	CgroupMode string
