@@ -84,7 +84,8 @@ test-unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration)
 
 # Whole-system tests on the rig: isolated systemd hosts, a real control plane,
-# real nspawn node machines.
+# real nspawn node machines. One test binary per subject package (integration/node,
+# integration/repave, ...), one at a time (-p 1); -timeout bounds each binary.
 test-integration:
 	KUBESLOT_KUBE_BIN=$$(scripts/kube-bins.sh) KUBESLOT_KUBE_BIN_PREV=$$(scripts/kube-bins.sh --prev kubelet) $(GO) test -race -count=1 -p 1 -timeout 70m $$($(GO) list ./... | grep /integration)
 
@@ -94,17 +95,17 @@ test-integration:
 bench:
 	@scripts/bench.sh
 
-# The chaos test (integration/soak_test.go): SOAK_ROUNDS rounds of random operations on one rig host (spec
+# The chaos test (integration/soak/soak_test.go): SOAK_ROUNDS rounds of random operations on one rig host (spec
 # repave, NodeRestart, AgentUpgrade, AgentReset + a fresh bootstrap), each with a kill -9 of a random kubeslot process
 # at a random moment and a power cut in one round of every four; the host's invariants are checked after each round,
 # and a table of the rounds is printed. TestSoak skips unless KUBESLOT_SOAK_ROUNDS is set, so make test does not run
-# it. SOAK_SEED=<seed> replays a plan (the seed is printed at the start). Run from integration/ so that the progress
-# lines stream (go test's local directory mode); about 1-2 minutes per round.
+# it. SOAK_SEED=<seed> replays a plan (the seed is printed at the start). Run from integration/soak/ so that the
+# progress lines stream (go test's local directory mode); about 1-2 minutes per round.
 SOAK_ROUNDS ?= 30
 SOAK_SEED ?=
 soak: deps
-	cd integration && KUBESLOT_SOAK_ROUNDS=$(SOAK_ROUNDS) $(if $(SOAK_SEED),KUBESLOT_SOAK_SEED=$(SOAK_SEED)) \
-		KUBESLOT_KUBE_BIN=$$(../scripts/kube-bins.sh) $(GO) test -count=1 -timeout $$(( $(SOAK_ROUNDS) * 10 + 30 ))m -run '^TestSoak$$'
+	cd integration/soak && KUBESLOT_SOAK_ROUNDS=$(SOAK_ROUNDS) $(if $(SOAK_SEED),KUBESLOT_SOAK_SEED=$(SOAK_SEED)) \
+		KUBESLOT_KUBE_BIN=$$(../../scripts/kube-bins.sh) $(GO) test -count=1 -timeout $$(( $(SOAK_ROUNDS) * 10 + 30 ))m -run '^TestSoak$$'
 
 # The whole life cycle on this machine (integration/demo): a local control plane, an isolated systemd host, the
 # real binaries and units; a timeline with durations, everything cleaned up at the end (also on Ctrl-C).

@@ -33,7 +33,7 @@
 #   KUBESLOT_ROLLOUT_N      BenchmarkRolloutWait's fleet sizes [20,200]: requests per waiting agent must not grow with N
 #   KUBESLOT_FLEET_N        fleet sizes, comma-separated [1,200,1000]: the per-agent figures side by side
 #   KUBESLOT_BENCH_WINDOW, KUBESLOT_BENCH_BASELINE, KUBESLOT_BENCH_SETTLE  idle window [60s], apiserver baseline
-#                           window [30s], pause before each [10s] (integration/bench_fleet_test.go)
+#                           window [30s], pause before each [10s] (integration/bench/bench_fleet_test.go)
 #   KUBESLOT_KUBE_BIN, KUBESLOT_REQUIRE_RIG  as for make test-integration
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +62,7 @@ export KUBESLOT_KUBE_BIN KUBESLOT_KUBE_BIN_PREV
 echo "bench: full log in $log, figures in $figures (about 60 minutes)"
 # The terminal gets the progress lines only: test starts and results, the rig's timings, benchmark results.
 set +e
-$GO test -count=1 -p 1 -timeout 100m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/ 2>&1 |
+$GO test -count=1 -p 1 -timeout 100m -v -run "$tests" -bench "$benches" -benchtime 1x ./integration/... 2>&1 |
 	tee "$log" |
 	grep --line-buffered -E '^(=== RUN +[^/]+$|--- (PASS|FAIL|SKIP)|rig: |Benchmark[^ ]+ |ok |FAIL|PASS)'
 rc=${PIPESTATUS[0]}

@@ -14,7 +14,7 @@ import (
 )
 
 // The cluster commands against a real apiserver are tested in
-// integration/api_test.go; these check the command line.
+// integration/cluster/api_test.go; these check the command line.
 
 func TestClusterHelp(t *testing.T) {
 	code, out, _ := clitest.Call(run, "", "cluster", "--help")

@@ -1,7 +1,7 @@
 // Package fleet runs many kubeslot watchers in one process against one control plane, each with its own node
 // identity and its own host root, and measures what they cost: the apiserver's CPU time and resident memory (from
 // /proc), the requests it served (its /metrics) and the requests the agents sent (counted at their client
-// transport). It exists for the fleet benchmark (integration/bench_fleet_test.go); only test code under
+// transport). It exists for the fleet benchmark (integration/bench/bench_fleet_test.go); only test code under
 // integration/ imports it.
 //
 // A fleet agent is lib/watcher.Run, the loop the kubeslot-watcher binary runs, on a host root holding what a

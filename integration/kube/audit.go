@@ -11,7 +11,7 @@ import (
 )
 
 // The apiserver's audit log counts, per client, what the node identities ask of the resources a kubeslot agent
-// uses: the idle figures (bench_fleet_test.go, TestWatcherIdleOnRig) are counted at the apiserver by user and user
+// uses: the idle figures (integration/bench/bench_fleet_test.go, TestWatcherIdleOnRig) are counted at the apiserver by user and user
 // agent, so the kubelet of the same node (same user, its own user agent) and every other client are told apart.
 // Only node identities (group system:nodes) and only those resources are logged, at Metadata level: a full test run
 // writes a few lines per node and minute. The log backend is blocking (the default): an event is in the file when

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// These run without root; the host itself is tested in package integration (host_test.go). Named *Host* so that
+// These run without root; the host itself is tested in package integration/host (host_test.go). Named *Host* so that
 // the rig's usual `-run Host` selects them.
 
 func TestHostScriptsDir(t *testing.T) {

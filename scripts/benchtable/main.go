@@ -1,5 +1,5 @@
 // Command benchtable prints the one table of `make bench`: kubeslot's measured figures next to the
-// stage targets, from the figures the rig tests and benchmarks of integration/ recorded in one run.
+// stage targets, from the figures the rig tests and benchmarks under integration/ recorded in one run.
 // Used by scripts/bench.sh only.
 //
 // Inputs: -figures, the JSON lines integration's figure table appends to KUBESLOT_FIGURES_FILE ({"name", "value",
@@ -252,7 +252,7 @@ const (
 	idleUnit        = "watcher (rig host, its unit, node identity): idle requests besides watches (apiserver audit)"
 	idleUnitWatches = "watcher (rig host, its unit, node identity): watches opened when idle (apiserver audit)"
 	idleRSS         = "watcher (rig host, its unit, node identity): RSS when idle"
-	// TestUpgradeOnRig (integration/upgrade_test.go), Good subtest and each good upgrade after it.
+	// TestUpgradeOnRig (integration/repave/upgrade_test.go), Good subtest and each good upgrade after it.
 	upgradeVerdict = "upgrade: operation created to Succeeded (verdict; probation follows)"
 )
 
@@ -342,14 +342,14 @@ var rows = []row{
 		tests: "TestWatcher.*", names: []string{idleName}},
 }
 
-// TestRolloutOnRig's figures (integration/rollout_rig_test.go): one paced Repave of three real rig hosts, one at a
+// TestRolloutOnRig's figures (integration/rollout/rollout_rig_test.go): one paced Repave of three real rig hosts, one at a
 // time with drains, against the sum of the same three repaves as each host timed its own request.
 const (
 	rolloutWhole = "rollout of 3 rig hosts, maxUnavailable 1: operation created -> Succeeded (real repaves, drain)"
 	rolloutSum   = "rollout of 3 rig hosts: sum of its 3 repaves (each request's first phase -> final status)"
 )
 
-// BenchmarkAgentAdmission's figures (integration/bench_admission_test.go).
+// BenchmarkAgentAdmission's figures (integration/bench/bench_admission_test.go).
 const (
 	admCreate0    = "admission with 0 Machines: an agent creates its Machine (median)"
 	admCreate1000 = "admission with 1000 Machines: an agent creates its Machine (median)"

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// BenchmarkRolloutWait (integration/bench_rollout_test.go) records each figure once per fleet size, as
+// BenchmarkRolloutWait (integration/bench/bench_rollout_test.go) records each figure once per fleet size, as
 // "rollout wait N=<n>: <metric>": a paced rollout's coordination cost, N-1 agents waiting for the one slot. As for the
 // fleet, one line per metric with the sizes side by side, and one derived line: the requests per minute per waiting
 // agent at the largest size over the smallest, whose target is that they do not grow with N.

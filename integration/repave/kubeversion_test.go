@@ -1,0 +1,134 @@
+package repave
+
+// TestKubernetesUpgradeOnRig: the version in the Machine's spec is the version that runs. A host starts
+// on an earlier real kubelet release, found on the rig's release mirror by its version alone; changing
+// spec.node.kubernetesVersion repaves it onto the current release while a workload keeps serving; the Node and the
+// Machine then report the new version. A version the skew policy forbids is refused before anything is fetched, and
+// a mirror that serves another release's binary under a version's path is caught before commit and rolled back.
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslot/kubeslot/integration/kube"
+	"github.com/kubeslot/kubeslot/integration/rig"
+	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
+	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/units"
+)
+
+func TestKubernetesUpgradeOnRig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
+	defer cancel()
+	prevDir, err := kube.PrevKubeletDir(ctx, rig.Required)
+	if err != nil {
+		if rig.Required {
+			t.Fatalf("the earlier kubelet release: %v", err)
+		}
+		t.Skipf("the earlier kubelet release (scripts/kube-bins.sh --prev kubelet): %v", err)
+	}
+	cur := kubeletRelease(t, filepath.Join(rig.KubeBinDir, "kubelet"))
+	prev := kubeletRelease(t, filepath.Join(prevDir, "kubelet"))
+	if prev == cur {
+		t.Fatalf("the earlier kubelet reports %s, the same release as the current one", prev)
+	}
+	// The release tree: each version's kubelet and its published sha256. v<wrong> holds the current release's
+	// binary, as a mirror that was filled wrongly would.
+	const wrong = "1.37.0"
+	tree := func(v string) string { return rig.ReleaseDir + "/" + kuberelease.KubeletPath(v, runtime.GOARCH) }
+	mirrorFiles := map[string]string{
+		tree(prev):  filepath.Join(prevDir, "kubelet"),
+		tree(cur):   filepath.Join(rig.KubeBinDir, "kubelet"),
+		tree(wrong): filepath.Join(rig.KubeBinDir, "kubelet"),
+	}
+	t0 := time.Now()
+	p := rig.NewPodsRig(t, ctx, "kver", rig.Options{Release: prev, Mirror: mirrorFiles})
+	r := p.RepaveRig
+	rig.Timing(t, "kubernetes upgrade: host on the earlier release bootstrapped to Node Ready", time.Since(t0))
+	r.CheckVersions(ctx, prev)
+	// The bootstrap asked the API server for its version with the join credentials (no node identity yet).
+	if j, _ := r.H.Journal(ctx, units.Bootstrap); !strings.Contains(j, "kubernetes version within the skew policy") {
+		t.Errorf("the bootstrap did not check the version skew:\n%s", rig.TailLines(j, 30))
+	}
+
+	ns := p.Namespace(ctx)
+	p.Deploy(ctx, ns)
+	p.WaitPods(ctx, ns, time.Time{}, 4*time.Minute)
+	p.EdgePod(ctx, ns)
+	probe := p.StartProbe(ctx)
+
+	// 1. The upgrade: only the version changes in the spec.
+	t1 := time.Now()
+	gen := r.UpdateMachine(ctx, func(m *v1alpha1.Machine) {
+		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+		m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone} // one node: see noDrain
+		m.Spec.Node.KubernetesVersion = cur
+	})
+	s := r.WaitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 6*time.Minute)
+	r.LogStatus("kubernetes upgrade "+prev+" -> "+cur, s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Fatalf("upgrade repave: %+v", s)
+	}
+	r.CheckVersions(ctx, cur)
+	p.WaitPods(ctx, ns, t1, 4*time.Minute)
+	rig.Timing(t, "kubernetes upgrade: spec change -> pods Ready on the new release", time.Since(t1))
+	rig.Timing(t, "kubernetes upgrade: workload downtime (hostPort probe from the host)", probe.Outage(t, t1, 2*time.Minute))
+
+	// 2. Past the skew policy: refused before anything is fetched; the node is left alone.
+	const tooOld = "1.33.0"
+	gen = r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = tooOld })
+	s = r.WaitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 3*time.Minute)
+	if s.Phase != requests.Failed || !strings.Contains(s.Message, "skew policy") || !strings.Contains(s.Message, "4 minor versions older") {
+		t.Errorf("repave to %s: %s %q, want Failed naming the skew policy", tooOld, s.Phase, s.Message)
+	}
+	if n := r.Srv.Hits(tree(tooOld)) + r.Srv.Hits(tree(tooOld)+".sha256"); n != 0 {
+		t.Errorf("the mirror was asked %d times for %s, refused by policy", n, tooOld)
+	}
+	r.EventuallyMachine(ctx, "Repaved=False naming the skew policy", func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRepaved)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "skew policy")
+	})
+	r.CheckVersions(ctx, cur)
+
+	// 3. The mirror serves the current release's binary as v<wrong>: caught at standby, on the warm machine, and
+	// rolled back before the node on slot b was touched: no downtime, its pods keep running.
+	gen = r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = wrong })
+	s = r.WaitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 8*time.Minute)
+	r.LogStatus("repave onto a wrong binary for "+wrong, s)
+	if s.Phase != requests.Failed || s.ActiveSlot != "b" || !strings.Contains(s.Message, "rolled back") ||
+		!strings.Contains(s.Message, "reports "+cur+", but kubernetes version "+wrong) {
+		t.Errorf("repave to %s with the wrong binary: %s on %s %q, want Failed, rolled back, naming both versions", wrong, s.Phase, s.ActiveSlot, s.Message)
+	}
+	if s.Downtime != 0 || !strings.Contains(s.Message, "failed in standby") {
+		t.Errorf("repave to %s with the wrong binary: downtime %s, %q: want it refused at standby, the node never stopped", wrong, s.Downtime, s.Message)
+	}
+	if r.Srv.Hits(tree(wrong)+".sha256") == 0 {
+		// (The binary itself may come from the artifact cache: it is the current release's file, by digest.)
+		t.Error("the mirror was never asked for the wrong version's checksum: the check proved nothing")
+	}
+	r.CheckVersions(ctx, cur)
+	p.WaitPods(ctx, ns, time.Time{}, 4*time.Minute)
+}
+
+// kubeletRelease is the release a kubelet binary reports.
+func kubeletRelease(t *testing.T, bin string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	v, err := kuberelease.ParseKubeletVersion(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
