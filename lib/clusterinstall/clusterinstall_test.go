@@ -1,6 +1,6 @@
 package clusterinstall
 
-// Unit tests of the bookkeeping; the integration tests (integration/api_test.go) install into a real apiserver.
+// Unit tests of the bookkeeping; the integration tests (integration/cluster/api_test.go) install into a real apiserver.
 
 import (
 	"context"
