@@ -150,7 +150,7 @@ func stateCases() []hcase {
 				e.fifo(p)
 				return []string{"status"}
 			}},
-		hcase{name: "status ownership record huge", bin: "kubeslot", code: 1, want: []string{"ownership.json", "larger than 16777216 bytes"},
+		hcase{name: "status ownership record huge", bin: "kubeslot", code: 1, want: []string{"ownership.json", "larger than allowed (16777216 bytes at most)"},
 			setup: func(e *env) []string {
 				e.installed()
 				p, _ := e.root.File(hostroot.OwnershipFile)

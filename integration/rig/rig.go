@@ -228,8 +228,11 @@ func NewWith(t *testing.T, ctx context.Context, base string, o Options) *Rig {
 	if r.Token, err = cp.CreateBootstrapToken(ctx, 30*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// As an administrator enrolls a host before it joins: its agent registers its Machine.
-	EnrollNode(t, cp, r.Node)
+	if !o.Bare {
+		// As an administrator enrolls a host before it joins: its agent registers its Machine. (A bare rig has no
+		// cluster API, hence no role to bind.)
+		EnrollNode(t, cp, r.Node)
+	}
 	ports, err := kube.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
