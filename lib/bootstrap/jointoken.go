@@ -62,15 +62,21 @@ func dropJoinToken(d Deps, cfg *config.Config, slot string, log *slog.Logger) (d
 	}
 	cfg.Cluster.BootstrapToken = ""
 	if slot != "" {
-		changed, err := rewriteSlotKubeconfig(d, cfg, slot)
-		if err != nil {
+		if err := scrubSlotKubeconfig(d, cfg, slot, log); err != nil {
 			return false, err
-		}
-		if changed {
-			log.Info("slot's bootstrap kubeconfig rewritten without the join token", "slot", slot, "path", nodeconfig.BootstrapKubeconfig)
 		}
 	}
 	return true, nil
+}
+
+// scrubSlotKubeconfig is rewriteSlotKubeconfig, logged when it changed the
+// file.
+func scrubSlotKubeconfig(d Deps, cfg *config.Config, slot string, log *slog.Logger) error {
+	changed, err := rewriteSlotKubeconfig(d, cfg, slot)
+	if err == nil && changed {
+		log.Info("slot's bootstrap kubeconfig rewritten without the join token", "slot", slot, "path", nodeconfig.BootstrapKubeconfig)
+	}
+	return err
 }
 
 // rewriteSlotKubeconfig writes slot's bootstrap kubeconfig as a slot
@@ -113,21 +119,13 @@ func dropCompleteJoinToken(d Deps, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	if !found {
-		_, err := dropJoinToken(d, cfg, "", d.Log)
-		return err
-	}
 	dropped, err := dropJoinToken(d, cfg, "", d.Log)
-	if err != nil || !dropped {
+	if err != nil || !dropped || !found {
 		return err
 	}
 	for _, slot := range cfg.Isolation.Slots {
-		changed, err := rewriteSlotKubeconfig(d, cfg, slot)
-		if err != nil {
+		if err := scrubSlotKubeconfig(d, cfg, slot, d.Log); err != nil {
 			return err
-		}
-		if changed {
-			d.Log.Info("slot's bootstrap kubeconfig rewritten without the join token", "slot", slot, "path", nodeconfig.BootstrapKubeconfig)
 		}
 		a, err := store.LoadApplied(slot)
 		if errors.Is(err, state.ErrNotFound) {
