@@ -59,14 +59,8 @@ func (d *demo) startControlPlane(ctx context.Context) (string, error) {
 
 // clusterInstall runs the real CLI, as an operator would against their cluster.
 func (d *demo) clusterInstall(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(d.flags.bins, "kubeslot"), "cluster", "install",
-		"--kubeconfig", d.cp.AdminKubeconfig(), "--timeout", "3m")
-	out, err := cmd.CombinedOutput()
-	d.say("$ kubeslot cluster install --kubeconfig %s\n%s", d.cp.AdminKubeconfig(), indent(strings.TrimSpace(string(out)), "    "))
-	if err != nil {
-		return "", fmt.Errorf("kubeslot cluster install: %w", err)
+	if err := d.clusterCLI(ctx, 4*time.Minute, "install", "--timeout", "3m"); err != nil {
+		return "", err
 	}
 	d.crds = true
 	return "CRDs Established, RBAC and admission policies enforced", nil
@@ -75,16 +69,24 @@ func (d *demo) clusterInstall(ctx context.Context) (string, error) {
 // enroll makes the node a member of the fleet with the real CLI, before the host joins: a node no administrator
 // enrolled only reads kubeslot's objects, and its agent registers its Machine once it may.
 func (d *demo) enroll(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(d.flags.bins, "kubeslot"), "cluster", "enroll",
-		"--kubeconfig", d.cp.AdminKubeconfig(), d.node)
-	out, err := cmd.CombinedOutput()
-	d.say("$ kubeslot cluster enroll --kubeconfig %s %s\n%s", d.cp.AdminKubeconfig(), d.node, indent(strings.TrimSpace(string(out)), "    "))
-	if err != nil {
-		return "", fmt.Errorf("kubeslot cluster enroll: %w", err)
+	if err := d.clusterCLI(ctx, time.Minute, "enroll", d.node); err != nil {
+		return "", err
 	}
 	return "node " + d.node + " may register its Machine (labelled kubeslot.dev/enrolled=true) and report on it", nil
+}
+
+// clusterCLI runs `kubeslot cluster <sub> --kubeconfig <admin> args...` within bound, printing the command line and
+// what it printed, as an operator sees them.
+func (d *demo) clusterCLI(ctx context.Context, bound time.Duration, sub string, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	argv := append([]string{"cluster", sub, "--kubeconfig", d.cp.AdminKubeconfig()}, args...)
+	out, err := exec.CommandContext(ctx, filepath.Join(d.flags.bins, "kubeslot"), argv...).CombinedOutput()
+	d.say("$ kubeslot %s\n%s", strings.Join(argv, " "), indent(strings.TrimSpace(string(out)), "    "))
+	if err != nil {
+		return fmt.Errorf("kubeslot cluster %s: %w", sub, err)
+	}
+	return nil
 }
 
 // bootHost starts the mirror (node rootfs, kubelet) and an isolated systemd host sharing the machine's network,
