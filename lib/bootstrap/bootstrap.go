@@ -125,11 +125,14 @@ type Releaser interface {
 	Ensure(ctx context.Context) error
 }
 
-// Deps is everything a run is built from. Root, Log, Host, Systemd,
-// NewIsolation, Cluster and Releaser are required.
+// Deps is everything a run is built from. Root, Log, Begin, Host,
+// Systemd, NewIsolation, Cluster and Releaser are required.
 type Deps struct {
-	Root    *hostroot.Root
-	Log     *slog.Logger
+	Root *hostroot.Root
+	Log  *slog.Logger
+	// Begin is the stage prologue: the installation lock (busy: 69), then
+	// the admission it is given (stagekit.Driver.Begin).
+	Begin   func(context.Context, ownership.Prologue) (*ownership.Held, error)
 	Host    Host
 	Systemd isolation.SystemdConn
 	// NewIsolation builds the backend and operator bound to cfg and rec.
@@ -271,7 +274,7 @@ func checkHostFresh(ctx context.Context, d Deps, cfg *config.Config) error {
 // locked is the part of Run that holds the installation lock.
 func locked(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 	res := &Result{}
-	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: Stage, Wait: cfg.Timeouts.Lock.Duration, WaitName: "timeouts.lock",
+	held, err := d.Begin(ctx, ownership.Prologue{Stage: Stage, Wait: cfg.Timeouts.Lock.Duration, WaitName: "timeouts.lock",
 		Admit: func(rec *ownership.Record, err error) (*ownership.Record, error) {
 			rec, err = migrateLegacy(ctx, d, rec, err)
 			rec, res.Decision, err = admit(d, cfg, rec, err)

@@ -26,6 +26,7 @@ import (
 // fullRun is the call sequence of a fresh bootstrap, each with the
 // checkpoint on disk when it was made.
 var fullRun = []string{
+	"pin@preparing-host",
 	"hostprep@preparing-host",
 	"provision=a@preparing-slot",
 	"configure=a@preparing-slot",
@@ -142,9 +143,10 @@ func TestResumeFromEachCheckpoint(t *testing.T) {
 			if res.Decision != ownership.Resume || res.InstallID != rec.InstallID {
 				t.Errorf("decision %v install %s, want resume of %s", res.Decision, res.InstallID, rec.InstallID)
 			}
-			// The finished phases are skipped: the calls are the tail of a full run from this phase on.
-			var want []string
-			for _, c := range fullRun {
+			// The finished phases are skipped: the calls are the tail of a full run from this phase on,
+			// after the version check (the kubelet pin) that every run with phases left makes.
+			want := []string{"pin@" + string(cp)}
+			for _, c := range fullRun[1:] {
 				_, at, _ := strings.Cut(c, "@")
 				if ownership.Checkpoint(at).Order() > i {
 					want = append(want, c)
@@ -187,7 +189,7 @@ func TestFailedPhaseKeepsCheckpointAndReports(t *testing.T) {
 	if err != nil || res.InstallID != rec.InstallID {
 		t.Fatalf("re-run: %v, install %s want %s", err, res.InstallID, rec.InstallID)
 	}
-	if got := f.Calls(); got[0] != "start=a@starting-node" {
+	if got := f.Calls(); len(got) < 2 || got[0] != "pin@starting-node" || got[1] != "start=a@starting-node" {
 		t.Errorf("re-run started with %v", got)
 	}
 }
@@ -356,7 +358,7 @@ func TestPauseHook(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "paused before starting-node") {
 		t.Fatalf("err %v", err)
 	}
-	if got := f.Calls(); len(got) != 3 || got[2] != "configure=a@preparing-slot" {
+	if got := f.Calls(); len(got) != 4 || got[3] != "configure=a@preparing-slot" {
 		t.Errorf("paused run called %v, want up to configure", got)
 	}
 	rec, _ := ownership.Load(f.root)

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,13 +18,11 @@ import (
 	"github.com/kubeslot/kubeslot/lib/isolation"
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
 	"github.com/kubeslot/kubeslot/lib/verify/verifytest"
-	"os"
-	"slices"
-	"strings"
 )
 
 // fakes records every call with the checkpoint on disk at that moment, so
@@ -94,6 +95,7 @@ func (f *fakes) deps() Deps {
 	return Deps{
 		Root:    f.root,
 		Log:     slog.New(slog.NewTextHandler(f.t.Output(), nil)),
+		Begin:   (&stagekit.Driver{Root: f.root}).Begin,
 		Host:    fakeHost{f},
 		Systemd: f.sd,
 		NewIsolation: func(cfg *config.Config, rec *ownership.Record) (isolation.Backend, isolation.Operator, error) {
@@ -104,7 +106,7 @@ func (f *fakes) deps() Deps {
 		},
 		Cluster:  fakeCluster{f},
 		Releaser: fakeReleaser{f},
-		Releases: fakeReleases{},
+		Releases: fakeReleases{f},
 	}
 }
 
@@ -149,10 +151,11 @@ func (b fakeBackend) KubeletVersion(context.Context, string) (string, error) {
 	return "1.37.2", nil
 }
 
-// fakeReleases pins nothing: the test configurations name their kubelet.
-type fakeReleases struct{}
+// fakeReleases pins nothing (the test configurations name their kubelet)
+// but records the call.
+type fakeReleases struct{ f *fakes }
 
-func (fakeReleases) Pin(context.Context, *config.Config) error { return nil }
+func (r fakeReleases) Pin(context.Context, *config.Config) error { return r.f.call("pin") }
 
 func (b fakeBackend) KubeletStartedAt(context.Context, string) (time.Time, error) {
 	return time.Unix(1, 0), nil

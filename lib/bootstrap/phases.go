@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
@@ -27,11 +26,16 @@ type runner struct {
 // slot is the slot a bootstrap installs: the first configured one.
 func (r *runner) slot() string { return r.cfg.Isolation.Slots[0] }
 
+// checkingVersions names the table's check (transition.Phase.Check): no
+// checkpoint of its own, run by every run with phases left.
+const checkingVersions = "checking-versions"
+
 // list is the table of phases, in order; each is named by the checkpoint
-// the record holds while it runs. complete is not a phase: it is written
-// after the last one (phases).
+// the record holds while it runs, but the first, a check. complete is not
+// a phase: it is written after the last one (phases).
 func (r *runner) list() []transition.Phase {
 	return []transition.Phase{
+		r.check(checkingVersions, ownership.CheckpointPreparingSlot, "check the version skew, pin the kubelet of the version", r.checkVersions),
 		r.phase(ownership.CheckpointPreparingHost, "prepare the host (lib/hostprep)", r.prepareHost),
 		r.phase(ownership.CheckpointPreparingSlot, "provision and configure the slot", r.prepareSlot),
 		r.phase(ownership.CheckpointStartingNode, "start the node, wait for it to be Ready, enable its machine at boot", r.startNode),
@@ -48,11 +52,22 @@ func (r *runner) phase(cp ownership.Checkpoint, what string, run func(context.Co
 		}}
 }
 
+// check is a check of the table (no checkpoint): a failure is reported as
+// the failure of the phase cp, whose work it is the first part of.
+func (r *runner) check(name string, cp ownership.Checkpoint, what string, run func(context.Context) error) transition.Phase {
+	p := r.phase(cp, what, run).AsCheck()
+	p.Name = name
+	return p
+}
+
 // PhaseNames are the names of the phases in order (the checkpoints before
 // complete), from the table the run uses.
 func PhaseNames() []string {
 	var out []string
 	for _, p := range (&runner{}).list() {
+		if p.Check {
+			continue
+		}
 		out = append(out, p.Name)
 	}
 	return out
@@ -63,30 +78,6 @@ func PhaseNames() []string {
 // reported Running) before it starts, so a crash resumes that phase (each is
 // idempotent); complete is written only after the commit.
 func (r *runner) phases(ctx context.Context, res *Result) error {
-	// A version the skew policy forbids is refused before anything is
-	// downloaded (best effort: a cluster that cannot be asked yet is waited
-	// for later, by the Node Ready wait).
-	if !r.rec.Checkpoint.Passed(ownership.CheckpointPreparingSlot) {
-		server, known, err := checkSkew(ctx, &r.d, r.cfg)
-		if err != nil {
-			err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
-			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
-			return err
-		}
-		if known {
-			r.log.Info("kubernetes version within the skew policy", "version", r.cfg.Kubernetes.Version, "apiserver", server)
-		} else {
-			r.log.Warn("version skew not checked: the API server's version is unknown", "reason", server)
-		}
-	}
-	// The kubelet of the version, looked up on the release mirror by every
-	// run that has phases left: the slot is built from it and the applied
-	// configuration records it.
-	if err := r.d.Releases.Pin(ctx, r.cfg); err != nil {
-		err = fmt.Errorf("phase %s: %w", ownership.CheckpointPreparingSlot, err)
-		r.d.Cluster.Report(ctx, r.cfg, Report{Phase: ownership.CheckpointPreparingSlot, State: Failed, Err: err})
-		return err
-	}
 	tr := transition.Runner{Stage: "bootstrap", Log: r.log,
 		Skip: func(name string) bool { return r.rec.Checkpoint.Passed(ownership.Checkpoint(name)) },
 		Save: func(ctx context.Context, p transition.Phase) error {
@@ -146,6 +137,27 @@ func (r *runner) isolation() (isolation.Backend, error) {
 		r.backend, r.op = b, o
 	}
 	return r.backend, nil
+}
+
+// checkVersions refuses a version the skew policy forbids before anything
+// is downloaded (until the slot is prepared; best effort: a cluster that
+// cannot be asked yet is waited for later, by the Node Ready wait), then
+// pins the kubelet of the version on the release mirror, on every run:
+// the slot is built from it and the applied configuration records it, and
+// the pin lives in memory.
+func (r *runner) checkVersions(ctx context.Context) error {
+	if !r.rec.Checkpoint.Passed(ownership.CheckpointPreparingSlot) {
+		server, known, err := checkSkew(ctx, &r.d, r.cfg)
+		if err != nil {
+			return err
+		}
+		if known {
+			r.log.Info("kubernetes version within the skew policy", "version", r.cfg.Kubernetes.Version, "apiserver", server)
+		} else {
+			r.log.Warn("version skew not checked: the API server's version is unknown", "reason", server)
+		}
+	}
+	return r.d.Releases.Pin(ctx, r.cfg)
 }
 
 func (r *runner) prepareHost(ctx context.Context) error {

@@ -37,6 +37,7 @@ func (c Command) Run(ctx context.Context) error {
 	d := Deps{
 		Root:         root,
 		Log:          log,
+		Begin:        drv.Begin,
 		Host:         HostPrep{Root: root, Log: log, PackagesOnly: sb.HostPrep == sandbox.HostPrepPackagesOnly},
 		Cluster:      &NodeCluster{Root: root, Log: log},
 		Releaser:     ReleaseFromExe{Root: root, Log: log},

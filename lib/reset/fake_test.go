@@ -18,6 +18,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/isolation/hostapi"
 	"github.com/kubeslot/kubeslot/lib/ownership"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/systemdconn/sdtest"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/units"
@@ -305,7 +306,7 @@ func (h *host) readLocal(p string) string {
 }
 
 func (h *host) deps() Deps {
-	return Deps{Root: h.root, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9, Self: h.self}
+	return Deps{Root: h.root, Begin: (&stagekit.Driver{Root: h.root}).Begin, Systemd: h.sd, Sys: h.sys, LockWait: 2e9, PublishWait: 2e9, StopWait: 2e9, Self: h.self}
 }
 
 // tree snapshots every path under the prefix (except the volatile lock

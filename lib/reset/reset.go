@@ -73,8 +73,11 @@ const (
 // Deps is everything a run is built from. Root, Log, Systemd and Sys are
 // required.
 type Deps struct {
-	Root    *hostroot.Root
-	Log     *slog.Logger
+	Root *hostroot.Root
+	Log  *slog.Logger
+	// Begin is the stage prologue: the installation lock (busy: 69), then
+	// the admission it is given (stagekit.Driver.Begin).
+	Begin   func(context.Context, ownership.Prologue) (*ownership.Held, error)
 	Systemd isolation.SystemdConn
 	// Sys undoes host preparation (hostprep.ExecSystem on a host).
 	Sys hostprep.System
@@ -231,13 +234,13 @@ func (e *StepError) Unwrap() error { return e.Err }
 // Run resets the host: installation lock (busy → exit 69), the record
 // (none → Nothing), then every step in order.
 func Run(ctx context.Context, d Deps) (*Result, error) {
-	if d.Root == nil || d.Systemd == nil || d.Sys == nil {
-		return nil, errors.New("reset: Root, Systemd and Sys are required")
+	if d.Root == nil || d.Begin == nil || d.Systemd == nil || d.Sys == nil {
+		return nil, errors.New("reset: Root, Begin, Systemd and Sys are required")
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
-	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: Stage, Wait: d.wait(d.LockWait, DefaultLockWait),
+	held, err := d.Begin(ctx, ownership.Prologue{Stage: Stage, Wait: d.wait(d.LockWait, DefaultLockWait),
 		WaitName: "lock wait", Admit: d.admit, Log: d.Log})
 	if err != nil {
 		return nil, err

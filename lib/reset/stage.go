@@ -75,7 +75,7 @@ func (c Command) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("path of this binary: %w", err)
 	}
-	d := Deps{Root: root, Log: log, Systemd: drv.Systemd(), Sys: hostprep.ExecSystem{Root: root}, Request: request,
+	d := Deps{Root: root, Log: log, Begin: drv.Begin, Systemd: drv.Systemd(), Sys: hostprep.ExecSystem{Root: root}, Request: request,
 		LockWait: c.LockWait, PublishWait: c.PublishWait, Force: c.Force, Resume: c.Resume, Self: self, Before: drv.Pause}
 	res, err := Run(ctx, d)
 	if err != nil {

@@ -4,9 +4,10 @@
 // exit 78, nothing changed), the test and sandbox settings (lib/sandbox),
 // the pause hook (lib/transition), the systemd connection (lib/systemdconn)
 // and Begin, the stage prologue (ownership.Begin: the installation lock and
-// the stage's admission rule) of a stage that locks in its Command.Run.
-// The bootstrap, resetter and upgrader call ownership.Begin inside their own
-// Run, under their unit tests, and the watcher waits for the lock in
+// the stage's admission rule), the only way a stage takes the lock (a
+// repocheck test holds to it): the repaver calls it in its Command.Run, the
+// bootstrap, resetter and upgrader get it as their Deps.Begin (their unit
+// tests give a Driver on a temporary root), and the watcher calls it in
 // rounds. A stage's Command.Run reads: input check → Start → its phase
 // table; a cmd/ main turns flags into a Command and nothing else.
 //

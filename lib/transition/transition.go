@@ -18,7 +18,9 @@
 //     with its duration and records a requests.PhaseTiming (Timed).
 //
 // The phases run in table order from the first (or From) until one marked
-// Last has run or the table ends. A failure of a phase's own run calls its
+// Last has run or the table ends. A Check phase (a precondition with no
+// state of its own) is only run, on every pass, resumes included: its
+// failure calls OnFailure and stops the run. A failure of a phase's own run calls its
 // OnFailure hook and then goes to its FailTo phase (a rollback, itself a
 // phase of the table), or stops the run with a *PhaseError naming the
 // phase. With StopOnCancel, a failure while ctx is done is a stop rather
@@ -66,6 +68,12 @@ type Phase struct {
 	// Last ends the run after the phase succeeded (the end of a chain that
 	// other phases of the table follow, such as a rollback).
 	Last bool
+	// Check marks a phase that holds no durable state of its own: a
+	// precondition each run that reaches it makes again (the bootstrap's
+	// version checks, whose kubelet pin lives in memory). It is never
+	// skipped, saved, paused at or timed, and is not a state of the stage's
+	// diagram (Chains leaves it out).
+	Check bool
 }
 
 // FailingTo returns p whose failure calls report (if not nil) and then goes
@@ -78,6 +86,12 @@ func (p Phase) FailingTo(to string, report func(ctx context.Context, err error))
 // Final returns p that ends the run when it succeeds (Last).
 func (p Phase) Final() Phase {
 	p.Last = true
+	return p
+}
+
+// AsCheck returns p as a Check.
+func (p Phase) AsCheck() Phase {
+	p.Check = true
 	return p
 }
 
@@ -169,7 +183,18 @@ func (r *Runner) Run(ctx context.Context, phases []Phase) ([]requests.PhaseTimin
 		if p.Last {
 			next = len(phases)
 		}
-		if r.Skip != nil && r.Skip(p.Name) {
+		if !p.Check && r.Skip != nil && r.Skip(p.Name) {
+			i = next
+			continue
+		}
+		if p.Check {
+			if err := p.Run(ctx); err != nil {
+				log.Warn(r.Stage+" check failed", "check", p.Name, "err", err)
+				if p.OnFailure != nil {
+					p.OnFailure(ctx, err)
+				}
+				return out, &PhaseError{Phase: p.Name, Err: err, Ran: true}
+			}
 			i = next
 			continue
 		}
@@ -229,6 +254,9 @@ func Chains(phases []Phase) [][]string {
 	chain := func(from int) []string {
 		var c []string
 		for i := from; i < len(phases); i++ {
+			if phases[i].Check {
+				continue
+			}
 			c = append(c, phases[i].Name)
 			on[phases[i].Name] = true
 			if phases[i].Last {

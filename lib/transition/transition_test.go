@@ -101,6 +101,38 @@ func TestFailure(t *testing.T) {
 	}
 }
 
+// A check runs on every pass, a resume included (its name would be skipped),
+// without save, pause, settle or timing, and a failing one stops the run
+// through its failure hook; Chains leaves it out.
+func TestCheck(t *testing.T) {
+	r := &rec{}
+	check := func(name string, err error) Phase { return r.phase(name, err).AsCheck() }
+	table := []Phase{check("done-before", nil), r.phase("one", nil)}
+	timings, err := r.runner(nil).Run(t.Context(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"run done-before with state ", "save one", "pause one", "run one", "settle one"}
+	if !slices.Equal(r.calls, want) {
+		t.Errorf("calls\n%q\nwant\n%q", r.calls, want)
+	}
+	if len(timings) != 1 || timings[0].Name != "one" {
+		t.Errorf("timings %+v, want only one", timings)
+	}
+	if c := Chains(table); len(c) != 1 || !slices.Equal(c[0], []string{"one"}) {
+		t.Errorf("chains %q, want [[one]]", c)
+	}
+	boom := errors.New("boom")
+	r = &rec{}
+	_, err = r.runner(nil).Run(t.Context(), []Phase{check("versions", boom), r.phase("one", nil)})
+	if pe, ok := errors.AsType[*PhaseError](err); !ok || pe.Phase != "versions" || !pe.Ran || !errors.Is(err, boom) {
+		t.Fatalf("err %v", err)
+	}
+	if want := []string{"run versions with state ", "failed versions: boom"}; !slices.Equal(r.calls, want) {
+		t.Errorf("calls\n%q\nwant\n%q", r.calls, want)
+	}
+}
+
 // A failure to save, a pause and a failure to settle stop the run naming the
 // phase, without the failure hook (the phase itself did not fail).
 func TestHookFailures(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
+	"github.com/kubeslot/kubeslot/lib/stagekit"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 	"github.com/kubeslot/kubeslot/lib/testkit"
 	"github.com/kubeslot/kubeslot/lib/testkit/testhost"
@@ -233,7 +234,7 @@ func newEnv(t *testing.T) *env {
 			t.Logf("log:\n%s", e.log)
 		}
 	})
-	e.d = &Deps{Root: root, Log: log, Requests: requests.New(root), Systemd: e.sd,
+	e.d = &Deps{Root: root, Log: log, Begin: (&stagekit.Driver{Root: root}).Begin, Requests: requests.New(root), Systemd: e.sd,
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, Retries: -1}},
 		Bundles: BundleFiles{}, Exec: busyRunner{ExecRunner{}}, Exe: e.sd.exeOf, Arch: buildinfo.Arch,
 		// The handover and health gate run on a fake clock that a poll

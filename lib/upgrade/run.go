@@ -84,7 +84,7 @@ func begin(ctx context.Context, d *Deps, j Job, incomplete string) (*txn, error)
 	}
 	j.defaults()
 	t := &txn{d: d, j: j, log: d.Log, t0: d.now()}
-	held, err := ownership.Begin(ctx, d.Root, ownership.Prologue{Stage: j.Stage, Wait: j.LockWait,
+	held, err := d.Begin(ctx, ownership.Prologue{Stage: j.Stage, Wait: j.LockWait,
 		Admit: ownership.RequireComplete(incomplete), Log: t.log})
 	if err != nil {
 		return nil, err

@@ -121,7 +121,7 @@ func (c Command) job() (Job, error) {
 func (c Command) deps(drv *stagekit.Driver) *Deps {
 	root, log := drv.Root, c.Log
 	return &Deps{
-		Root: root, Log: log, Requests: requests.New(root), Systemd: drv.Systemd(),
+		Root: root, Log: log, Begin: drv.Begin, Requests: requests.New(root), Systemd: drv.Systemd(),
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
 		Bundles: BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
 		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch, Pause: drv.Pause,

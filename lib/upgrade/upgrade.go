@@ -63,6 +63,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/hostroot"
+	"github.com/kubeslot/kubeslot/lib/ownership"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/systemdconn"
 )
@@ -150,8 +151,11 @@ type Runner interface {
 
 // Deps are the upgrade's collaborators.
 type Deps struct {
-	Root     *hostroot.Root
-	Log      *slog.Logger
+	Root *hostroot.Root
+	Log  *slog.Logger
+	// Begin is the stage prologue: the installation lock (busy: 69), then
+	// the admission it is given (stagekit.Driver.Begin).
+	Begin    func(context.Context, ownership.Prologue) (*ownership.Held, error)
 	Requests *requests.Dir
 	Systemd  Systemd
 	Fetcher  Fetcher
@@ -206,7 +210,7 @@ func (d *Deps) versionTimeout() time.Duration {
 
 func (d *Deps) check() error {
 	switch {
-	case d.Root == nil, d.Log == nil, d.Requests == nil, d.Systemd == nil, d.Fetcher == nil, d.Bundles == nil, d.Exec == nil, d.Exe == nil:
+	case d.Root == nil, d.Log == nil, d.Begin == nil, d.Requests == nil, d.Systemd == nil, d.Fetcher == nil, d.Bundles == nil, d.Exec == nil, d.Exe == nil:
 		return errors.New("upgrade: incomplete dependencies")
 	case d.Arch == "":
 		return errors.New("upgrade: no architecture")

@@ -50,8 +50,9 @@ type Command struct {
 	// Config is the host path of the operator's configuration file, read
 	// at start for its [metrics] table only (metrics.go); "" serves none.
 	Config string
-	// root is the host root (the driver's).
+	// root is the host root and drv the stage driver (Run's).
 	root *hostroot.Root
+	drv  *stagekit.Driver
 	// metrics is set by Run when the endpoint is on.
 	metrics *metrics.Watcher
 }
@@ -77,7 +78,7 @@ func (c Command) Run(ctx context.Context) error {
 		return err
 	}
 	defer drv.Close()
-	c.root = drv.Root
+	c.root, c.drv = drv.Root, drv
 	// Before the lock: the endpoint shows a watcher waiting for it.
 	m, srv := c.startMetrics()
 	defer srv.Close()
@@ -138,7 +139,7 @@ func (c Command) begin(ctx context.Context) (*ownership.Held, error) {
 	defer c.metrics.LockWaiting(false)
 	for {
 		round = time.Now()
-		held, err := ownership.Begin(ctx, c.root, p)
+		held, err := c.drv.Begin(ctx, p)
 		if !errors.Is(err, ownership.ErrLockTimeout) {
 			return held, err
 		}

@@ -59,7 +59,7 @@ func completeHost(t *testing.T) (*hostroot.Root, Command) {
 	if err := os.WriteFile(kc, nodeKubeconfig(t, "node1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return root, Command{Host: stagekit.Host{Getenv: os.Getenv, Log: slog.New(slog.DiscardHandler)}, root: root, LockWait: 2 * time.Second}
+	return root, Command{Host: stagekit.Host{Getenv: os.Getenv, Log: slog.New(slog.DiscardHandler)}, root: root, drv: &stagekit.Driver{Root: root}, LockWait: 2 * time.Second}
 }
 
 func mustPath(t *testing.T, root *hostroot.Root, elem ...string) string {

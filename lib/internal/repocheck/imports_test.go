@@ -3,6 +3,7 @@ package repocheck
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +56,35 @@ func TestStagesApart(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLockThroughDriver: the stage prologue (ownership.Begin: the
+// installation lock, then admission) is taken only through the stage driver
+// (stagekit.Driver.Begin), which holds it for the run and releases it at
+// Close; stage packages get it as a Begin dependency. Tests may call it.
+func TestLockThroughDriver(t *testing.T) {
+	root := moduleRoot(t)
+	calls := 0
+	for _, dir := range []string{"lib", "cmd"} {
+		for _, f := range goFiles(t, root, dir) {
+			rel, _ := filepath.Rel(root, f)
+			if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(rel, "lib/ownership/") {
+				continue
+			}
+			for i, l := range readLines(t, f) {
+				if !strings.Contains(l, "ownership.Begin(") || strings.HasPrefix(strings.TrimSpace(l), "//") {
+					continue
+				}
+				if rel == "lib/stagekit/stagekit.go" {
+					calls++
+					continue
+				}
+				t.Errorf("%s:%d calls ownership.Begin: take the lock through the stage driver (stagekit.Driver.Begin)", rel, i+1)
+			}
+		}
+	}
+	if calls != 1 {
+		t.Errorf("lib/stagekit/stagekit.go calls ownership.Begin %d times, want once (the driver's Begin)", calls)
 	}
 }
