@@ -184,3 +184,17 @@ func rel(root, path string) string {
 	}
 	return path
 }
+
+// TestDesignSize: DESIGN.md says what is true now and why; history lives in
+// commit messages and figures come from make bench, so it stays short
+// enough to be read whole.
+func TestDesignSize(t *testing.T) {
+	const limit = 45_000
+	fi, err := os.Stat(filepath.Join(moduleRoot(t), "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > limit {
+		t.Errorf("DESIGN.md is %d bytes, over %d: cut a diary, not a rule", fi.Size(), limit)
+	}
+}
