@@ -13,7 +13,7 @@
 #               tree), TestResetOnRig (reset), TestWatcherOnRig (reaction latency), TestUpgrade*
 #               (upgrade, rollback; matched loosely, may not exist yet), TestPodsOnRig (workload downtime across a
 #               restart and three repaves, the median printed, from a probe outside the node; Node Ready -> pods Ready),
-#               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 upgrade), TestWatcherIdleOnRig
+#               TestKubernetesUpgradeOnRig (workload downtime across a kubelet 1.37.1 -> 1.37.2 patch in place, and a repave), TestWatcherIdleOnRig
 #               (the idle figure: the watcher in kubeslot-watcher.service on a bootstrapped host, with the node identity
 #               the bootstrap left, its requests counted at the apiserver from its audit log by user and user agent),
 #               TestRolloutOnRig (a paced Repave of three real hosts with pods, one at a time, against the sum of the

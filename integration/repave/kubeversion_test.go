@@ -2,19 +2,22 @@ package repave
 
 // TestKubernetesUpgradeOnRig: the version in the Machine's spec is the version that runs. A host starts
 // on an earlier real kubelet release, found on the rig's release mirror by its version alone; changing
-// spec.node.kubernetesVersion repaves it onto the current release while a workload keeps serving; the Node and the
-// Machine then report the new version. A version the skew policy forbids is refused before anything is fetched, and
-// a mirror that serves another release's binary under a version's path is caught before commit and rolled back.
+// spec.node.kubernetesVersion to the next patch release replaces the kubelet in place, the workload's containers
+// kept; with spec.updateMethod Repave the same kind of change repaves onto the other slot; the Node and the Machine
+// then report the version. A version the skew policy forbids is refused before anything is fetched, and a mirror
+// that serves another release's binary under a version's path is caught before the node restarts and rolled back.
 
 import (
 	"context"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -62,26 +65,51 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 
 	ns := p.Namespace(ctx)
 	p.Deploy(ctx, ns)
-	p.WaitPods(ctx, ns, time.Time{}, 4*time.Minute)
+	before := containerIDs(p.WaitPods(ctx, ns, time.Time{}, 4*time.Minute))
 	p.EdgePod(ctx, ns)
 	probe := p.StartProbe(ctx)
 
-	// 1. The upgrade: only the version changes in the spec.
+	// 1. A patch release (only the version changes in the spec) goes in place: the kubelet is replaced in the running
+	// node on slot a, no drain, the Deployment's containers are the same ones before and after.
 	t1 := time.Now()
 	gen := r.UpdateMachine(ctx, func(m *v1alpha1.Machine) {
 		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
 		m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone} // one node: see noDrain
 		m.Spec.Node.KubernetesVersion = cur
 	})
-	s := r.WaitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 6*time.Minute)
-	r.LogStatus("kubernetes upgrade "+prev+" -> "+cur, s)
-	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
-		t.Fatalf("upgrade repave: %+v", s)
+	s := r.WaitStatus(ctx, requests.NewID(requests.Restart, gen, ""), 6*time.Minute)
+	r.LogStatus("kubernetes patch "+prev+" -> "+cur+" in place", s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "a" || !strings.Contains(s.Message, "patched in place") {
+		t.Fatalf("patch in place: %+v", s)
 	}
 	r.CheckVersions(ctx, cur)
+	if after := containerIDs(p.WaitPodsKept(ctx, ns, t1, 4*time.Minute)); !slices.Equal(before, after) {
+		t.Errorf("containers across the patch in place: %v, then %v: want the same ones", before, after)
+	}
+	r.EventuallyMachine(ctx, "Repaved=True/PatchedInPlace", func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRepaved)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonPatchedInPlace
+	})
+	rig.Timing(t, "kubernetes upgrade in place: node downtime", s.Downtime)
+	rig.Timing(t, "kubernetes upgrade in place: workload downtime (hostPort probe from the host)", probe.Outage(t, t1, 2*time.Minute))
+
+	// 1b. The same kind of change with spec.updateMethod Repave: back to the earlier release on slot b, the pods
+	// started again there.
+	t1 = time.Now()
+	gen = r.UpdateMachine(ctx, func(m *v1alpha1.Machine) {
+		m.Spec.UpdateMethod = v1alpha1.UpdateRepave
+		m.Spec.Node.KubernetesVersion = prev
+	})
+	s = r.WaitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 6*time.Minute)
+	r.LogStatus("kubernetes "+cur+" -> "+prev+" by repave", s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" {
+		t.Fatalf("version change by repave: %+v", s)
+	}
+	r.CheckVersions(ctx, prev)
 	p.WaitPods(ctx, ns, t1, 4*time.Minute)
-	rig.Timing(t, "kubernetes upgrade: spec change -> pods Ready on the new release", time.Since(t1))
-	rig.Timing(t, "kubernetes upgrade: workload downtime (hostPort probe from the host)", probe.Outage(t, t1, 2*time.Minute))
+	rig.Timing(t, "kubernetes upgrade by repave: spec change -> pods Ready on the other release", time.Since(t1))
+	rig.Timing(t, "kubernetes upgrade by repave: workload downtime (hostPort probe from the host)", probe.Outage(t, t1, 2*time.Minute))
+	r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.UpdateMethod = v1alpha1.UpdateAuto })
 
 	// 2. Past the skew policy: refused before anything is fetched; the node is left alone.
 	const tooOld = "1.33.0"
@@ -97,26 +125,39 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRepaved)
 		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "skew policy")
 	})
-	r.CheckVersions(ctx, cur)
+	r.CheckVersions(ctx, prev)
 
-	// 3. The mirror serves the current release's binary as v<wrong>: caught at standby, on the warm machine, and
-	// rolled back before the node on slot b was touched: no downtime, its pods keep running.
+	// 3. The mirror serves the current release's binary as v<wrong>, a patch release of the running one: the patch in
+	// place checks the binary in the node before it restarts anything, and puts the running one back: no downtime,
+	// the pods keep running.
 	gen = r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = wrong })
-	s = r.WaitStatus(ctx, requests.NewID(requests.Repave, gen, ""), 8*time.Minute)
-	r.LogStatus("repave onto a wrong binary for "+wrong, s)
+	s = r.WaitStatus(ctx, requests.NewID(requests.Restart, gen, ""), 8*time.Minute)
+	r.LogStatus("patch onto a wrong binary for "+wrong, s)
 	if s.Phase != requests.Failed || s.ActiveSlot != "b" || !strings.Contains(s.Message, "rolled back") ||
 		!strings.Contains(s.Message, "reports "+cur+", but kubernetes version "+wrong) {
-		t.Errorf("repave to %s with the wrong binary: %s on %s %q, want Failed, rolled back, naming both versions", wrong, s.Phase, s.ActiveSlot, s.Message)
+		t.Errorf("patch to %s with the wrong binary: %s on %s %q, want Failed, rolled back, naming both versions", wrong, s.Phase, s.ActiveSlot, s.Message)
 	}
-	if s.Downtime != 0 || !strings.Contains(s.Message, "failed in standby") {
-		t.Errorf("repave to %s with the wrong binary: downtime %s, %q: want it refused at standby, the node never stopped", wrong, s.Downtime, s.Message)
+	if s.Downtime != 0 || !strings.Contains(s.Message, "phase patch-kubelet") {
+		t.Errorf("patch to %s with the wrong binary: downtime %s, %q: want it refused before the restart", wrong, s.Downtime, s.Message)
 	}
 	if r.Srv.Hits(tree(wrong)+".sha256") == 0 {
 		// (The binary itself may come from the artifact cache: it is the current release's file, by digest.)
 		t.Error("the mirror was never asked for the wrong version's checksum: the check proved nothing")
 	}
-	r.CheckVersions(ctx, cur)
+	r.CheckVersions(ctx, prev)
 	p.WaitPods(ctx, ns, time.Time{}, 4*time.Minute)
+}
+
+// containerIDs are the pods' container IDs, sorted.
+func containerIDs(pods []corev1.Pod) []string {
+	var ids []string
+	for _, p := range pods {
+		for _, c := range p.Status.ContainerStatuses {
+			ids = append(ids, c.ContainerID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // kubeletRelease is the release a kubelet binary reports.

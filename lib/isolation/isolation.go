@@ -148,6 +148,18 @@ type RuntimeHandover interface {
 	StartRuntime(ctx context.Context, slot string) error
 }
 
+// KubeletPatcher is a Backend that can replace the kubelet of a slot's
+// node in place, for a Kubernetes patch release (lib/repave's in-place
+// path): no new slot, the containers keep running.
+type KubeletPatcher interface {
+	// PatchKubelet installs the kubelet of the backend's configuration into
+	// slot's node and renders the node's files for it; nothing is stopped
+	// (the node's restart, Operator.RestartNode, starts the new kubelet).
+	// Anything but the kubelet differing from the slot's build is refused.
+	// Idempotent.
+	PatchKubelet(ctx context.Context, slot string) error
+}
+
 // Operator is the node lifecycle of one mode. An operator implements its
 // mode itself and never embeds another mode's operator: modes differ in
 // exactly these steps.

@@ -17,9 +17,10 @@ import (
 
 // Compile-time: the nspawn types are the interfaces.
 var (
-	_ Backend     = (*nspawn.Backend)(nil)
-	_ CRIEndpoint = (*nspawn.Backend)(nil)
-	_ Operator    = (*nspawn.Operator)(nil)
+	_ Backend        = (*nspawn.Backend)(nil)
+	_ CRIEndpoint    = (*nspawn.Backend)(nil)
+	_ KubeletPatcher = (*nspawn.Backend)(nil)
+	_ Operator       = (*nspawn.Operator)(nil)
 )
 
 func TestTableMapsEveryConfigMode(t *testing.T) {

@@ -90,6 +90,11 @@ func Execute(ctx context.Context, d *Deps, lock *ownership.Lock, j Job) (*reques
 	var s *requests.Status
 	switch j.Kind {
 	case requests.Restart:
+		if req != nil && req.Desired != nil {
+			// A spec change the watcher chose to apply in place.
+			s, err = Patch(ctx, d, req, active)
+			break
+		}
 		s, err = Restart(ctx, d, id, op, gen, policy, skip)
 	case requests.Repave:
 		s, err = repave(ctx, d, j, req, active, id, op, gen, policy, skip)

@@ -48,7 +48,10 @@ type host struct {
 	serverVersion string
 	binary        map[string]string
 	servedVersion string
-	pins          int
+	// mirror is what the mirror serves under a version, when not that
+	// version's kubelet (a patch).
+	mirror map[string]string
+	pins   int
 	// sickPolls fails that many more KubeletHealthy calls; healthy says
 	// which slots' kubelets passed one, readySeen whether a WaitReady saw
 	// a Node Ready, and criEarly which slots' CRI sockets were asked for
@@ -123,6 +126,20 @@ func (b *fakeBackend) KubeletVersion(ctx context.Context, slot string) (string, 
 		return "", fmt.Errorf("the node of slot %s is not running", slot)
 	}
 	return b.h.binary[slot], nil
+}
+
+// PatchKubelet: the slot's binary becomes the configuration's release.
+func (b *fakeBackend) PatchKubelet(ctx context.Context, slot string) error {
+	if err := b.h.do("patch", slot); err != nil {
+		return err
+	}
+	b.h.mu.Lock()
+	defer b.h.mu.Unlock()
+	b.h.binary[slot] = b.cfg.Kubernetes.Version
+	if v, ok := b.h.mirror[b.cfg.Kubernetes.Version]; ok {
+		b.h.binary[slot] = v
+	}
+	return nil
 }
 
 func (b *fakeBackend) Configure(ctx context.Context, slot string) error {

@@ -116,6 +116,7 @@ const (
 	Rollback       = repavestate.Rollback
 	RollbackVerify = repavestate.RollbackVerify
 	RestartNode    = repavestate.RestartNode
+	PatchKubelet   = repavestate.PatchKubelet
 )
 
 // Phases lists the forward phases in order.

@@ -268,7 +268,8 @@ func (l *loop) publish(ctx context.Context, in Inputs, s *requests.Status) error
 		if err := l.publishOperation(ctx, in, s); err != nil {
 			return err
 		}
-	} else if s.Kind == requests.Repave && s.Phase.Finished() && in.Machine != nil {
+	} else if (s.Kind == requests.Repave || s.Kind == requests.Restart) && s.Phase.Finished() && in.Machine != nil {
+		// The spec's own change: a repave, or a patch in place.
 		if err := l.setCondition(ctx, repavedCondition(s)); err != nil {
 			return err
 		}
@@ -290,10 +291,14 @@ func (l *loop) publish(ctx context.Context, in Inputs, s *requests.Status) error
 }
 
 func repavedCondition(s *requests.Status) metav1.Condition {
-	if s.Phase == requests.Succeeded {
-		return cond(v1alpha1.ConditionRepaved, true, v1alpha1.ReasonRepaved, s.Message, s.MachineGeneration)
+	ok, failed := v1alpha1.ReasonRepaved, v1alpha1.ReasonRepaveFailed
+	if s.Kind == requests.Restart {
+		ok, failed = v1alpha1.ReasonPatchedInPlace, v1alpha1.ReasonPatchFailed
 	}
-	return cond(v1alpha1.ConditionRepaved, false, v1alpha1.ReasonRepaveFailed, s.Message, s.MachineGeneration)
+	if s.Phase == requests.Succeeded {
+		return cond(v1alpha1.ConditionRepaved, true, ok, s.Message, s.MachineGeneration)
+	}
+	return cond(v1alpha1.ConditionRepaved, false, failed, s.Message, s.MachineGeneration)
 }
 
 func upgradedCondition(s *requests.Status) metav1.Condition {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
+	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
@@ -158,7 +159,9 @@ const (
 	ReasonAppliedCorrupt = "AppliedConfigCorrupt"
 	ReasonWrongNode      = "WrongNode"
 	ReasonDispatched     = "Dispatched"
-	ReasonHooksFailed    = "LifecycleHooksFailed"
+	// ReasonDispatchedInPlace: the change goes in place (UpdateMethod).
+	ReasonDispatchedInPlace = "DispatchedInPlace"
+	ReasonHooksFailed       = "LifecycleHooksFailed"
 )
 
 // kindOf maps an operation type to the request kind that carries it out.
@@ -289,21 +292,24 @@ type dispatch struct {
 	known    map[string]bool // request IDs pending, claimed, with a status or written now
 	knownOps map[string]bool // operations with such a request (the spec's own excluded)
 	// A kind with a claimed request, or a pending one an operation asked for,
-	// gets no other request until it is done. A pending spec-driven repave
-	// is replaced by a newer one: nothing ran it yet.
-	busy, replaceable map[requests.Kind]bool
-	reqs              []*requests.Request // to write, in order
+	// gets no other request until it is done. A pending spec-driven request
+	// is replaced by a newer one of its kind: nothing ran it yet. A spec
+	// request waits while the spec's request of the other kind (a repave,
+	// or a patch in place) is pending or claimed, so the two never race.
+	busy, replaceable, spec map[requests.Kind]bool
+	reqs                    []*requests.Request // to write, in order
 }
 
 // onDisk reads the dispatch state from the request files and statuses.
 func onDisk(in Inputs) *dispatch {
 	d := &dispatch{known: map[string]bool{}, knownOps: map[string]bool{},
-		busy: map[requests.Kind]bool{}, replaceable: map[requests.Kind]bool{}}
+		busy: map[requests.Kind]bool{}, replaceable: map[requests.Kind]bool{}, spec: map[requests.Kind]bool{}}
 	for _, k := range slices.Sorted(maps.Keys(in.Pending)) {
 		if r := in.Pending[k]; r != nil {
 			d.note(r.ID)
 			d.busy[k] = true
-			d.replaceable[k] = r.Kind == requests.Repave && opOf(r.ID) == requests.SpecOperation
+			d.replaceable[k] = opOf(r.ID) == requests.SpecOperation
+			d.spec[k] = d.spec[k] || d.replaceable[k]
 		}
 	}
 	for k, r := range in.Claimed {
@@ -311,6 +317,7 @@ func onDisk(in Inputs) *dispatch {
 			d.note(r.ID)
 			d.busy[k] = true
 			d.replaceable[k] = false
+			d.spec[k] = d.spec[k] || opOf(r.ID) == requests.SpecOperation
 		}
 	}
 	for _, s := range in.Statuses {
@@ -333,6 +340,14 @@ func (d *dispatch) write(r *requests.Request) {
 	spec := opOf(r.ID) == requests.SpecOperation
 	if d.known[r.ID] || (d.busy[r.Kind] && !(spec && d.replaceable[r.Kind])) {
 		return
+	}
+	if spec {
+		for k, on := range d.spec {
+			if on && k != r.Kind {
+				return
+			}
+		}
+		d.spec[r.Kind] = true
 	}
 	d.replaceable[r.Kind] = false
 	d.busy[r.Kind] = true
@@ -396,13 +411,44 @@ func repaveCondition(in Inputs, m *v1alpha1.Machine, desired *config.Config, spe
 		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonWaitingForNodeDel,
 			"the spec changed; cordon, drain and delete Node "+in.NodeName+" to repave", m.Generation), nil
 	}
+	reason := fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
+		short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint()))
+	method := m.Spec.UpdateMethod
+	if method == "" {
+		method = v1alpha1.UpdateAuto
+	}
+	inPlace, why := kuberelease.InPlace(in.Applied.Config, desired)
+	switch {
+	case inPlace && method != v1alpha1.UpdateRepave:
+		// The kubelet replaced in the running node: no drain, the
+		// containers keep running (the repaver's in-place path).
+		r := &requests.Request{
+			Kind: requests.Restart, ID: requests.NewID(requests.Restart, m.Generation, ""), MachineGeneration: m.Generation,
+			Reason: reason + ": in place, " + why, Desired: desired,
+		}
+		return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatchedInPlace,
+			fmt.Sprintf("in place (spec.updateMethod %s): %s, so the kubelet is replaced in the running node, no drain, containers keep running", method, why),
+			m.Generation), r
+	case method == v1alpha1.UpdateInPlace:
+		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonInPlaceNotPossible,
+			"spec.updateMethod InPlace, but "+why+": only a Kubernetes patch release with nothing else changed goes in place; nothing applied (set Auto or Repave to repave)",
+			m.Generation), nil
+	}
 	r := &requests.Request{
 		Kind: requests.Repave, ID: requests.NewID(requests.Repave, m.Generation, ""), MachineGeneration: m.Generation,
-		Reason: fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
-			short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint())),
-		Desired: desired, Disruption: disruptionOf(m),
+		Reason: reason, Desired: desired, Disruption: disruptionOf(m),
 	}
-	return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched, "repave requested", m.Generation), r
+	return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched,
+		fmt.Sprintf("repave requested (spec.updateMethod %s): %s", method, repaveWhy(method, why)), m.Generation), r
+}
+
+// repaveWhy says why a change repaves: forced, or what keeps it from going
+// in place.
+func repaveWhy(method v1alpha1.UpdateMethod, inPlaceWhy string) string {
+	if method == v1alpha1.UpdateRepave {
+		return "every change repaves"
+	}
+	return inPlaceWhy
 }
 
 // healthCondition is the Degraded condition beside a valid spec: failed

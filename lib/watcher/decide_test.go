@@ -49,6 +49,18 @@ func newVersion(in *Inputs) {
 	in.Machine.Generation++
 }
 
+// newPatch asks for the next patch release of the running version, with
+// the update policy Immediate.
+func newPatch(in *Inputs) {
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(in.Applied.Config.Kubernetes.Version, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		panic(err)
+	}
+	in.Machine.Spec.Node.KubernetesVersion = fmt.Sprintf("%d.%d.%d", major, minor, patch+1)
+	in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+	in.Machine.Generation++
+}
+
 // summary renders actions as short strings for comparison.
 func summary(as []Action) []string {
 	var out []string
@@ -105,6 +117,33 @@ func TestDecide(t *testing.T) {
 			in.Statuses = []*requests.Status{{RequestID: "repave-5-spec", Kind: requests.Repave, Phase: requests.Failed}}
 			in.Published["repave-5-spec"] = requests.Failed
 		}, []string{"report Ready RepavePending/Dispatched"}},
+		{"a patch release goes in place", newPatch, []string{"write restart-5-spec", "report Ready RepavePending/DispatchedInPlace"}},
+		{"a patch release repaves when the method says Repave", func(in *Inputs) {
+			newPatch(in)
+			in.Machine.Spec.UpdateMethod = v1alpha1.UpdateRepave
+		}, []string{"write repave-5-spec", "report Repaving RepavePending/Dispatched"}},
+		{"InPlace: a minor release applies nothing", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Machine.Spec.UpdateMethod = v1alpha1.UpdateInPlace
+		}, []string{"report Ready RepavePending/InPlaceNotPossible"}},
+		{"a patch waits while the spec's repave is claimed", func(in *Inputs) {
+			newPatch(in)
+			in.Claimed[requests.Repave] = &requests.Request{Kind: requests.Repave, ID: "repave-4-spec"}
+		}, []string{"report Repaving RepavePending/DispatchedInPlace"}},
+		{"a repave waits while the spec's patch is pending", func(in *Inputs) {
+			newVersion(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+			in.Pending[requests.Restart] = &requests.Request{Kind: requests.Restart, ID: "restart-4-spec"}
+		}, []string{"report Ready RepavePending/Dispatched"}},
+		{"a newer patch replaces a pending one", func(in *Inputs) {
+			newPatch(in)
+			in.Pending[requests.Restart] = &requests.Request{Kind: requests.Restart, ID: "restart-4-spec"}
+		}, []string{"write restart-5-spec", "report Ready RepavePending/DispatchedInPlace"}},
+		{"a patch waits for an operation's restart", func(in *Inputs) {
+			newPatch(in)
+			in.Pending[requests.Restart] = &requests.Request{Kind: requests.Restart, ID: "restart-4-op1"}
+		}, []string{"report Ready RepavePending/DispatchedInPlace"}},
 		{"a newer spec replaces a pending spec repave", func(in *Inputs) {
 			newVersion(in)
 			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateImmediate

@@ -78,6 +78,18 @@ type MachineSpec struct {
 	// +kubebuilder:default=OnNodeDelete
 	UpdatePolicy UpdatePolicy `json:"updatePolicy,omitempty"`
 
+	// UpdateMethod says how a changed Node configuration is applied once
+	// UpdatePolicy lets it: Auto picks the least disruptive way, InPlace
+	// and Repave force one. In place, the kubelet of a Kubernetes patch
+	// release (nothing else changed) replaces the one in the running node,
+	// with no drain: the containers keep running. Anything else repaves
+	// onto the other slot. InPlace with a change it cannot apply applies
+	// nothing and says why in RepavePending.
+	//
+	// +optional
+	// +kubebuilder:default=Auto
+	UpdateMethod UpdateMethod `json:"updateMethod,omitempty"`
+
 	// Disruption says how the agent takes the node's pods off it before an
 	// operation that stops them (a repave, a restart): cordon, evict
 	// through the Eviction API (PodDisruptionBudgets hold), wait, and
@@ -163,6 +175,21 @@ const (
 	UpdateOnNodeDelete UpdatePolicy = "OnNodeDelete"
 	// UpdateImmediate repaves as soon as the spec changes.
 	UpdateImmediate UpdatePolicy = "Immediate"
+)
+
+// UpdateMethod says how an agent applies a changed node configuration.
+//
+// +kubebuilder:validation:Enum=Auto;InPlace;Repave
+type UpdateMethod string
+
+const (
+	// UpdateAuto applies a Kubernetes patch release in place and repaves
+	// for anything else.
+	UpdateAuto UpdateMethod = "Auto"
+	// UpdateInPlace applies only what can be applied in place.
+	UpdateInPlace UpdateMethod = "InPlace"
+	// UpdateRepave always repaves onto the other slot.
+	UpdateRepave UpdateMethod = "Repave"
 )
 
 // NodeConfig is the configuration of a host's node: the cluster-side
@@ -495,8 +522,16 @@ const (
 	ReasonUpToDate          = "UpToDate"
 	ReasonRepaved           = "Repaved"
 	ReasonRepaveFailed      = "RepaveFailed" // rolled back to the old slot; see the message
-	ReasonUpgraded          = "Upgraded"
-	ReasonUpgradeFailed     = "UpgradeFailed" // rolled back to the last good release
+	// ReasonPatchedInPlace: the kubelet of a patch release replaced the
+	// running one in place (spec.updateMethod); ReasonPatchFailed: it did
+	// not, and the node runs the old kubelet again.
+	ReasonPatchedInPlace = "PatchedInPlace"
+	ReasonPatchFailed    = "PatchFailed"
+	// ReasonInPlaceNotPossible: spec.updateMethod InPlace, and the change
+	// is not one the in-place path applies; nothing is applied.
+	ReasonInPlaceNotPossible = "InPlaceNotPossible"
+	ReasonUpgraded           = "Upgraded"
+	ReasonUpgradeFailed      = "UpgradeFailed" // rolled back to the last good release
 	// ReasonRolledBackOnProbation: the upgrade was reported Upgraded, then
 	// the new release failed while on probation and the recovery unit
 	// rolled it back to the last good release.

@@ -282,19 +282,9 @@ func (b *Backend) fetchAll(ctx context.Context, haveTree bool) (fetched, error) 
 		defer cancel()
 	}
 	f := &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: b.cfg.Timeouts.Download.Duration}
-	kubelet, err := b.cfg.KubeletArtifact()
+	kubelet, kf, err := b.kubeletFetcher(f)
 	if err != nil {
 		return nil, err
-	}
-	// A kubelet from the release mirror is fetched trusting the mirror's
-	// CA, like its checksum was.
-	kf := f
-	if b.cfg.Artifacts.Kubelet.URL == "" {
-		c, err := kuberelease.Client(b.root, b.cfg.Kubernetes.Release)
-		if err != nil {
-			return nil, err
-		}
-		kf = &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: f.Timeout, Client: c}
 	}
 	out := fetched{}
 	items := []struct {
@@ -327,6 +317,21 @@ func (b *Backend) fetchAll(ctx context.Context, haveTree bool) (fetched, error) 
 		out[it.role] = p
 	}
 	return out, nil
+}
+
+// kubeletFetcher is the configuration's kubelet and the fetcher for it: f,
+// or for a kubelet from the release mirror one that trusts the mirror's CA,
+// as its checksum did.
+func (b *Backend) kubeletFetcher(f *artifact.Fetcher) (config.Artifact, *artifact.Fetcher, error) {
+	kubelet, err := b.cfg.KubeletArtifact()
+	if err != nil || b.cfg.Artifacts.Kubelet.URL != "" {
+		return kubelet, f, err
+	}
+	c, err := kuberelease.Client(b.root, b.cfg.Kubernetes.Release)
+	if err != nil {
+		return kubelet, nil, err
+	}
+	return kubelet, &artifact.Fetcher{Root: b.root, Log: b.log, Timeout: f.Timeout, Client: c}, nil
 }
 
 // build makes the staging tree: rootfs, artifacts, stamp, synced.
@@ -404,6 +409,13 @@ func copyInto(root *os.Root, src, dst string) error {
 		return err
 	}
 	defer in.Close()
+	return writeInto(root, dst, in, 0o755)
+}
+
+// writeInto writes what in reads to the absolute node path dst inside root
+// (mode), replacing what is there by rename: never through a link the
+// node may have put on the way.
+func writeInto(root *os.Root, dst string, in io.Reader, mode os.FileMode) error {
 	name := strings.TrimPrefix(dst, "/")
 	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return err
@@ -416,7 +428,7 @@ func copyInto(root *os.Root, src, dst string) error {
 	}
 	_, err = io.Copy(out, in)
 	if err == nil {
-		err = out.Chmod(0o755)
+		err = out.Chmod(mode)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr

@@ -43,6 +43,9 @@ const (
 	// RestartNode is the one phase of a restart in place (a test can pause
 	// there, after the claim).
 	RestartNode Phase = "restart-node"
+	// PatchKubelet puts a patch release's kubelet into the running node
+	// (the in-place path; no state file either).
+	PatchKubelet Phase = "patch-kubelet"
 )
 
 // Phases lists the forward phases in order.
@@ -50,8 +53,11 @@ func Phases() []Phase {
 	return []Phase{Prepare, Standby, Drain, Switch, Start, Verify, Commit, Uncordon, Clean}
 }
 
-// AllPhases are the forward phases, the rollback's and the restart's.
-func AllPhases() []Phase { return append(Phases(), Rollback, RollbackVerify, RestartNode) }
+// AllPhases are the forward phases, the rollback's, the restart's and the
+// in-place patch's.
+func AllPhases() []Phase {
+	return append(Phases(), Rollback, RollbackVerify, RestartNode, PatchKubelet)
+}
 
 // Valid reports whether p is a forward phase or a rollback phase.
 func (p Phase) Valid() bool { return slices.Contains(AllPhases(), p) }
