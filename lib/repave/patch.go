@@ -35,7 +35,8 @@ func Patch(ctx context.Context, d *Deps, req *requests.Request, active *state.Ap
 	desired, from := req.Desired, active.Config
 	st := &requests.Status{RequestID: req.ID, Kind: requests.Restart, Operation: req.Operation, MachineGeneration: req.MachineGeneration,
 		Phase: requests.InProgress, ActiveSlot: active.Slot,
-		Message: fmt.Sprintf("patching kubernetes %s -> %s in place on slot %s", from.Kubernetes.Version, desired.Kubernetes.Version, active.Slot)}
+		Message: fmt.Sprintf("patching kubernetes %s -> %s in place on slot %s (a patch release: no drain, containers keep running)",
+			from.Kubernetes.Version, desired.Kubernetes.Version, active.Slot)}
 	done := func(phase requests.Phase, msg string, err error) (*requests.Status, error) {
 		st.Phase, st.Message = phase, msg
 		if werr := d.Requests.WriteStatus(st); werr != nil {

@@ -353,6 +353,9 @@ func (l *loop) event(ctx context.Context, m *v1alpha1.Machine, s *requests.Statu
 		typ = eventTypeWarning
 	}
 	what := string(s.Kind)
+	if s.Kind == requests.Restart && s.Operation == "" {
+		what = "in-place patch" // the spec's own change, applied in place
+	}
 	if s.Operation != "" {
 		what += " (MachineOperation " + s.Operation + ")"
 	}
