@@ -198,7 +198,8 @@ func drainerAs(c *kubernetes.Clientset, node string, t *testing.T, progress *[]d
 		Log: slog.New(slog.NewTextHandler(t.Output(), nil)), Progress: func(p drain.Progress) { *progress = append(*progress, p) }}
 }
 
-// TestDrainOnAPI: node drain-a drains itself with its own identity: Fail times out on the budget, naming it, with
+// TestDrainOnAPI: node drain-a drains itself with its own identity: the preflight under Refuse refuses before the
+// cordon, naming the budget that never allows a disruption; Fail times out on the budget, naming it, with
 // the plain pods evicted and the DaemonSet and mirror pods left; the uncordon takes back the cordon; Force goes on
 // with the guarded pod left; an emptyDir pod is refused at once without deleteEmptyDirData; a person's cordon of
 // drain-b survives drain-b's drain and uncordon.
@@ -211,8 +212,23 @@ func TestDrainOnAPI(t *testing.T) {
 
 	var prog []drain.Progress
 	a := drainerAs(r.a, "drain-a", t, &prog)
+	// The preflight, as the node (kubeslot:agent lets every node list budgets): under Refuse the guard budget, which
+	// never lets its pod go, refuses the drain before the cordon, naming it and its pod; nothing is evicted.
+	rig.NeedAPI(t)
+	_, err := a.Drain(ctx, drain.Policy{Timeout: 6 * time.Second, PDBPreflight: drain.Refuse}, "repave-0-spec")
+	if pe, ok := errors.AsType[*drain.PreflightError](err); !ok || !strings.Contains(err.Error(), "drain-test/guard never allows a disruption") ||
+		!strings.Contains(err.Error(), "drain-test/guarded-") || pe.Unknown != "" {
+		t.Fatalf("preflight Refuse: %v, want a refusal naming the budget and its pod", err)
+	}
+	if u, by := rig.NodeState(t, ctx, r.admin, "drain-a"); u || by != "" {
+		t.Errorf("drain-a after a refused preflight: unschedulable %v, annotation %q", u, by)
+	}
+	if n := len(r.podsOn(t, ctx, "drain-a")); n != 5 {
+		t.Errorf("%d pods on drain-a after a refused preflight, want all 5", n)
+	}
+	prog = nil
 	t0 := time.Now()
-	_, err := a.Drain(ctx, drain.Policy{Timeout: 6 * time.Second, OnTimeout: drain.Fail, DeleteEmptyDirData: true}, "repave-1-spec")
+	_, err = a.Drain(ctx, drain.Policy{Timeout: 6 * time.Second, OnTimeout: drain.Fail, DeleteEmptyDirData: true}, "repave-1-spec")
 	var te *drain.TimeoutError
 	if !errors.As(err, &te) || te.PDB != r.ns+"/guard" || !strings.Contains(err.Error(), "PodDisruptionBudget drain-test/guard") {
 		t.Fatalf("Fail: %v, want a timeout naming the budget", err)

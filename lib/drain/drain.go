@@ -69,6 +69,9 @@ type Policy struct {
 	// fails at once under Fail, or leaves it to stop with the node under
 	// Force.
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// PDBPreflight is what a budget that would hold the drain up does
+	// before anything is cordoned (preflight.go): Warn ("") or Refuse.
+	PDBPreflight PreflightAction `json:"pdbPreflight,omitempty"`
 }
 
 // Check refuses a policy out of its bounds, naming the field.
@@ -78,6 +81,9 @@ func (p Policy) Check() error {
 	}
 	if p.OnTimeout != "" && p.OnTimeout != Fail && p.OnTimeout != Force {
 		return fmt.Errorf("disruption.onDrainTimeout %q: want %s or %s", p.OnTimeout, Fail, Force)
+	}
+	if p.PDBPreflight != "" && p.PDBPreflight != Warn && p.PDBPreflight != Refuse {
+		return fmt.Errorf("disruption.pdbPreflight %q: want %s or %s", p.PDBPreflight, Warn, Refuse)
 	}
 	return nil
 }
@@ -114,6 +120,8 @@ type Pod struct {
 	Terminating bool
 	// Finished: phase Succeeded or Failed; nothing runs.
 	Finished bool
+	// Labels select the pod's PodDisruptionBudgets.
+	Labels map[string]string
 }
 
 func (p Pod) String() string { return p.Namespace + "/" + p.Name }
@@ -147,6 +155,8 @@ type Cluster interface {
 	// Evict asks for p's eviction: nil when accepted or when the pod is
 	// gone; a *BlockedError when a PodDisruptionBudget refuses it.
 	Evict(ctx context.Context, p Pod) error
+	// ListPDBs lists the PodDisruptionBudgets of namespace.
+	ListPDBs(ctx context.Context, namespace string) ([]PDB, error)
 }
 
 // Progress is a drain's state, reported each time it changes.
@@ -270,6 +280,9 @@ func (d *Drainer) Drain(ctx context.Context, p Policy, owner string) (Result, er
 	defer cancel()
 	var prog Progress
 	var last string
+	if err := d.preflight(tctx, p, &prog); err != nil {
+		return Result{}, err
+	}
 	// The cordon, retried: the Node may be written by its kubelet between
 	// the read and the patch.
 	for {

@@ -25,6 +25,9 @@ type fake struct {
 	// linger keeps an evicted pod Terminating for that many lists.
 	linger int
 	gone   map[string]int
+	// pdbs are the namespaces' budgets; pdbErr fails ListPDBs.
+	pdbs   []PDB
+	pdbErr error
 }
 
 func newFake(pods ...Pod) *fake {
@@ -85,6 +88,18 @@ func (f *fake) Evict(ctx context.Context, p Pod) error {
 		f.gone[p.Name] = f.linger
 	}
 	return nil
+}
+
+func (f *fake) ListPDBs(ctx context.Context, namespace string) ([]PDB, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []PDB
+	for _, b := range f.pdbs {
+		if b.Namespace == namespace {
+			out = append(out, b)
+		}
+	}
+	return out, f.pdbErr
 }
 
 func (f *fake) evicted() []string {

@@ -479,6 +479,11 @@ func (f *fakeDrain) Evict(ctx context.Context, p drain.Pod) error {
 	return nil
 }
 
+// ListPDBs: no budgets (the preflight's own tests are lib/drain's).
+func (f *fakeDrain) ListPDBs(ctx context.Context, namespace string) ([]drain.PDB, error) {
+	return nil, nil
+}
+
 func (f *fakeDrain) cordoned() bool {
 	f.h.mu.Lock()
 	defer f.h.mu.Unlock()

@@ -19,7 +19,8 @@ func disruptionOf(m *v1alpha1.Machine) *nodedrain.Policy {
 		return nil
 	}
 	return &nodedrain.Policy{Skip: d.Drain == v1alpha1.DrainNone, Timeout: time.Duration(d.DrainTimeoutSeconds) * time.Second,
-		OnTimeout: nodedrain.Action(d.OnDrainTimeout), DeleteEmptyDirData: d.DeleteEmptyDirData}
+		OnTimeout: nodedrain.Action(d.OnDrainTimeout), DeleteEmptyDirData: d.DeleteEmptyDirData,
+		PDBPreflight: nodedrain.PreflightAction(d.PDBPreflight)}
 }
 
 // drainingCondition is the Draining condition from the newest status that

@@ -137,7 +137,29 @@ type Disruption struct {
 	//
 	// +optional
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+
+	// PDBPreflight is what the agent does, before it cordons anything,
+	// about the PodDisruptionBudgets of the node's pods that would hold the
+	// drain up (one that never allows a disruption, or one that allows
+	// fewer now than it has pods on this node): Warn says so (log, the
+	// Draining condition) and drains; Refuse fails the operation naming the
+	// budgets and pods, nothing cordoned (in a rollout it counts against
+	// the failure budget).
+	//
+	// +optional
+	// +kubebuilder:default=Warn
+	PDBPreflight PDBPreflight `json:"pdbPreflight,omitempty"`
 }
+
+// PDBPreflight says what a drain's budget check before the cordon does.
+//
+// +kubebuilder:validation:Enum=Warn;Refuse
+type PDBPreflight string
+
+const (
+	PDBPreflightWarn   PDBPreflight = "Warn"
+	PDBPreflightRefuse PDBPreflight = "Refuse"
+)
 
 // DrainMode says whether the node is drained before its pods stop.
 //

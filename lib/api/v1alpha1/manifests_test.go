@@ -31,7 +31,7 @@ func TestAccessControlManifests(t *testing.T) {
 		byName[o.GetKind()+"/"+o.GetName()] = o
 	}
 
-	// Every node: read only. An enrolled node (kubeslot:fleet-member, bound per node by kubeslot cluster enroll):
+	// Every node: read only (and list budgets, for the drain's preflight). An enrolled node (kubeslot:fleet-member, bound per node by kubeslot cluster enroll):
 	// create its Machine, write status, delete operations (ttlSecondsAfterFinished, narrowed by the policies below),
 	// take rollout slots; never change the objects themselves, never delete a Machine.
 	grants := func(role string) map[string][]string {
@@ -40,10 +40,13 @@ func TestAccessControlManifests(t *testing.T) {
 		for _, r := range rules {
 			m := r.(map[string]any)
 			groups, _ := m["apiGroups"].([]any)
-			if len(groups) != 1 || groups[0] != GroupName {
-				t.Errorf("%s: rule outside %s: %v", role, GroupName, m)
+			if len(groups) != 1 || (groups[0] != GroupName && groups[0] != "policy") {
+				t.Errorf("%s: rule outside %s (and policy, for the drain's read of budgets): %v", role, GroupName, m)
 			}
 			for _, res := range m["resources"].([]any) {
+				if groups[0] == "policy" && res != "poddisruptionbudgets" {
+					t.Errorf("%s: a grant of policy/%v", role, res)
+				}
 				for _, v := range m["verbs"].([]any) {
 					granted[res.(string)] = append(granted[res.(string)], v.(string))
 				}
@@ -58,6 +61,7 @@ func TestAccessControlManifests(t *testing.T) {
 			"machineoperations":        {"get", "list", "watch"},
 			"machineoperations/status": {"get"},
 			"rolloutleases":            {"get", "list"},
+			"poddisruptionbudgets":     {"list"},
 		},
 		"kubeslot:fleet-member": {
 			"machines":                 {"create"},

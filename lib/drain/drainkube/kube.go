@@ -14,6 +14,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -86,7 +87,7 @@ func (k Kube) ListPods(ctx context.Context, node string) ([]drain.Pod, error) {
 }
 
 func podOf(p *corev1.Pod) drain.Pod {
-	out := drain.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+	out := drain.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels,
 		Terminating: p.DeletionTimestamp != nil,
 		Finished:    p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed}
 	_, out.Mirror = p.Annotations[mirrorAnnotation]
@@ -99,6 +100,28 @@ func podOf(p *corev1.Pod) drain.Pod {
 		}
 	}
 	return out
+}
+
+// ListPDBs implements drain.Cluster (RBAC: kubeslot:agent's read of
+// poddisruptionbudgets).
+func (k Kube) ListPDBs(ctx context.Context, namespace string) ([]drain.PDB, error) {
+	l, err := k.Client.PolicyV1().PodDisruptionBudgets(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []drain.PDB
+	for _, b := range l.Items {
+		// A budget without a selector covers no pod; an empty one, all of
+		// the namespace's (policy/v1).
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil {
+			return nil, fmt.Errorf("PodDisruptionBudget %s/%s: selector: %w", b.Namespace, b.Name, err)
+		}
+		out = append(out, drain.PDB{Namespace: b.Namespace, Name: b.Name,
+			Selects:            func(l map[string]string) bool { return sel.Matches(labels.Set(l)) },
+			DisruptionsAllowed: b.Status.DisruptionsAllowed, ExpectedPods: b.Status.ExpectedPods, DesiredHealthy: b.Status.DesiredHealthy})
+	}
+	return out, nil
 }
 
 // pdbRE finds the budget's name in the 429's cause ("The disruption budget
