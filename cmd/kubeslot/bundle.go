@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
@@ -27,6 +28,9 @@ type bundleCreateCmd struct {
 	ReleaseVersion string `name:"release-version" placeholder:"VERSION" help:"Version stamped into the manifest (default: this kubeslot binary's version)."`
 	Arch           string `placeholder:"GOARCH" help:"Architecture of the binaries (default: this kubeslot binary's)."`
 	Out            string `placeholder:"FILE" help:"Bundle to write (default: dist/kubeslot-<version>-<arch>.tar.gz); replaced atomically."`
+	// SourceDateEpoch is the reproducible-builds convention: a release
+	// stamps its commit's time, so the same tree gives the same bytes.
+	SourceDateEpoch int64 `name:"created" env:"SOURCE_DATE_EPOCH" placeholder:"UNIX-SECONDS" help:"Creation time stamped into the bundle (default: now; SOURCE_DATE_EPOCH)."`
 }
 
 func (c bundleCreateCmd) Run(e *env) error {
@@ -48,7 +52,11 @@ func (c bundleCreateCmd) Run(e *env) error {
 	if out == "" {
 		out = filepath.Join("dist", fmt.Sprintf("kubeslot-%s-%s.tar.gz", version, arch))
 	}
-	sum, err := writeBundle(out, c.Bins, c.Units, version, arch)
+	var created time.Time
+	if c.SourceDateEpoch > 0 {
+		created = time.Unix(c.SourceDateEpoch, 0)
+	}
+	sum, err := writeBundle(out, c.Bins, c.Units, version, arch, created)
 	if err != nil {
 		return err
 	}
@@ -59,7 +67,7 @@ func (c bundleCreateCmd) Run(e *env) error {
 
 // writeBundle writes the bundle to a temporary file next to out and renames
 // it into place, so out is either the old bundle or the whole new one.
-func writeBundle(out, bins, unitsDir, version, arch string) (sum string, err error) {
+func writeBundle(out, bins, unitsDir, version, arch string, created time.Time) (sum string, err error) {
 	dir := filepath.Dir(out)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -75,7 +83,7 @@ func writeBundle(out, bins, unitsDir, version, arch string) (sum string, err err
 		}
 	}()
 	h := sha256.New()
-	if _, err := bundle.Create(io.MultiWriter(tmp, h), bins, unitsDir, version, arch); err != nil {
+	if _, err := bundle.Create(io.MultiWriter(tmp, h), bins, unitsDir, version, arch, created); err != nil {
 		return "", fmt.Errorf("bundle %s: %w", out, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {

@@ -137,11 +137,14 @@ type source struct {
 // Create writes a gzip-compressed tar bundle to w from the binaries in binDir
 // (every name of Binaries must be there) and the unit templates in
 // unitsDir, stamped version and arch; it returns the manifest it wrote.
+// created is the time in the manifest and on every entry (zero: now); a
+// release passes its commit's time, so that the same tree makes the same
+// bytes.
 //
 // Every file is read twice, once for the manifest (which comes first in the
 // bundle) and once into the tar; a file that changed in between is an error
 // rather than a bundle that contradicts its own manifest.
-func Create(w io.Writer, binDir, unitsDir, version, arch string) (*Manifest, error) {
+func Create(w io.Writer, binDir, unitsDir, version, arch string, created time.Time) (*Manifest, error) {
 	if err := CheckVersion(version); err != nil {
 		return nil, err
 	}
@@ -152,7 +155,10 @@ func Create(w io.Writer, binDir, unitsDir, version, arch string) (*Manifest, err
 	if err != nil {
 		return nil, err
 	}
-	m := &Manifest{Version: version, Arch: arch, Created: now().UTC().Truncate(time.Second)}
+	if created.IsZero() {
+		created = now()
+	}
+	m := &Manifest{Version: version, Arch: arch, Created: created.UTC().Truncate(time.Second)}
 	for i := range srcs {
 		if err := hashSource(&srcs[i]); err != nil {
 			return nil, err

@@ -74,7 +74,7 @@ func create(t *testing.T) (string, string, *Manifest) {
 	t.Helper()
 	binDir, unitsDir := sources(t)
 	var buf bytes.Buffer
-	m, err := Create(&buf, binDir, unitsDir, "v1.2.3-4-gabcdef", "amd64")
+	m, err := Create(&buf, binDir, unitsDir, "v1.2.3-4-gabcdef", "amd64", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +88,11 @@ func create(t *testing.T) (string, string, *Manifest) {
 func TestRoundTrip(t *testing.T) {
 	binDir, unitsDir := sources(t)
 	var buf, again bytes.Buffer
-	m, err := Create(&buf, binDir, unitsDir, "v1.2.3", "arm64")
+	m, err := Create(&buf, binDir, unitsDir, "v1.2.3", "arm64", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Create(&again, binDir, unitsDir, "v1.2.3", "arm64"); err != nil {
+	if _, err := Create(&again, binDir, unitsDir, "v1.2.3", "arm64", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(buf.Bytes(), again.Bytes()) {
@@ -217,7 +217,7 @@ func TestCreateRefuses(t *testing.T) {
 				c.version, c.arch = "v1", "amd64"
 			}
 			var buf bytes.Buffer
-			_, err := Create(&buf, binDir, unitsDir, c.version, c.arch)
+			_, err := Create(&buf, binDir, unitsDir, c.version, c.arch, time.Time{})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want one naming %q", err, c.want)
 			}

@@ -302,7 +302,7 @@ func (e *env) makeBundle(version string, o bundleOpts) (string, string) {
 		arch = buildinfo.Arch
 	}
 	var buf bytes.Buffer
-	if _, err := bundle.Create(&buf, bin, udir, version, arch); err != nil {
+	if _, err := bundle.Create(&buf, bin, udir, version, arch, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "kubeslot-"+version+".tar.gz")
