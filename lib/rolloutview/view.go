@@ -144,11 +144,11 @@ func (v View) silent() int {
 
 // Step is what the target is at, and since when (zero: unknown).
 func (r Row) Step() (string, time.Time) {
-	last := ""
+	last, under := "", false
 	since := r.Start
 	if n := len(r.Steps); n > 0 {
 		s := r.Steps[n-1]
-		last = s.Name
+		last, under = s.Name, s.DurationMilliseconds == 0
 		since = s.StartTime.Add(time.Duration(s.DurationMilliseconds) * time.Millisecond)
 	}
 	switch r.Phase {
@@ -159,6 +159,9 @@ func (r Row) Step() (string, time.Time) {
 	case v1alpha1.OperationPending:
 		return "dispatched", r.Start
 	case v1alpha1.OperationInProgress:
+		if under {
+			return last, since // a worker that records a step as it starts it
+		}
 		if last != "" {
 			return "after " + last, since
 		}

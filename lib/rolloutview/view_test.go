@@ -109,3 +109,14 @@ func TestStatusInProgress(t *testing.T) {
 		t.Errorf("outcome %v, summary %q", v.Outcome(), v.Summary())
 	}
 }
+
+// TestStepUnderWay: a last step with no duration (a worker that records a
+// step as it starts it) is the step under way.
+func TestStepUnderWay(t *testing.T) {
+	r := Row{Phase: v1alpha1.OperationInProgress, Start: t0, Steps: []v1alpha1.OperationStep{
+		{Name: "download", StartTime: metav1.NewMicroTime(t0), DurationMilliseconds: 2000},
+		{Name: "switch", StartTime: metav1.NewMicroTime(t0.Add(3 * time.Second))}}}
+	if step, since := r.Step(); step != "switch" || !since.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("step %q since %v, want switch since its start", step, since)
+	}
+}

@@ -336,7 +336,7 @@ type MachineOperationTarget struct {
 	// Steps are the worker's steps on this Machine (drain, switch, verify,
 	// ...) with their start and duration, as far as its agent published
 	// them: the steps done when it reported InProgress, all of them with
-	// the result.
+	// the result. A last step without a duration was under way.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=24
