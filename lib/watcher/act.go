@@ -342,9 +342,9 @@ func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Stat
 }
 
 // entrySteps are a worker's step timings as an operation entry shows them:
-// the last 24 (the schema's bound; a rollback adds steps to a repave).
+// the last 16 (the schema's bound; a rollback adds steps to a repave).
 func entrySteps(ps []requests.PhaseTiming) []v1alpha1.OperationStep {
-	ps = ps[max(0, len(ps)-24):]
+	ps = ps[max(0, len(ps)-16):]
 	var out []v1alpha1.OperationStep
 	for _, p := range ps {
 		if p.Name == "" || len(p.Name) > 63 {

@@ -115,7 +115,7 @@ func TestVerdictProbationOnDisk(t *testing.T) {
 }
 
 // TestEntrySteps: a worker's step timings become the entry's steps, at most
-// the schema's 24 (the last ones), with names the schema takes.
+// the schema's 16 (the last ones), with names the schema takes.
 func TestEntrySteps(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 250_000_000, time.UTC)
 	var ps []requests.PhaseTiming
@@ -124,11 +124,11 @@ func TestEntrySteps(t *testing.T) {
 	}
 	ps = append(ps, requests.PhaseTiming{Name: strings.Repeat("x", 64), StartedAt: t0})
 	got := entrySteps(ps)
-	if len(got) != 23 || got[0].Name != "s7" || got[22].Name != "s29" {
-		t.Fatalf("steps %+v: want s7..s29 (the last 24, less the overlong name)", got)
+	if len(got) != 15 || got[0].Name != "s15" || got[14].Name != "s29" {
+		t.Fatalf("steps %+v: want s15..s29 (the last 16, less the overlong name)", got)
 	}
-	if got[0].DurationMilliseconds != 1500 || !got[0].StartTime.Time.Equal(t0.Add(7*time.Second)) {
-		t.Errorf("step %+v: want 1500 ms from %v (sub-second start kept)", got[0], t0.Add(7*time.Second))
+	if got[0].DurationMilliseconds != 1500 || !got[0].StartTime.Time.Equal(t0.Add(15*time.Second)) {
+		t.Errorf("step %+v: want 1500 ms from %v (sub-second start kept)", got[0], t0.Add(15*time.Second))
 	}
 	if entrySteps(nil) != nil {
 		t.Error("no timings: want no steps")

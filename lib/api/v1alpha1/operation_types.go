@@ -339,7 +339,7 @@ type MachineOperationTarget struct {
 	// the result. A last step without a duration was under way.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=24
+	// +kubebuilder:validation:MaxItems=16
 	Steps []OperationStep `json:"steps,omitempty"`
 	// OrderKey is the value of the rollout's orderByLabel on this Machine
 	// when its agent joined (empty without one): the agents order the
