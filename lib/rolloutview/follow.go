@@ -59,6 +59,10 @@ type FollowOptions struct {
 	// Relist is the shortest time between two Lists of the Machines;
 	// default 10s.
 	Relist time.Duration
+	// Every is the shortest time between two views on changes (a large
+	// rollout changes many times a second); default 1s. The view with
+	// the outcome is always shown.
+	Every time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -75,6 +79,9 @@ func Follow(ctx context.Context, c Cluster, name string, o FollowOptions, show f
 	if o.Relist <= 0 {
 		o.Relist = 10 * time.Second
 	}
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -85,7 +92,8 @@ func Follow(ctx context.Context, c Cluster, name string, o FollowOptions, show f
 	var ms []v1alpha1.Machine
 	var listed time.Time
 	var last View
-	render := func() (bool, error) {
+	var shown time.Time // on the machine's clock, whatever o.Now says
+	render := func(force bool) (bool, error) {
 		if now := o.Now(); listed.IsZero() || now.Sub(listed) >= o.Relist {
 			if ms, err = machinesOf(ctx, c, op); err != nil {
 				return false, err
@@ -93,15 +101,17 @@ func Follow(ctx context.Context, c Cluster, name string, o FollowOptions, show f
 			listed = now
 		}
 		last = Build(op, ms, o.Now())
-		if err := show(last); err != nil {
-			return false, err
+		done := last.Outcome() != Running
+		if !done && !force && time.Since(shown) < o.Every {
+			return false, nil
 		}
-		return last.Outcome() != Running, nil
+		shown = time.Now()
+		return done, show(last)
 	}
 	tick := time.NewTicker(o.Refresh)
 	defer tick.Stop()
 	for {
-		if done, err := render(); done || err != nil {
+		if done, err := render(true); done || err != nil {
 			return last, err
 		}
 		w, err := c.WatchOperation(ctx, name, op.ResourceVersion)
@@ -120,14 +130,17 @@ func Follow(ctx context.Context, c Cluster, name string, o FollowOptions, show f
 	}
 }
 
-// follow renders on each event of w and each tick, until the operation
+// follow renders on each event of w (at most every FollowOptions.Every)
+// and each tick, until the operation
 // has an outcome, w ends or ctx does; it returns the last operation seen.
-func follow(ctx context.Context, w watch.Interface, op *v1alpha1.MachineOperation, tick <-chan time.Time, render func() (bool, error)) (*v1alpha1.MachineOperation, error) {
+func follow(ctx context.Context, w watch.Interface, op *v1alpha1.MachineOperation, tick <-chan time.Time, render func(force bool) (bool, error)) (*v1alpha1.MachineOperation, error) {
 	for {
+		force := false
 		select {
 		case <-ctx.Done():
 			return op, ctx.Err()
 		case <-tick:
+			force = true
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return op, nil
@@ -147,7 +160,7 @@ func follow(ctx context.Context, w watch.Interface, op *v1alpha1.MachineOperatio
 				continue
 			}
 		}
-		done, err := render()
+		done, err := render(force)
 		if done || err != nil {
 			return op, err
 		}

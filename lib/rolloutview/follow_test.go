@@ -62,7 +62,7 @@ func TestFollow(t *testing.T) {
 	var last View
 	go func() {
 		var err error
-		last, err = Follow(context.Background(), f, op.Name, FollowOptions{Refresh: time.Hour, Now: func() time.Time { return t0 }},
+		last, err = Follow(context.Background(), f, op.Name, FollowOptions{Refresh: time.Hour, Every: time.Nanosecond, Now: func() time.Time { return t0 }},
 			func(v View) error { seen = append(seen, v.Summary()); return nil })
 		done <- err
 	}()
@@ -95,5 +95,32 @@ func TestFollow(t *testing.T) {
 	_, err := Follow(ctx, f, op.Name, FollowOptions{}, func(View) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "no outcome yet") {
 		t.Errorf("followed past the deadline: %v", err)
+	}
+}
+
+// TestFollowThrottled: changes closer together than Every show no view
+// but the first and the one with the outcome.
+func TestFollowThrottled(t *testing.T) {
+	op, ms := fixture()
+	op.Status = v1alpha1.MachineOperationStatus{}
+	for _, n := range []string{"web-1", "web-2", "web-3", "web-4"} {
+		v1alpha1.SetMachineResult(op, v1alpha1.MachineOperationTarget{Name: n, NodeName: n, Phase: v1alpha1.OperationWaiting}, v1alpha1.CountAll)
+	}
+	f := &fakeCluster{op: op, ms: ms, watches: make(chan *watch.FakeWatcher, 1)}
+	shown := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := Follow(context.Background(), f, op.Name, FollowOptions{Refresh: time.Hour, Every: time.Hour},
+			func(View) error { shown++; return nil })
+		done <- err
+	}()
+	w := <-f.watches
+	next := op.DeepCopy()
+	for _, n := range []string{"web-1", "web-2", "web-3", "web-4"} {
+		v1alpha1.SetMachineResult(next, v1alpha1.MachineOperationTarget{Name: n, NodeName: n, Phase: v1alpha1.OperationSucceeded, StartTime: at(0), CompletionTime: at(5)}, v1alpha1.CountAll)
+		w.Modify(next.DeepCopy())
+	}
+	if err := <-done; err != nil || shown != 2 {
+		t.Errorf("%d views (%v), want 2: the first and the outcome", shown, err)
 	}
 }

@@ -99,10 +99,15 @@ func Build(op *v1alpha1.MachineOperation, ms []v1alpha1.Machine, now time.Time) 
 }
 
 // Outcome is Succeeded, Failed (finished with failures or halted) or
-// Running.
+// Running. Succeeded needs an entry from every target: the phase counts
+// only the entries there are, and a target whose agent has not picked the
+// operation up yet is not done.
 func (v View) Outcome() Outcome {
 	switch v.Status.Phase {
 	case v1alpha1.OperationSucceeded:
+		if v.silent() > 0 {
+			return Running
+		}
 		return Succeeded
 	case v1alpha1.OperationFailed, v1alpha1.OperationHalted:
 		return Failed
@@ -114,8 +119,11 @@ func (v View) Outcome() Outcome {
 func (v View) Summary() string {
 	s := v.Status
 	phase := string(s.Phase)
-	if phase == "" || len(v.Rows) == 0 {
+	switch {
+	case phase == "" || len(v.Rows) == 0:
 		phase = string(v1alpha1.OperationPending)
+	case s.Phase == v1alpha1.OperationSucceeded && v.Outcome() == Running:
+		phase = string(v1alpha1.OperationInProgress) // targets to hear from
 	}
 	line := fmt.Sprintf("%s: %d of %d machines succeeded, %d failed, %d in progress, %d waiting",
 		phase, s.Done, len(v.Rows), s.Failed, s.InProgress, len(v.Rows)-int(s.Done+s.Failed+s.InProgress))
