@@ -6,8 +6,10 @@ package rollout
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -71,6 +73,15 @@ func (h *roHarness) checkWatchable(name string, op *v1alpha1.MachineOperation, c
 			}
 		}
 	}
+	if cond == v1alpha1.OpConditionComplete {
+		// What README shows: kubectl itself waits on the condition.
+		kubectl := exec.CommandContext(ctx, filepath.Join(rig.KubeBinDir, "kubectl"), "--kubeconfig", h.cp.AdminKubeconfig(),
+			"wait", "--for=condition=Complete", "machineoperation/"+name, "--timeout=20s")
+		kubectl.Env = append(os.Environ(), "HOME="+t.TempDir()) // its discovery cache, not the machine's
+		if b, err := kubectl.CombinedOutput(); err != nil {
+			t.Errorf("kubectl wait --for=condition=Complete: %v\n%s", err, b)
+		}
+	}
 	out, _, code := rig.RunCLI(t, ctx, h.cp, h.bin, "rollout", "status", name)
 	check("rollout status", out, code)
 	if live != nil {
@@ -96,5 +107,24 @@ func (h *roHarness) checkWatchable(name string, op *v1alpha1.MachineOperation, c
 	}
 	if !strings.Contains(string(page), strings.TrimPrefix(outcome, "Outcome: ")) || !strings.Contains(string(page), `class="step"`) {
 		t.Errorf("report lacks the outcome %q or the steps the agents published", outcome)
+	}
+}
+
+// checkRealSteps: a rollout of real repaves is Complete, and each entry carries its repaver's steps, the
+// disruptive ones included, for `rollout status` and the report's timeline.
+func checkRealSteps(t *testing.T, op *v1alpha1.MachineOperation) {
+	t.Helper()
+	if c := apimeta.FindStatusCondition(op.Status.Conditions, v1alpha1.OpConditionComplete); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("condition Complete: %+v, want True", c)
+	}
+	for _, e := range op.Status.Machines {
+		var names []string
+		for _, s := range e.Steps {
+			names = append(names, s.Name)
+		}
+		got := strings.Join(names, ",")
+		if !strings.Contains(got, "drain,switch,start,verify,commit") {
+			t.Errorf("%s: steps %q, want the repave's drain to commit in order", e.Name, got)
+		}
 	}
 }
