@@ -21,6 +21,7 @@ type flags struct {
 	Status   statusCmd   `cmd:"" help:"Show this host's installation: ownership, active slot, pending requests."`
 	Verify   verifyCmd   `cmd:"" help:"Check, read only, that this host's installation is healthy (exit 0 ok, 3 problems found, 4 cannot verify)."`
 	Cluster  clusterCmd  `cmd:"" help:"Install kubeslot's cluster API (CRDs, agent RBAC, admission policies) into a cluster, or remove it."`
+	Rollout  rolloutCmd  `cmd:"" help:"Watch a MachineOperation: its status per machine, or an HTML report with a timeline."`
 	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
 	Bundle   bundleCmd   `cmd:"" help:"Build a release bundle: the binaries, unit templates and a manifest in one tarball."`
 	NodeHook nodeHookCmd `cmd:"" name:"node-hook" hidden:"" help:"Run by the node machine's unit (not by people): lifecycle hooks of a slot's node."`

@@ -83,6 +83,7 @@ type roHarness struct {
 	now, peak atomic.Int32
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
+	bin       string // the kubeslot CLI, once built
 }
 
 type agentCfg struct{ opts watcher.Options }
@@ -221,6 +222,7 @@ func (h *roHarness) runner(ctx context.Context, a *roAgent) {
 		a.mu.Lock()
 		a.ended = time.Now()
 		a.mu.Unlock()
+		st.Phases = []requests.PhaseTiming{{Name: "fake", StartedAt: start, Duration: time.Since(start)}}
 		st.Phase, st.Message = requests.Succeeded, "fake repave done"
 		if a.fail.Load() {
 			st.Phase, st.Message = requests.Failed, "fake repave failed: broken kubelet"
@@ -282,6 +284,7 @@ func (h *roHarness) leases(op string) []v1alpha1.RolloutLease {
 // back, and the counts are in the status.
 func TestRolloutOneAtATime(t *testing.T) {
 	h := newRolloutFleet(t, "ro1", 4)
+	watched := h.watchStatus("ro1-repave")
 	t0 := time.Now()
 	h.pacedOperation("ro1-repave", "ro1", v1alpha1.Rollout{MaxUnavailable: &intstr.IntOrString{IntVal: 1}})
 	op := h.waitOp("ro1-repave", 3*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
@@ -307,6 +310,7 @@ func TestRolloutOneAtATime(t *testing.T) {
 		t.Errorf("slots not given back: %v", rollout.Names(ls))
 	}
 	rig.Figures.Add("rollout of 4 in-process agents, maxUnavailable 1, 1.2 s fake repaves", took)
+	h.checkWatchable("ro1-repave", op, v1alpha1.OpConditionComplete, 0, "Outcome: Succeeded: 4 of 4", watched)
 }
 
 // TestRolloutFailureBudgetHalts: ordered by label, the second agent fails with failure budget 1: the rollout halts
@@ -322,6 +326,7 @@ func TestRolloutFailureBudgetHalts(t *testing.T) {
 	if !strings.Contains(op.Status.Message, "ro2-1") || op.Status.Failed != 1 || op.Status.Done != 1 {
 		t.Errorf("halted status does not name ro2-1 with 1 done, 1 failed: %s", rig.DescribeOp(op))
 	}
+	h.checkWatchable("ro2-repave", op, v1alpha1.OpConditionHalted, 1, "Outcome: Halted: 1 of 4", nil)
 	// Long enough for a slot to be taken twice over: nobody starts.
 	time.Sleep(roLease + 5*roPoll)
 	for _, a := range h.agents[2:] {

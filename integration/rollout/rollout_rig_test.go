@@ -66,6 +66,7 @@ func TestRolloutOnRig(t *testing.T) {
 	if op.Status.Failed != 0 || op.Status.Waiting != 0 || op.Status.InProgress != 0 || len(op.Status.Machines) != 3 {
 		t.Errorf("counts: %s", rig.DescribeOp(op))
 	}
+	checkRealSteps(t, op)
 	s.check(t, "rollout of three", 1, rrReplicas-1)
 	if n := s.evictions(t); n < 3 {
 		t.Errorf("%d pods evicted in the rollout of three, want one at least per node (3)", n)

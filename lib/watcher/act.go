@@ -326,6 +326,7 @@ func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Stat
 		end := metav1.NewTime(s.UpdatedAt)
 		e.CompletionTime = &end
 	}
+	e.Steps = entrySteps(s.Phases)
 	_, err := l.mc.UpdateOperationStatus(ctx, s.Operation, func(op *v1alpha1.MachineOperation) error {
 		if cur := op.Status.Target(e.Name, e.NodeName); cur != nil && cur.Phase == e.Phase && cur.Message == e.Message {
 			return errNoChange
@@ -343,6 +344,21 @@ func (l *loop) publishOperation(ctx context.Context, in Inputs, s *requests.Stat
 		return nil
 	}
 	return err
+}
+
+// entrySteps are a worker's step timings as an operation entry shows them:
+// the last 16 (the schema's bound; a rollback adds steps to a repave).
+func entrySteps(ps []requests.PhaseTiming) []v1alpha1.OperationStep {
+	ps = ps[max(0, len(ps)-16):]
+	var out []v1alpha1.OperationStep
+	for _, p := range ps {
+		if p.Name == "" || len(p.Name) > 63 {
+			continue
+		}
+		out = append(out, v1alpha1.OperationStep{Name: p.Name, StartTime: metav1.NewMicroTime(p.StartedAt),
+			DurationMilliseconds: max(0, p.Duration.Milliseconds())})
+	}
+	return out
 }
 
 // event records a transition on the Machine. Best effort: an Event that

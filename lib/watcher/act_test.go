@@ -1,8 +1,10 @@
 package watcher
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +111,26 @@ func TestVerdictProbationOnDisk(t *testing.T) {
 	}
 	if p, err := dir.ReadProbation(); p != nil || err != nil {
 		t.Errorf("probation still there: %+v %v", p, err)
+	}
+}
+
+// TestEntrySteps: a worker's step timings become the entry's steps, at most
+// the schema's 16 (the last ones), with names the schema takes.
+func TestEntrySteps(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 250_000_000, time.UTC)
+	var ps []requests.PhaseTiming
+	for i := range 30 {
+		ps = append(ps, requests.PhaseTiming{Name: fmt.Sprintf("s%d", i), StartedAt: t0.Add(time.Duration(i) * time.Second), Duration: 1500 * time.Millisecond})
+	}
+	ps = append(ps, requests.PhaseTiming{Name: strings.Repeat("x", 64), StartedAt: t0})
+	got := entrySteps(ps)
+	if len(got) != 15 || got[0].Name != "s15" || got[14].Name != "s29" {
+		t.Fatalf("steps %+v: want s15..s29 (the last 16, less the overlong name)", got)
+	}
+	if got[0].DurationMilliseconds != 1500 || !got[0].StartTime.Time.Equal(t0.Add(15*time.Second)) {
+		t.Errorf("step %+v: want 1500 ms from %v (sub-second start kept)", got[0], t0.Add(15*time.Second))
+	}
+	if entrySteps(nil) != nil {
+		t.Error("no timings: want no steps")
 	}
 }

@@ -200,7 +200,8 @@ func Verified(op *MachineOperation, check func(MachineOperationTarget) bool) Mac
 	return v.Status
 }
 
-// summarize derives the summary from the counted entries; last is the
+// summarize derives the summary (phase, counts, times, message,
+// conditions) from the counted entries; last is the
 // entry just written, whose message and generation the summary shows.
 func summarize(op *MachineOperation, counted []MachineOperationTarget, last MachineOperationTarget) {
 	s := &op.Status
@@ -260,6 +261,7 @@ func summarize(op *MachineOperation, counted []MachineOperationTarget, last Mach
 	if last.ObservedMachineGeneration != 0 || last.Phase != OperationWaiting {
 		s.ObservedMachineGeneration = last.ObservedMachineGeneration
 	}
+	setConditions(op, counted)
 }
 
 // failedNames names the Machines whose entries failed.

@@ -276,7 +276,8 @@ type MachineOperationStatus struct {
 	// operations; see Machines for each target).
 	// +optional
 	ObservedMachineGeneration int64 `json:"observedMachineGeneration,omitempty"`
-	// Conditions are the detailed state of the operation, one per type.
+	// Conditions Progressing, Complete and Halted summarise the phase for
+	// people and for `kubectl wait --for=condition=Complete`.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -332,12 +333,37 @@ type MachineOperationTarget struct {
 	// Succeeded (that verdict was given); this says it no longer holds.
 	// +optional
 	RolledBack *OperationRollback `json:"rolledBack,omitempty"`
+	// Steps are the worker's steps on this Machine (drain, switch, verify,
+	// ...) with their start and duration, as far as its agent published
+	// them: the steps done when it reported InProgress, all of them with
+	// the result. A last step without a duration was under way.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Steps []OperationStep `json:"steps,omitempty"`
 	// OrderKey is the value of the rollout's orderByLabel on this Machine
 	// when its agent joined (empty without one): the agents order the
 	// waiting entries by it, then by name.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	OrderKey string `json:"orderKey,omitempty"`
+}
+
+// OperationStep is one step of a worker on a Machine.
+type OperationStep struct {
+	// Name is the step's name, e.g. drain, switch, verify.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// StartTime is when the step started (microseconds: a switch takes
+	// less than a second).
+	// +required
+	StartTime metav1.MicroTime `json:"startTime"`
+	// DurationMilliseconds is how long it took.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DurationMilliseconds int64 `json:"durationMilliseconds,omitempty"`
 }
 
 // OperationRollback records a rollback after a Machine's Succeeded.
