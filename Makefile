@@ -17,7 +17,7 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build bundle generate deps kube-bins node-rootfs test test-unit test-demo test-integration bench soak fmt-check vet lint demo clean
+.PHONY: all build bundle release test-release generate deps kube-bins node-rootfs test test-unit test-demo test-integration bench soak fmt-check vet lint demo clean
 
 all: build
 
@@ -29,6 +29,14 @@ build:
 # installs; prints "<sha256>  <path>".
 bundle: build
 	bin/kubeslot bundle create --bins bin --units units --release-version $(VERSION) --out dist/kubeslot-$(VERSION)-$$($(GO) env GOARCH).tar.gz
+
+# A release (scripts/release.sh): binaries, agent bundles and cluster manifests for linux/amd64 and arm64, with
+# SHA256SUMS, in dist/release/<version>/; reproducible (test-release builds it twice and compares).
+release:
+	@scripts/release.sh $(VERSION)
+
+test-release:
+	@scripts/release-check.sh
 
 # Regenerate lib/api/v1alpha1's deep copies and CRDs with the pinned
 # controller-gen (fetched through the Go module proxy). A test fails when the
@@ -77,7 +85,7 @@ $(STATICCHECK):
 	GOBIN=$(@D)/.part $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(@D)/.part/staticcheck $@ && rmdir $(@D)/.part
 
-test: fmt-check vet lint deps build test-unit test-demo test-integration
+test: fmt-check vet lint deps build test-unit test-release test-demo test-integration
 
 # Fast tests: no root, no rig.
 test-unit:

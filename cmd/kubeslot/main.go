@@ -24,6 +24,7 @@ type flags struct {
 	Rollout  rolloutCmd  `cmd:"" help:"Watch a MachineOperation: its status per machine, or an HTML report with a timeline."`
 	Ignition ignitionCmd `cmd:"" help:"Print an Ignition config that makes a fresh host bootstrap itself on first boot."`
 	Bundle   bundleCmd   `cmd:"" help:"Build a release bundle: the binaries, unit templates and a manifest in one tarball."`
+	Version  versionCmd  `cmd:"" help:"Print this kubeslot's version (what a host's agent reports in its Machine's AGENT column), platform and Go version."`
 	NodeHook nodeHookCmd `cmd:"" name:"node-hook" hidden:"" help:"Run by the node machine's unit (not by people): lifecycle hooks of a slot's node."`
 }
 

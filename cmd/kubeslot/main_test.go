@@ -339,3 +339,11 @@ func TestConfigCheckJoinToken(t *testing.T) {
 		t.Errorf("no identity, no token: exit %d, stderr %q", code, errs)
 	}
 }
+
+// kubeslot version says the stamped version, the platform and Go's.
+func TestVersion(t *testing.T) {
+	code, out, _ := clitest.Call(run, "", "version")
+	if code != exitcode.OK || !strings.HasPrefix(out, "kubeslot devel linux/") || !strings.Contains(out, " go1.") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
