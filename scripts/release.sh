@@ -4,6 +4,7 @@
 #   kubeslot-<version>-linux-<arch>/<binary>   the six binaries (static, -trimpath, no build ID, version stamped)
 #   kubeslot-<version>-<arch>.tar.gz           the agent bundle (`kubeslot bundle create`), what AgentUpgrade installs
 #   kubeslot-<version>-cluster.yaml            the cluster side (`kubeslot cluster manifests`), when the CLI has it
+#   kubeslot-<version>-<arch>.tar.gz.minisig   with KUBESLOT_SIGNING_KEY: the bundles' minisign signatures
 #   SHA256SUMS                                 sha256sum's format, of every file above
 #
 # Reproducible: the same tree gives the same bytes (SOURCE_DATE_EPOCH is the commit's time; no paths, build IDs or
@@ -40,6 +41,11 @@ if "$host/kubeslot" cluster manifests --help >/dev/null 2>&1; then
 	"$host/kubeslot" cluster manifests >"$out/kubeslot-$version-cluster.yaml"
 fi
 rm -rf "$host"
+# Signed with the operator's minisign key when KUBESLOT_SIGNING_KEY names it (minisign asks for its password): a
+# host whose [upgrade] trusted_keys names the public key accepts only bundles with such a <bundle>.minisig.
+if [ -n "${KUBESLOT_SIGNING_KEY:-}" ]; then
+	minisign -S -s "$KUBESLOT_SIGNING_KEY" -m "$out"/kubeslot-"$version"-*.tar.gz
+fi
 (cd "$out" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 echo "release $version in $out:"
 cat "$out/SHA256SUMS"

@@ -21,6 +21,7 @@ type upgradeCmd struct {
 	HealthWindow  time.Duration `help:"How long the new watcher must stay up, same PID and no restart, to pass." default:"5s"`
 	HealthTimeout time.Duration `help:"How long the new watcher has to pass the health gate before the upgrade rolls back." default:"45s"`
 	LockWait      time.Duration `help:"How long to wait for the installation lock before deferring (exit 69)." default:"30s"`
+	Config        string        `help:"The operator's configuration file (a host path), read for its [upgrade] table only." default:"/etc/kubeslot/config.toml" placeholder:"FILE"`
 }
 
 type recoverCmd struct {
@@ -48,6 +49,6 @@ func run(args []string, stdio cli.IO) int {
 			}
 			u := f.Upgrade
 			return upgrade.Command{Host: h, Stage: name, Bundle: u.Bundle, SHA256: u.SHA256, Preflight: u.Preflight, JSON: u.JSON,
-				HealthWindow: u.HealthWindow, HealthTimeout: u.HealthTimeout, LockWait: u.LockWait}.Run(ctx)
+				HealthWindow: u.HealthWindow, HealthTimeout: u.HealthTimeout, LockWait: u.LockWait, Config: u.Config}.Run(ctx)
 		})
 }

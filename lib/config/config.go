@@ -30,6 +30,9 @@ type Config struct {
 	// Metrics is the watcher's endpoint: an agent setting, neither applied
 	// nor fingerprinted (see Metrics).
 	Metrics Metrics `toml:"metrics" json:"-"`
+	// Upgrade is what the upgrader trusts: an agent setting, neither
+	// applied nor fingerprinted (see Upgrade).
+	Upgrade Upgrade `toml:"upgrade" json:"-"`
 }
 
 // Machine names this host's node.

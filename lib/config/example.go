@@ -196,4 +196,11 @@ mode = "cluster"
 # The endpoint is plain HTTP without authentication: allow an address other
 # than loopback (e.g. "0.0.0.0:9469") only on a network you trust.
 # allow_remote = false
+
+# What the upgrader accepts. Not a node setting either; read at each upgrade.
+[upgrade]
+# minisign public keys (the RW... line of minisign.pub): with any, an
+# AgentUpgrade's bundle must be signed by one of them (<bundle URL>.minisig,
+# made by minisign -S -m <bundle>), checked before anything is unpacked.
+# trusted_keys = ["RWS5LMcFX+hKAW9/FLgWCFfGzuLsOtAGj9pLDhzUMY68MGvnv7SEE4Wg"]
 `

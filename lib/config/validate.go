@@ -42,6 +42,7 @@ func (c *Config) Validate() error {
 	}
 	v.stageBudget(&c.Timeouts)
 	v.metrics(&c.Metrics)
+	v.upgrade(&c.Upgrade)
 	if len(v.errs) == 0 {
 		return nil
 	}

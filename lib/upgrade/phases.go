@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/kubeslot/kubeslot/lib/artifact"
+	"github.com/kubeslot/kubeslot/lib/bundle"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/transition"
@@ -138,10 +140,30 @@ func (t *txn) preflight(ctx context.Context) error {
 	return err
 }
 
+// download fetches the bundle (verified against the sha256 asked for) and,
+// when the host names trusted keys, checks its signature: a bundle nobody
+// the host trusts signed is refused before anything of it is unpacked,
+// whoever could create the operation.
 func (t *txn) download(ctx context.Context) error {
 	var err error
-	t.local, err = t.fetch(ctx)
-	return err
+	if t.local, err = t.fetch(ctx); err != nil {
+		return err
+	}
+	keys := t.d.TrustedKeys
+	if len(keys) == 0 {
+		return nil
+	}
+	src := t.req.Upgrade.URL
+	sig, err := t.d.Signature(ctx, src)
+	if err != nil {
+		return fmt.Errorf("refused, nothing unpacked: upgrade.trusted_keys asks for a signature, and %s%s: %w", artifact.Redact(src), bundle.SignatureSuffix, err)
+	}
+	id, err := bundle.VerifySignature(t.local, sig, keys)
+	if err != nil {
+		return fmt.Errorf("refused, nothing unpacked (upgrade.trusted_keys): %w", err)
+	}
+	t.log.Info("bundle signature verified", "key", id)
+	return nil
 }
 
 // lastGood makes the running release last-good. That ends a probation of

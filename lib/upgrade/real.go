@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
@@ -91,4 +94,43 @@ func (b BundleFiles) Unpack(ctx context.Context, path, wantSHA256, wantArch, des
 // ReadManifest implements Bundles.
 func (BundleFiles) ReadManifest(dir string) (*bundle.Manifest, error) {
 	return bundle.ReadManifest(dir)
+}
+
+// signatureTimeout bounds the fetch of a bundle's signature.
+const signatureTimeout = 30 * time.Second
+
+// FetchSignature reads the detached signature of the bundle at source:
+// <source>.minisig, the file beside a bundle given by hand (a path as this
+// process sees it, like the bundle) or the same URL with the suffix on its
+// path (a query, such as a presigned URL's, stays). Bounded in size and
+// time.
+func FetchSignature(ctx context.Context, source string) ([]byte, error) {
+	if strings.HasPrefix(source, "/") {
+		f, err := os.Open(source + bundle.SignatureSuffix)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return bundle.ReadSignature(f)
+	}
+	u, err := url.Parse(source)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("bundle source %q: want an absolute path or an http(s) URL", artifact.Redact(source))
+	}
+	u.Path += bundle.SignatureSuffix
+	ctx, cancel := context.WithTimeout(ctx, signatureTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET: %s", resp.Status)
+	}
+	return bundle.ReadSignature(resp.Body)
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/buildinfo"
 	"github.com/kubeslot/kubeslot/lib/bundle"
+	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
+	"github.com/kubeslot/kubeslot/lib/hostroot"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/stagekit"
 )
@@ -36,6 +39,9 @@ type Command struct {
 	Preflight, JSON bool
 	// Bounds of the health gate and of the wait for the lock.
 	HealthWindow, HealthTimeout, LockWait time.Duration
+	// Config is the operator's configuration file (a host path), read for
+	// its [upgrade] table (trustedKeys); "" reads none.
+	Config string
 }
 
 // EnvRequest is set by the worker unit (lib/requests).
@@ -61,6 +67,11 @@ func (c Command) Run(ctx context.Context) error {
 	}
 	defer drv.Close()
 	d := c.deps(drv)
+	if !c.Recover {
+		if d.TrustedKeys, err = c.trustedKeys(drv.Root); err != nil {
+			return err
+		}
+	}
 	var res *Result
 	switch {
 	case c.Preflight:
@@ -125,7 +136,29 @@ func (c Command) deps(drv *stagekit.Driver) *Deps {
 		Fetcher: CacheFetcher{F: &artifact.Fetcher{Root: root, Log: log, MaxSize: maxBundle, Timeout: downloadTimeout}},
 		Bundles: BundleFiles{Limits: bundle.Limits{MaxSize: maxBundle}},
 		Exec:    ExecRunner{}, Exe: ProcExe, Arch: buildinfo.Arch, Pause: drv.Pause,
+		Signature: FetchSignature,
 	}
+}
+
+// trustedKeys reads [upgrade] trusted_keys from the configuration file: no
+// file is no keys (a host set up without one); a file that cannot be read
+// or is invalid refuses the run, as it may have named keys.
+func (c Command) trustedKeys(root *hostroot.Root) ([]string, error) {
+	if c.Config == "" {
+		return nil, nil
+	}
+	local, err := root.Resolve(c.Config)
+	if err != nil {
+		return nil, exitcode.UsageError(fmt.Errorf("--config %s: %w", c.Config, err))
+	}
+	if _, err := os.Stat(local); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	cfg, err := config.Load(local)
+	if err != nil {
+		return nil, fmt.Errorf("the configuration's [upgrade] table (which bundles to trust) cannot be read, so no upgrade runs: %w", err)
+	}
+	return cfg.Upgrade.TrustedKeys, nil
 }
 
 // report prints what a run did, one line and the message.

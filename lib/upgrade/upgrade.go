@@ -165,6 +165,12 @@ type Deps struct {
 	Exe func(pid uint32) (string, error)
 	// Arch is the architecture a bundle must be for (buildinfo.Arch).
 	Arch string
+	// TrustedKeys are the host's [upgrade] trusted_keys: with any, a
+	// bundle must come with a signature by one of them, read by Signature
+	// (the bundle's source, and whether it is a local file of an upgrade
+	// by hand) and checked before anything is unpacked.
+	TrustedKeys []string
+	Signature   func(ctx context.Context, source string) ([]byte, error)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// After is the wait between two reads of the watcher unit (nil:
@@ -214,6 +220,8 @@ func (d *Deps) check() error {
 		return errors.New("upgrade: incomplete dependencies")
 	case d.Arch == "":
 		return errors.New("upgrade: no architecture")
+	case len(d.TrustedKeys) > 0 && d.Signature == nil:
+		return errors.New("upgrade: trusted keys but no way to read a signature")
 	}
 	return nil
 }
