@@ -7,13 +7,18 @@ package repave
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"aead.dev/minisign"
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/kubeslot/kubeslot/integration/kube"
@@ -397,6 +402,54 @@ func TestUpgradeOnRig(t *testing.T) {
 		if exe := r.watcherExe(); exe != "/opt/kubeslot/releases/green/kubeslot-watcher" {
 			t.Errorf("watcher runs %q", exe)
 		}
+		r.currentRuns()
+	})
+
+	// A host that names trusted keys ([upgrade] trusted_keys in its configuration) refuses a bundle that comes
+	// without a signature, or with one by another key, before anything of it is unpacked: whoever could create the
+	// operation. Its sha256 matches: only the key is missing.
+	t.Run("Unsigned", func(t *testing.T) {
+		pub, _, err := minisign.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, other, err := minisign.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubText, _ := pub.MarshalText()
+		doc := strings.Replace(string(config.Example()), "# trusted_keys = [", "trusted_keys = [\""+string(pubText)+"\"] # [", 1)
+		if err := r.h.WriteFile(units.ConfigPath, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = r.h.Run(context.Background(), "rm", "-f", units.ConfigPath) })
+		refused := func(name, want string) {
+			t.Helper()
+			res, _ := r.result(name, 2*time.Minute)
+			if res.Phase != v1alpha1.OperationFailed || !strings.Contains(res.Message, "nothing unpacked") || !strings.Contains(res.Message, want) {
+				t.Errorf("operation %s: %+v, want Failed, nothing unpacked, %q", name, res, want)
+			}
+			if c := r.current(); c != "green" {
+				t.Errorf("current %s, want green (unchanged)", c)
+			}
+		}
+		refused(r.operation(url1, sum1), "up-1.tar.gz.minisig")
+		f, err := os.Open(p1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr := minisign.NewReader(f)
+		_, err = io.Copy(io.Discard, mr)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sigFile := filepath.Join(t.TempDir(), "up-1.tar.gz.minisig")
+		if err := os.WriteFile(sigFile, mr.Sign(other), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		serve("up-1.tar.gz.minisig", sigFile)
+		refused(r.operation(url1, sum1), "not signed by a trusted key")
 		r.currentRuns()
 	})
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // extractor holds the state of one Tar call.
@@ -71,13 +73,6 @@ func (x *extractor) entry(ctx context.Context, hdr *tar.Header, r io.Reader) err
 	name, err := cleanName(hdr.Name)
 	if err != nil {
 		return err
-	}
-	for k := range hdr.PAXRecords {
-		if strings.HasPrefix(k, "SCHILY.xattr.") {
-			x.xattrs++ // counted in the summary: file capabilities are lost
-			x.log.Debug("extended attributes not restored", "name", name)
-			break
-		}
 	}
 	if name == "." && hdr.Typeflag != tar.TypeDir {
 		return fmt.Errorf("%w: a non-directory entry names the destination itself", ErrUnsafe)
@@ -269,10 +264,47 @@ func (x *extractor) file(ctx context.Context, name string, hdr *tar.Header, r io
 	if err := f.Chmod(mode(hdr)); err != nil {
 		return err
 	}
+	// After the chown, which clears a file capability.
+	if err := x.setXattrs(f, name, hdr); err != nil {
+		return err
+	}
 	if err := x.root.Chtimes(name, atime(hdr), hdr.ModTime); err != nil {
 		return err
 	}
 	x.files++
+	return nil
+}
+
+// KeptXattr says which extended attributes of a regular file are restored
+// (and kept by a copy of a tree made from one): file capabilities (a real
+// rootfs gives ping cap_net_raw rather than setuid) and user attributes.
+// Others (security labels, trusted.*) belong to the system that made the
+// archive, not to the node.
+func KeptXattr(name string) bool {
+	return name == "security.capability" || strings.HasPrefix(name, "user.")
+}
+
+// setXattrs restores hdr's kept extended attributes on f; those it does not
+// keep, and those the filesystem cannot hold, are counted in the summary.
+func (x *extractor) setXattrs(f *os.File, name string, hdr *tar.Header) error {
+	for k, v := range hdr.PAXRecords {
+		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if !KeptXattr(attr) {
+			x.xattrs++
+			continue
+		}
+		err := unix.Fsetxattr(int(f.Fd()), attr, []byte(v), 0)
+		switch {
+		case errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.EOPNOTSUPP):
+			x.xattrs++
+			x.log.Warn("extended attribute not restored: the filesystem does not hold it", "name", name, "attr", attr)
+		case err != nil:
+			return fmt.Errorf("extended attribute %s: %w", attr, err)
+		}
+	}
 	return nil
 }
 

@@ -37,10 +37,10 @@
 //
 // Kept: mode bits including setuid, setgid and sticky, owner and group (so
 // it must run as root unless Options.IgnoreOwner), modification times of
-// files and directories, symlinks, hard links. Not kept: device nodes and
+// files and directories, symlinks, hard links, file capabilities. Not kept: device nodes and
 // FIFOs (skipped with a debug log: nspawn populates the machine's /dev),
-// symlink timestamps (no lutimes in os.Root), extended attributes and file
-// capabilities, access times. Plain, gzip and zstd (through
+// symlink timestamps (no lutimes in os.Root), extended attributes other
+// than file capabilities and user.* (KeptXattr), access times. Plain, gzip and zstd (through
 // klauspost/compress, already a dependency; window bounded to 128 MiB)
 // tarballs are read; xz and bzip2 are refused with a clear error.
 //

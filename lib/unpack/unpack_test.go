@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 )
 
 // rootfsTree is a small rootfs with every kind of entry Tar keeps.
@@ -445,11 +446,14 @@ func TestReplacingAndXattrs(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 
-	// Extended attributes (file capabilities) are counted, not restored.
+	// A file capability (cap_net_raw, as ping has it) and a user attribute are restored after the owner is set
+	// (a chown clears a capability); an SELinux label is the archive maker's, counted and not restored.
+	netRaw := "\x01\x00\x00\x02\x00\x20\x00\x00" + strings.Repeat("\x00", 12) // vfs_cap_data v2, effective
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	h := &tar.Header{Name: "ping", Typeflag: tar.TypeReg, Mode: 0o755, Size: 1, Format: tar.FormatPAX,
-		PAXRecords: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02"}}
+		PAXRecords: map[string]string{"SCHILY.xattr.security.capability": netRaw, "SCHILY.xattr.user.origin": "debian",
+			"SCHILY.xattr.security.selinux": "system_u:object_r:ping_exec_t:s0"}}
 	if err := tw.WriteHeader(h); err != nil {
 		t.Fatal(err)
 	}
@@ -457,11 +461,26 @@ func TestReplacingAndXattrs(t *testing.T) {
 	tw.Close()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	if err := Tar(context.Background(), &buf, t.TempDir(), Options{Log: log}); err != nil {
+	dest := t.TempDir()
+	if err := Tar(context.Background(), &buf, dest, Options{Log: log}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "xattrs_not_restored=1") {
-		t.Errorf("xattrs not counted:\n%s", logs.String())
+	get := func(attr string) string {
+		b := make([]byte, 64)
+		n, err := unix.Getxattr(filepath.Join(dest, "ping"), attr, b)
+		if err != nil {
+			return err.Error()
+		}
+		return string(b[:n])
+	}
+	if got := get("security.capability"); got != netRaw {
+		t.Errorf("security.capability %q, want cap_net_raw", got)
+	}
+	if got := get("user.origin"); got != "debian" && !strings.Contains(logs.String(), "does not hold it") {
+		t.Errorf("user.origin %q", got)
+	}
+	if !strings.Contains(logs.String(), "xattrs_not_restored=1") && !strings.Contains(logs.String(), "xattrs_not_restored=2") {
+		t.Errorf("the SELinux label not counted:\n%s", logs.String())
 	}
 }
 

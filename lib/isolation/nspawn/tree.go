@@ -369,6 +369,9 @@ func (c *copier) file(j fileJob) error {
 	if err == nil { // after chown, which clears setuid and setgid
 		err = unix.Fchmod(out, j.st.Mode&0o7777)
 	}
+	if err == nil { // after chown too, which clears a file capability
+		err = copyXattrs(in, out)
+	}
 	if cerr := unix.Close(out); err == nil {
 		err = cerr
 	}
@@ -464,6 +467,33 @@ func setMeta(p string, st *unix.Stat_t, link bool) error {
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("set times: %w", err)
+	}
+	return nil
+}
+
+// copyXattrs copies the extended attributes the tree keeps (file
+// capabilities, user.*: unpack.KeptXattr) from in to out.
+func copyXattrs(in, out int) error {
+	buf := make([]byte, 4096)
+	n, err := unix.Flistxattr(in, buf)
+	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.ERANGE) || n <= 0 {
+		return nil // none, or none this filesystem holds
+	}
+	if err != nil {
+		return err
+	}
+	val := make([]byte, 64<<10)
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		if !unpack.KeptXattr(name) {
+			continue
+		}
+		m, err := unix.Fgetxattr(in, name, val)
+		if err != nil {
+			return fmt.Errorf("read extended attribute %s: %w", name, err)
+		}
+		if err := unix.Fsetxattr(out, name, val[:m], 0); err != nil {
+			return fmt.Errorf("extended attribute %s: %w", name, err)
+		}
 	}
 	return nil
 }

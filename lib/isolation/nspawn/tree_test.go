@@ -19,6 +19,9 @@ import (
 
 // richTarball has what a real rootfs has: setuid file, read-only directory,
 // hard link, symlinks, owners other than root, old times.
+// netRawCap is a file capability: cap_net_raw, effective.
+const netRawCap = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+
 func richTarball(t *testing.T) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -35,6 +38,9 @@ func richTarball(t *testing.T) []byte {
 		{Name: "home/user/empty", Typeflag: tar.TypeReg, Mode: 0o600, Uid: 1000, Gid: 1000},
 		{Name: "ro/", Typeflag: tar.TypeDir, Mode: 0o555},
 		{Name: "ro/f", Typeflag: tar.TypeReg, Mode: 0o444, Size: 10},
+		// ping's file capability, cap_net_raw (vfs_cap_data v2, effective).
+		{Name: "usr/bin/ping", Typeflag: tar.TypeReg, Mode: 0o755, Size: 10,
+			PAXRecords: map[string]string{"SCHILY.xattr.security.capability": netRawCap}},
 	} {
 		h.ModTime, h.Format = mt, tar.FormatPAX
 		if err := tw.WriteHeader(h); err != nil {
@@ -125,8 +131,15 @@ func TestCopyTreeKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Hardlinks != 1 || st.Symlinks != 1 || st.Files != 4 {
-		t.Errorf("stats %+v, want 4 files, 1 hard link, 1 symlink", st)
+	if st.Hardlinks != 1 || st.Symlinks != 1 || st.Files != 5 {
+		t.Errorf("stats %+v, want 5 files, 1 hard link, 1 symlink", st)
+	}
+	for _, dir := range []string{tree, dst} {
+		b := make([]byte, 64)
+		n, err := unix.Getxattr(filepath.Join(dir, "usr/bin/ping"), "security.capability", b)
+		if err != nil || string(b[:n]) != netRawCap {
+			t.Errorf("%s: ping's file capability %q, %v", dir, b[:max(n, 0)], err)
+		}
 	}
 	sameTree(t, tree, dst)
 	if fi, err := os.Stat(filepath.Join(dst, "usr/bin/su")); err != nil || fi.Mode()&os.ModeSetuid == 0 {
