@@ -26,6 +26,7 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 	m := rig.SampleMachine("api-valid", "api-valid.example.com")
 	m.Spec.Node.Devices = &v1alpha1.Devices{GPUs: v1alpha1.GPUsNVIDIA, Paths: []v1alpha1.DevicePath{"/dev/fuse", "/dev/dri/renderD128"}}
 	m.Spec.Node.KubernetesRelease = &v1alpha1.KubernetesRelease{Mirror: "https://dl.example.com/release", KubeletSHA256: rig.SampleSHA}
+	m.Spec.UpdateMethod = v1alpha1.UpdateRepave
 	got, err := admin.CreateMachine(ctx, m)
 	if err != nil {
 		t.Fatalf("a valid Machine was refused: %v", err)
@@ -33,18 +34,19 @@ func TestAPIValidObjectsAccepted(t *testing.T) {
 	if a, b := mustJSON(t, got.Spec), mustJSON(t, m.Spec); a != b {
 		t.Errorf("spec changed on the way:\n got %s\nwant %s", a, b)
 	}
-	// defaulting: no update policy means OnNodeDelete
+	// defaulting: no update policy means OnNodeDelete, no update method Auto, no budget preflight Warn
 	m2 := rig.SampleMachine("api-valid-2", "api-valid-2")
 	m2.Spec.UpdatePolicy = ""
 	m2.Spec.Node.Artifacts = nil
 	m2.Spec.Disruption = &v1alpha1.Disruption{DeleteEmptyDirData: true}
 	if got, err := admin.CreateMachine(ctx, m2); err != nil {
 		t.Fatalf("a minimal Machine was refused: %v", err)
-	} else if got.Spec.UpdatePolicy != v1alpha1.UpdateOnNodeDelete {
-		t.Errorf("updatePolicy defaulted to %q, want %q", got.Spec.UpdatePolicy, v1alpha1.UpdateOnNodeDelete)
+	} else if got.Spec.UpdatePolicy != v1alpha1.UpdateOnNodeDelete || got.Spec.UpdateMethod != v1alpha1.UpdateAuto {
+		t.Errorf("updatePolicy, updateMethod defaulted to %q, %q; want %q, %q", got.Spec.UpdatePolicy, got.Spec.UpdateMethod,
+			v1alpha1.UpdateOnNodeDelete, v1alpha1.UpdateAuto)
 	} else if d := got.Spec.Disruption; d.DrainTimeoutSeconds != 120 || d.OnDrainTimeout != v1alpha1.DrainTimeoutFail || !d.DeleteEmptyDirData ||
-		d.Drain != v1alpha1.DrainEvict {
-		t.Errorf("spec.disruption defaulted to %+v, want Evict, 120 s, Fail, and deleteEmptyDirData kept", *d)
+		d.Drain != v1alpha1.DrainEvict || d.PDBPreflight != v1alpha1.PDBPreflightWarn {
+		t.Errorf("spec.disruption defaulted to %+v, want Evict, 120 s, Fail, Warn, and deleteEmptyDirData kept", *d)
 	}
 
 	ops := []*v1alpha1.MachineOperation{

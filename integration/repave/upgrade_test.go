@@ -417,9 +417,11 @@ func TestUpgradeOnRig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pubText, _ := pub.MarshalText()
-		doc := strings.Replace(string(config.Example()), "# trusted_keys = [", "trusted_keys = [\""+string(pubText)+"\"] # [", 1)
-		if err := r.h.WriteFile(units.ConfigPath, []byte(doc), 0o600); err != nil {
+		pubText, _ := pub.MarshalText() // the .pub file's two lines; the key is the last
+		key := strings.TrimSpace(string(pubText))
+		key = key[strings.LastIndexByte(key, '\n')+1:]
+		// First a file that cannot be read: every bundle is refused, the request failed with why.
+		if err := r.h.WriteFile(units.ConfigPath, []byte("[upgrade\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _, _ = r.h.Run(context.Background(), "rm", "-f", units.ConfigPath) })
@@ -432,6 +434,11 @@ func TestUpgradeOnRig(t *testing.T) {
 			if c := r.current(); c != "green" {
 				t.Errorf("current %s, want green (unchanged)", c)
 			}
+		}
+		refused(r.operation(url1, sum1), "[upgrade] table")
+		doc := strings.Replace(string(config.Example()), "# trusted_keys = [", "trusted_keys = [\""+key+"\"] # [", 1)
+		if err := r.h.WriteFile(units.ConfigPath, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
 		}
 		refused(r.operation(url1, sum1), "up-1.tar.gz.minisig")
 		f, err := os.Open(p1)

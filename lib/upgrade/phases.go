@@ -149,6 +149,9 @@ func (t *txn) download(ctx context.Context) error {
 	if t.local, err = t.fetch(ctx); err != nil {
 		return err
 	}
+	if err := t.d.TrustedKeysErr; err != nil {
+		return fmt.Errorf("refused, nothing unpacked: %w", err)
+	}
 	keys := t.d.TrustedKeys
 	if len(keys) == 0 {
 		return nil

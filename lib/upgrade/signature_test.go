@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"crypto/rand"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -14,7 +15,8 @@ import (
 )
 
 // With trusted keys, a bundle signed by one of them upgrades; one signed by
-// another key, or with no signature at its URL, is refused before anything
+// another key, with no signature at its URL, or on a host whose keys could
+// not be read, is refused before anything
 // is unpacked (the inactive release stays as it was), whoever asked. The
 // signature is fetched for real, from <bundle URL>.minisig.
 func TestSignedBundles(t *testing.T) {
@@ -40,17 +42,19 @@ func TestSignedBundles(t *testing.T) {
 		return r.Sign(k)
 	}
 	for _, tc := range []struct {
-		name string
-		key  *minisign.PrivateKey // nil: no signature served
-		ok   bool
+		name    string
+		key     *minisign.PrivateKey // nil: no signature served
+		keysErr error                // the keys could not be read
+		ok      bool
 	}{
-		{"trusted", &priv, true},
-		{"another key", &otherPriv, false},
-		{"no signature", nil, false},
+		{"trusted", &priv, nil, true},
+		{"another key", &otherPriv, nil, false},
+		{"no signature", nil, nil, false},
+		{"keys unreadable", &priv, errors.New("config.toml: broken"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.d.TrustedKeys, e.d.Signature = []string{string(pubText)}, FetchSignature
+			e.d.TrustedKeys, e.d.Signature, e.d.TrustedKeysErr = []string{string(pubText)}, FetchSignature, tc.keysErr
 			p, sha := e.makeBundle("2.0", bundleOpts{})
 			data, err := os.ReadFile(p)
 			if err != nil {

@@ -68,9 +68,7 @@ func (c Command) Run(ctx context.Context) error {
 	defer drv.Close()
 	d := c.deps(drv)
 	if !c.Recover {
-		if d.TrustedKeys, err = c.trustedKeys(drv.Root); err != nil {
-			return err
-		}
+		d.TrustedKeys, d.TrustedKeysErr = c.trustedKeys(drv.Root)
 	}
 	var res *Result
 	switch {
@@ -142,21 +140,22 @@ func (c Command) deps(drv *stagekit.Driver) *Deps {
 
 // trustedKeys reads [upgrade] trusted_keys from the configuration file: no
 // file is no keys (a host set up without one); a file that cannot be read
-// or is invalid refuses the run, as it may have named keys.
+// or is invalid is an error that refuses every bundle (Deps.TrustedKeysErr),
+// as it may have named keys.
 func (c Command) trustedKeys(root *hostroot.Root) ([]string, error) {
 	if c.Config == "" {
 		return nil, nil
 	}
 	local, err := root.Resolve(c.Config)
 	if err != nil {
-		return nil, exitcode.UsageError(fmt.Errorf("--config %s: %w", c.Config, err))
+		return nil, fmt.Errorf("--config %s: %w", c.Config, err)
 	}
 	if _, err := os.Stat(local); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	cfg, err := config.Load(local)
 	if err != nil {
-		return nil, fmt.Errorf("the configuration's [upgrade] table (which bundles to trust) cannot be read, so no upgrade runs: %w", err)
+		return nil, fmt.Errorf("the configuration's [upgrade] table (which bundles to trust) cannot be read: %w", err)
 	}
 	return cfg.Upgrade.TrustedKeys, nil
 }

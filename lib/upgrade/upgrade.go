@@ -171,6 +171,10 @@ type Deps struct {
 	// by hand) and checked before anything is unpacked.
 	TrustedKeys []string
 	Signature   func(ctx context.Context, source string) ([]byte, error)
+	// TrustedKeysErr is why the trusted keys could not be read: every
+	// download is then refused (the keys may have named some), and the
+	// request fails with it rather than the worker looping.
+	TrustedKeysErr error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// After is the wait between two reads of the watcher unit (nil:
