@@ -119,14 +119,22 @@ func manifests() (crds, access []*unstructured.Unstructured, err error) {
 	return crds, access, nil
 }
 
-// Install applies the CRDs, waits until the apiserver serves them, then
-// applies the access control (admission policies before the RBAC that
-// grants agents anything) and waits until the policy is in force. Running it
-// again changes nothing and reports every object Unchanged.
+// Install refuses an apiserver older than MinKubernetesVersion, applies the
+// CRDs, waits until the apiserver serves them, then applies the access
+// control (admission policies before the RBAC that grants agents anything)
+// and waits until the policy is in force. Running it again changes nothing
+// and reports every object Unchanged.
 func Install(ctx context.Context, cfg *rest.Config, log *slog.Logger) (Report, error) {
 	var rep Report
 	crds, access, err := manifests()
 	if err != nil {
+		return rep, err
+	}
+	sv, err := discoveryFor(cfg)
+	if err != nil {
+		return rep, err
+	}
+	if err := checkVersion(ctx, sv); err != nil {
 		return rep, err
 	}
 	dc, err := dynamic.NewForConfig(cfg)
