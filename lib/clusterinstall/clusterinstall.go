@@ -1,8 +1,9 @@
 // Package clusterinstall puts kubeslot's cluster API into a cluster and
 // takes it out again: the CustomResourceDefinitions, the agents' RBAC and the
 // admission policies embedded in lib/api/v1alpha1, and enrolls Machines in
-// the fleet. It is the logic of `kubeslot cluster install|uninstall|enroll`,
-// and the test rig calls it too.
+// the fleet. It is the logic of `kubeslot cluster
+// install|uninstall|enroll|manifests` (the last prints the same objects for
+// kubectl apply -k and GitOps tools), and the test rig calls it too.
 // Imported by cmd/kubeslot only.
 //
 // Install is idempotent: it applies every object with server-side apply
@@ -130,7 +131,7 @@ func Install(ctx context.Context, cfg *rest.Config, log *slog.Logger) (Report, e
 	if err != nil {
 		return rep, err
 	}
-	sv, err := discoveryFor(cfg)
+	sv, err := versionClientFor(cfg)
 	if err != nil {
 		return rep, err
 	}

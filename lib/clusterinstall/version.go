@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/version"
 	apiversion "k8s.io/apimachinery/pkg/version"
-	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
 
@@ -62,23 +62,25 @@ func parseServerVersion(info *apiversion.Info) (*version.Version, error) {
 	return v, nil
 }
 
-// discoveryFor is the apiserver's version endpoint through discovery's
-// client, with the caller's context (discovery's own ServerVersion has none).
-func discoveryFor(cfg *rest.Config) (serverVersioner, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+// versionClientFor is the apiserver's version endpoint, read with the caller's
+// context through the client the dynamic client uses, whose decoder reads an
+// error Status (a 403's message reaches the user; discovery's does not).
+func versionClientFor(cfg *rest.Config) (serverVersioner, error) {
+	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("cluster client: %w", err)
 	}
-	return versionClient{dc.RESTClient()}, nil
+	return versionClient{rc}, nil
 }
 
 type versionClient struct{ rc rest.Interface }
 
 func (c versionClient) ServerVersion(ctx context.Context) (*apiversion.Info, error) {
-	body, err := c.rc.Get().AbsPath("/version").Do(ctx).Raw()
-	if err != nil {
+	res := c.rc.Get().AbsPath("/version").Do(ctx)
+	if err := res.Error(); err != nil { // Error, unlike Raw, decodes the server's Status
 		return nil, err
 	}
+	body, _ := res.Raw()
 	var info apiversion.Info
 	if err := json.Unmarshal(body, &info); err != nil {
 		return nil, fmt.Errorf("decode /version: %w", err)
