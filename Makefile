@@ -17,7 +17,7 @@ ifeq ($(shell id -u),0)
 export KUBESLOT_REQUIRE_RIG ?= 1
 endif
 
-.PHONY: all build bundle release test-release generate deps kube-bins node-rootfs test test-unit test-demo test-integration bench soak fmt-check vet lint demo clean
+.PHONY: all build bundle release test-release generate manifests deps kube-bins node-rootfs test test-unit test-demo test-integration bench soak fmt-check vet lint demo clean
 
 all: build
 
@@ -43,6 +43,12 @@ test-release:
 # committed files are stale.
 generate:
 	$(GO) generate ./lib/api/...
+
+# The kustomize base deploy/ (kubectl apply -k deploy/): what `kubeslot cluster install` applies, written by
+# `kubeslot cluster manifests --kustomize`. A test fails when the committed files are stale.
+manifests:
+	rm -f deploy/*.yaml
+	$(GO) run ./cmd/kubeslot cluster manifests --kustomize deploy
 
 # Everything the tests and the demo need on this machine, cached across runs:
 # Debian packages, the Kubernetes and etcd binaries (built from source through

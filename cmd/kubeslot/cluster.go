@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 	"github.com/kubeslot/kubeslot/lib/servingcsr"
@@ -24,6 +26,7 @@ import (
 type clusterCmd struct {
 	Install   clusterInstallCmd   `cmd:"" help:"Install or update kubeslot's CRDs, agent RBAC and admission policies (server-side apply; safe to repeat)."`
 	Uninstall clusterUninstallCmd `cmd:"" help:"Remove what 'cluster install' installed."`
+	Manifests clusterManifestsCmd `cmd:"" help:"Print what 'cluster install' applies (CRDs, agent RBAC, admission policies) as YAML, one document per object in apply order, for kubectl apply, Argo CD or Flux; or write it as a kustomize base with --kustomize."`
 	// The kubelets of kubeslot nodes ask the cluster for their serving
 	// certificates; Kubernetes approves none of those by itself.
 	// Only a cluster admin enrolls a node in the fleet: nodes bind no
@@ -98,6 +101,30 @@ func (c *clusterInstallCmd) Run(e *env) error {
 	if !rep.Changed() {
 		fmt.Fprintln(e.io.Stdout, "Nothing changed: the cluster API was already installed.")
 	}
+	return nil
+}
+
+type clusterManifestsCmd struct {
+	Kustomize string `help:"Write a kustomize base into this directory (created if missing): kustomization.yaml and one file per object; other files there are left alone." placeholder:"DIR" type:"path"`
+}
+
+func (c *clusterManifestsCmd) Run(e *env) error {
+	if c.Kustomize == "" {
+		return clusterinstall.WriteYAML(e.io.Stdout)
+	}
+	files, err := clusterinstall.KustomizeBase()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Kustomize, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := atomicfile.WriteFile(filepath.Join(c.Kustomize, f.Name), f.Data, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.io.Stdout, "wrote %d files to %s\n", len(files), c.Kustomize)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kubeslot/kubeslot/lib/cli/clitest"
+	"github.com/kubeslot/kubeslot/lib/clusterinstall"
 	"github.com/kubeslot/kubeslot/lib/exitcode"
 )
 
@@ -109,6 +110,32 @@ func TestApproveServingFlags(t *testing.T) {
 		code, _, errs := clitest.Call(run, "", append([]string{"cluster", "approve-serving"}, c.args...)...)
 		if code != exitcode.Usage || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stderr %s; want a usage error naming %s", c.args, code, errs, c.want)
+		}
+	}
+}
+
+// cluster manifests prints the library's stream; --kustomize writes its base.
+func TestClusterManifests(t *testing.T) {
+	var want strings.Builder
+	if err := clusterinstall.WriteYAML(&want); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := clitest.Call(run, "", "cluster", "manifests")
+	if code != exitcode.OK || out != want.String() {
+		t.Errorf("cluster manifests: exit %d, %d bytes (want %d)\n%s", code, len(out), want.Len(), errs)
+	}
+	dir := filepath.Join(t.TempDir(), "base")
+	code, out, errs = clitest.Call(run, "", "cluster", "manifests", "--kustomize", dir)
+	if code != exitcode.OK {
+		t.Fatalf("cluster manifests --kustomize: exit %d\n%s%s", code, out, errs)
+	}
+	files, err := clusterinstall.KustomizeBase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if b, err := os.ReadFile(filepath.Join(dir, f.Name)); err != nil || string(b) != string(f.Data) {
+			t.Errorf("%s: %v, or not what KustomizeBase generates", f.Name, err)
 		}
 	}
 }

@@ -60,6 +60,11 @@ func TestAPIKubectlPrinterColumns(t *testing.T) {
 	if !strings.Contains(out, "machine.kubeslot.dev/api-kubectl") || !strings.Contains(out, "machineoperation.kubeslot.dev/api-kubectl-op") {
 		t.Errorf("kubectl get machines,machineoperations does not list both:\n%s", out)
 	}
+	// the short names (ksm, not Cluster API's "ma")
+	out = runKubectl(t, ctx, kubectl, cp, "get", "ksm,mop")
+	if !strings.Contains(out, "machine.kubeslot.dev/api-kubectl") || !strings.Contains(out, "machineoperation.kubeslot.dev/api-kubectl-op") {
+		t.Errorf("kubectl get ksm,mop does not list both:\n%s", out)
+	}
 }
 
 func runKubectl(t *testing.T, ctx context.Context, kubectl string, cp *kube.ControlPlane, args ...string) string {

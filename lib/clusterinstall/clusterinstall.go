@@ -1,8 +1,9 @@
 // Package clusterinstall puts kubeslot's cluster API into a cluster and
 // takes it out again: the CustomResourceDefinitions, the agents' RBAC and the
 // admission policies embedded in lib/api/v1alpha1, and enrolls Machines in
-// the fleet. It is the logic of `kubeslot cluster install|uninstall|enroll`,
-// and the test rig calls it too.
+// the fleet. It is the logic of `kubeslot cluster
+// install|uninstall|enroll|manifests` (the last prints the same objects for
+// kubectl apply -k and GitOps tools), and the test rig calls it too.
 // Imported by cmd/kubeslot only.
 //
 // Install is idempotent: it applies every object with server-side apply
@@ -119,14 +120,22 @@ func manifests() (crds, access []*unstructured.Unstructured, err error) {
 	return crds, access, nil
 }
 
-// Install applies the CRDs, waits until the apiserver serves them, then
-// applies the access control (admission policies before the RBAC that
-// grants agents anything) and waits until the policy is in force. Running it
-// again changes nothing and reports every object Unchanged.
+// Install refuses an apiserver older than MinKubernetesVersion, applies the
+// CRDs, waits until the apiserver serves them, then applies the access
+// control (admission policies before the RBAC that grants agents anything)
+// and waits until the policy is in force. Running it again changes nothing
+// and reports every object Unchanged.
 func Install(ctx context.Context, cfg *rest.Config, log *slog.Logger) (Report, error) {
 	var rep Report
 	crds, access, err := manifests()
 	if err != nil {
+		return rep, err
+	}
+	sv, err := versionClientFor(cfg)
+	if err != nil {
+		return rep, err
+	}
+	if err := checkVersion(ctx, sv); err != nil {
 		return rep, err
 	}
 	dc, err := dynamic.NewForConfig(cfg)

@@ -12,7 +12,7 @@ import (
 // node and update only that Machine's status; see the package comment.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,categories=kubeslot
+// +kubebuilder:resource:scope=Cluster,categories=kubeslot,shortName=ksm
 // +kubebuilder:subresource:status
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`,description="Kubernetes node name"

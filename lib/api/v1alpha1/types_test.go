@@ -83,6 +83,12 @@ func TestCRDsDescribeTheAPI(t *testing.T) {
 		if len(crd.Spec.Versions) != 1 {
 			t.Fatalf("%s: %d versions", kind, len(crd.Spec.Versions))
 		}
+		// Cluster API's Machine answers to "ma" (and "machines", "machine"): ours must not claim those, or
+		// kubectl would pick one of the two for a short name in a cluster that runs both.
+		want := map[string]string{"Machine": "ksm", "MachineOperation": "mop"}[kind]
+		if got := crd.Spec.Names.ShortNames; !slices.Equal(got, []string{want}) {
+			t.Errorf("%s: short names %q, want [%s]", kind, got, want)
+		}
 		v := crd.Spec.Versions[0]
 		if v.Name != SchemeGroupVersion.Version || !v.Served || !v.Storage || v.Subresources == nil || v.Subresources.Status == nil {
 			t.Errorf("%s: version %s served=%v storage=%v, status subresource %v", kind, v.Name, v.Served, v.Storage, v.Subresources)
