@@ -70,6 +70,11 @@ func TestBootstrapOnRig(t *testing.T) {
 	}
 	rig.Timing(t, "bootstrap: first-boot unit to complete (artifacts cached; Node Ready included)", time.Since(t0))
 	r.CheckComplete(ctx, t0)
+	// What systemctl status shows: the run's last STATUS= line (sd_notify, accepted from the unit's main process).
+	if out, err := r.H.Run(ctx, "systemctl", "show", "-p", "StatusText", "--value", units.Bootstrap); err != nil ||
+		!strings.HasPrefix(strings.TrimSpace(string(out)), "complete: installation ") || !strings.Contains(string(out), "installed") {
+		t.Errorf("the bootstrap unit's status text: %q, %v; want its last STATUS= line", out, err)
+	}
 	for _, name := range []string{"node-rootfs.tar.gz", "kubelet"} {
 		if n := r.Srv.Hits(name); n != 0 {
 			t.Errorf("%s fetched %d times although it was in the cache", name, n)

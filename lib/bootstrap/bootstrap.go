@@ -155,6 +155,10 @@ type Deps struct {
 	// nothing (unit tests of other logic). Real: slot.ResolveImage.
 	ResolveImage slot.ImageResolver
 	Now          func() time.Time
+	// Status tells the service manager where the run is (sd_notify
+	// STATUS=, so `systemctl status kubeslot-bootstrap` says it); nil
+	// tells nobody.
+	Status func(string)
 	// ConfigFile is the configuration's host path: in messages ("" is
 	// "the configuration"), and the file the join token is removed from
 	// once the node has its identity (jointoken.go; "" none).
@@ -175,6 +179,12 @@ func checkSkew(ctx context.Context, d *Deps, cfg *config.Config) (server string,
 		err = fmt.Errorf("kubernetes.version %w", err)
 	}
 	return server, known, err
+}
+
+func (d *Deps) status(format string, args ...any) {
+	if d.Status != nil {
+		d.Status(fmt.Sprintf(format, args...))
+	}
 }
 
 func (d *Deps) now() time.Time {
@@ -240,6 +250,7 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 		return res, err
 	}
 	res.Started = ensureActive(ctx, d, d.Log, res.Decision == ownership.Complete)
+	d.status("complete: installation %s, %s", res.InstallID, completeNote(res))
 	switch {
 	case res.Decision != ownership.Complete:
 	case len(res.Repaired)+len(res.Started) > 0:
@@ -248,6 +259,17 @@ func Run(ctx context.Context, d Deps, cfg *config.Config) (*Result, error) {
 		d.Log.Info("complete installation verified: nothing to do", "install_id", res.InstallID)
 	}
 	return res, nil
+}
+
+// completeNote says what the run did to a complete installation.
+func completeNote(res *Result) string {
+	switch {
+	case res.Decision != ownership.Complete:
+		return "installed"
+	case len(res.Repaired)+len(res.Started) > 0:
+		return fmt.Sprintf("verified, %d repaired, %d started", len(res.Repaired), len(res.Started))
+	}
+	return "verified"
 }
 
 // checkHostFresh surveys host preparation on a fresh host before anything

@@ -39,9 +39,17 @@ var fullRun = []string{
 func TestFreshRunPhasesInOrder(t *testing.T) {
 	f := newFakes(t)
 	cfg := testConfig(t, "worker-1")
-	res, err := Run(t.Context(), f.deps(), cfg)
+	d := f.deps()
+	var statuses []string
+	d.Status = func(s string) { statuses = append(statuses, s) }
+	res, err := Run(t.Context(), d, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// systemd hears each phase as it starts, and the end.
+	if len(statuses) != 5 || !strings.HasPrefix(statuses[0], "preparing-host: prepare the host") ||
+		!strings.HasPrefix(statuses[3], "installing-units: ") || statuses[4] != "complete: installation "+res.InstallID+", installed" {
+		t.Errorf("statuses %q", statuses)
 	}
 	if got := f.Calls(); !slices.Equal(got, fullRun) {
 		t.Errorf("calls:\n got %v\nwant %v", got, fullRun)

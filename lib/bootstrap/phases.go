@@ -85,6 +85,7 @@ func (r *runner) phases(ctx context.Context, res *Result) error {
 			if err := r.checkpoint(cp); err != nil {
 				return err
 			}
+			r.d.status("%s: %s", cp, p.What)
 			r.d.Cluster.Report(ctx, r.cfg, Report{Phase: cp, State: Running})
 			return nil
 		},
@@ -95,6 +96,7 @@ func (r *runner) phases(ctx context.Context, res *Result) error {
 		res.Phases = append(res.Phases, ownership.Checkpoint(t.Name))
 	}
 	if err != nil {
+		r.d.status("failed: %s", err)
 		return err
 	}
 	if err := r.pause(ctx, ownership.CheckpointComplete); err != nil {

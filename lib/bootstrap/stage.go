@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+
 	"github.com/kubeslot/kubeslot/lib/config"
 	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/sandbox"
@@ -46,6 +48,7 @@ func (c Command) Run(ctx context.Context) error {
 		ResolveImage: slot.ResolveImage,
 		Releases:     kuberelease.Pinner{Root: root},
 		ConfigFile:   c.ConfigFile,
+		Status:       func(s string) { _, _ = daemon.SdNotify(false, "STATUS="+s) },
 	}
 	if c.Preflight {
 		return Preflight(ctx, d, cfg, c.Stdout)
