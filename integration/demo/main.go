@@ -79,6 +79,8 @@ type demo struct {
 	changedGen int64     // the Machine generation the configuration change made
 	changedAt  time.Time // when it was made
 	restartAt  time.Time // when the NodeRestart operation was created
+	patchGen   int64     // the Machine generation of the patch release
+	patchAt    time.Time // when it was asked for
 
 	// the workload (workload.go): only where the machine can give the host what pods need
 	pods     bool
@@ -171,8 +173,11 @@ func run() int {
 		{"kubeslot verify: the installation is healthy", d.verifyClean, []string{units.Bootstrap, units.Watcher}},
 		{"kubeslot verify names an edited unit file (exit 3), then ok again", d.verifyNamesEdit, nil},
 		{"a workload on the node: Deployment web, pod Ready, answering on its hostPort", d.runWorkload, []string{units.Watcher}},
-		{"upgrade Kubernetes through the Machine (spec.node.kubernetesVersion, a label, updatePolicy Immediate)", d.changeMachine, []string{units.Watcher}},
-		{"watcher repaves onto slot b with the new kubelet, Node Ready on the new version", d.repaved, []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-repave@b.service"}},
+		{"upgrade Kubernetes to the next patch release through the Machine (spec.node.kubernetesVersion, updatePolicy Immediate)", d.patchMachine, []string{units.Watcher}},
+		{"the kubelet replaced in place on slot a, Node Ready on the new version", d.patched, []string{units.Watcher, "kubeslot-restart.service"}},
+		{"the workload kept running through the patch: its pod Ready, its downtime", d.workloadAfterPatch, []string{units.Watcher}},
+		{"change the node's labels through the Machine (spec.node.labels)", d.changeMachine, []string{units.Watcher}},
+		{"watcher repaves onto slot b, Node Ready with the new label", d.repaved, []string{units.Watcher, "kubeslot-repave@next.service", "kubeslot-repave@b.service"}},
 		{"the workload runs again on slot b: its downtime across the repave", d.workloadAfterRepave, []string{units.Watcher}},
 		{"AgentUpgrade to a newer bundle", d.agentUpgrade, []string{units.Watcher, "kubeslot-upgrade.service", "kubeslot-recovery.service"}},
 		{"kubeslot verify after the agent upgrade", d.verifyClean, []string{units.Watcher, "kubeslot-upgrade.service"}},

@@ -278,25 +278,16 @@ func (d *demo) readyOnA(ctx context.Context) (string, error) {
 	return fmt.Sprintf("applied/active = a, watcher active, Machine phase %s, agent %s", m.Status.Phase, m.Status.AgentVersion), nil
 }
 
-// changeMachine edits the Machine's node configuration through the API, as an operator would: the next Kubernetes
-// release, a new node label, and updatePolicy Immediate so the watcher repaves at once (the default, OnNodeDelete,
-// waits until the operator drained and deleted the Node).
-func (d *demo) changeMachine(ctx context.Context) (string, error) {
+// updateMachine edits the Machine's spec through the API with edit, as an operator would, and returns its new
+// generation.
+func (d *demo) updateMachine(ctx context.Context, edit func(m *v1alpha1.Machine)) (int64, error) {
 	var gen int64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		m, err := d.mc.GetMachine(ctx, d.node)
 		if err != nil {
 			return err
 		}
-		if m.Spec.Node.Labels == nil {
-			m.Spec.Node.Labels = map[string]v1alpha1.LabelValue{}
-		}
-		m.Spec.Node.Labels[demoLabel] = demoLabelValue
-		m.Spec.Node.KubernetesVersion = d.kubeCur
-		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
-		// One node, pods bound to it by name (no scheduler): a drain would evict them with nowhere to go. The
-		// repave and the later NodeRestart stop them with the node instead.
-		m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone}
+		edit(m)
 		m, err = d.mc.UpdateMachine(ctx, m)
 		if err == nil {
 			gen = m.Generation
@@ -304,11 +295,76 @@ func (d *demo) changeMachine(ctx context.Context) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("update Machine %s: %w", d.node, err)
+		return 0, fmt.Errorf("update Machine %s: %w", d.node, err)
+	}
+	return gen, nil
+}
+
+// patchMachine asks for the next Kubernetes patch release, with updatePolicy Immediate so the watcher acts at once
+// (the default, OnNodeDelete, waits until the operator drained and deleted the Node). A patch release with nothing
+// else changed goes in place (spec.updateMethod Auto).
+func (d *demo) patchMachine(ctx context.Context) (string, error) {
+	d.patchAt = time.Now()
+	gen, err := d.updateMachine(ctx, func(m *v1alpha1.Machine) {
+		m.Spec.Node.KubernetesVersion = d.kubeCur
+		m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate
+		// One node, pods bound to it by name (no scheduler): a drain would evict them with nowhere to go. The
+		// repave and the later NodeRestart stop them with the node instead.
+		m.Spec.Disruption = &v1alpha1.Disruption{Drain: v1alpha1.DrainNone}
+	})
+	if err != nil {
+		return "", err
+	}
+	d.patchGen = gen
+	return fmt.Sprintf("spec.node.kubernetesVersion %s -> %s, spec.updatePolicy=Immediate: Machine generation %d", d.kubePrev, d.kubeCur, gen), nil
+}
+
+// patched waits until the in-place patch succeeded on slot a and the Node and the Machine report the new release.
+func (d *demo) patched(ctx context.Context) (string, error) {
+	id := requests.NewID(requests.Restart, d.patchGen, "")
+	err := d.waitFor(ctx, 5*time.Minute, "in-place patch "+id+" Succeeded on slot a", func(ctx context.Context) (bool, string, error) {
+		st := d.status(id)
+		if st == nil {
+			return false, "no status file for " + id + " yet", nil
+		}
+		if st.Phase == requests.Failed {
+			return false, "", fmt.Errorf("patch %s failed: %s", id, st.Message)
+		}
+		s := d.activeSlot()
+		return s == "a" && st.Phase == requests.Succeeded, fmt.Sprintf("active %s, patch %s: %s", s, st.Phase, st.Message), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if err := d.reportsVersion(ctx, d.kubeCur); err != nil {
+		return "", err
+	}
+	detail := fmt.Sprintf("kubelet v%s -> v%s on slot a (Node and Machine), no drain", d.kubePrev, d.kubeCur)
+	if st := d.status(id); st != nil {
+		detail += fmt.Sprintf(", node downtime %s, %s", secs(st.Downtime), phases(st))
+	}
+	return detail, nil
+}
+
+// workloadAfterPatch shows the workload through the in-place patch: the container normally kept.
+func (d *demo) workloadAfterPatch(ctx context.Context) (string, error) {
+	return d.workloadBack(ctx, d.patchAt, "patch in place", true)
+}
+
+// changeMachine gives the node a new label through the Machine: a change of the node's configuration beyond a
+// patch release, so the watcher repaves onto the other slot.
+func (d *demo) changeMachine(ctx context.Context) (string, error) {
+	gen, err := d.updateMachine(ctx, func(m *v1alpha1.Machine) {
+		if m.Spec.Node.Labels == nil {
+			m.Spec.Node.Labels = map[string]v1alpha1.LabelValue{}
+		}
+		m.Spec.Node.Labels[demoLabel] = demoLabelValue
+	})
+	if err != nil {
+		return "", err
 	}
 	d.changedGen, d.changedAt = gen, time.Now()
-	return fmt.Sprintf("spec.node.kubernetesVersion %s -> %s, spec.node.labels[%s]=%s, spec.updatePolicy=Immediate: Machine generation %d",
-		d.kubePrev, d.kubeCur, demoLabel, demoLabelValue, gen), nil
+	return fmt.Sprintf("spec.node.labels[%s]=%s: Machine generation %d", demoLabel, demoLabelValue, gen), nil
 }
 
 // repaved waits until the watcher's repave committed slot b, the Node is Ready again and the Machine says so.
@@ -343,8 +399,30 @@ func (d *demo) repaved(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// What runs is what the spec asked for: the Node's kubelet, and the Machine's status read from it.
-	err = d.waitFor(ctx, time.Minute, "Node and Machine report Kubernetes "+d.kubeCur, func(ctx context.Context) (bool, string, error) {
+	if err := d.reportsVersion(ctx, d.kubeCur); err != nil {
+		return "", err
+	}
+	err = d.waitFor(ctx, time.Minute, "Node label "+demoLabel+"="+demoLabelValue, func(ctx context.Context) (bool, string, error) {
+		n, err := d.admin.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return n.Labels[demoLabel] == demoLabelValue, fmt.Sprintf("Node label %s=%q", demoLabel, n.Labels[demoLabel]), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	detail := fmt.Sprintf("slot a -> b, Node label %s=%s, kubelet v%s", demoLabel, demoLabelValue, d.kubeCur)
+	if st := d.status(id); st != nil {
+		detail += ", " + phases(st)
+	}
+	return detail, nil
+}
+
+// reportsVersion waits until what runs is what the spec asked for: the Node's kubelet, and the Machine's status read
+// from it.
+func (d *demo) reportsVersion(ctx context.Context, v string) error {
+	return d.waitFor(ctx, time.Minute, "Node and Machine report Kubernetes "+v, func(ctx context.Context) (bool, string, error) {
 		n, err := d.admin.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
@@ -357,15 +435,7 @@ func (d *demo) repaved(ctx context.Context) (string, error) {
 		if m.Status.Applied != nil {
 			applied = m.Status.Applied.KubernetesVersion
 		}
-		return n.Status.NodeInfo.KubeletVersion == "v"+d.kubeCur && applied == d.kubeCur,
+		return n.Status.NodeInfo.KubeletVersion == "v"+v && applied == v,
 			fmt.Sprintf("Node kubelet %s, Machine status.applied.kubernetesVersion %q", n.Status.NodeInfo.KubeletVersion, applied), nil
 	})
-	if err != nil {
-		return "", err
-	}
-	detail := fmt.Sprintf("slot a -> b, kubelet v%s -> v%s (Node and Machine)", d.kubePrev, d.kubeCur)
-	if st := d.status(id); st != nil {
-		detail += ", " + phases(st)
-	}
-	return detail, nil
 }
