@@ -21,6 +21,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 
 	"github.com/kubeslot/kubeslot/integration/fleet"
@@ -468,6 +469,7 @@ func TestRolloutAPI(t *testing.T) {
 		{"maxUnavailable 101%", v1alpha1.Rollout{MaxUnavailable: intOr(intstr.FromString("101%"))}, []string{"spec.rollout.maxUnavailable", "1% to 100%"}},
 		{"maxUnavailable words", v1alpha1.Rollout{MaxUnavailable: intOr(intstr.FromString("half"))}, []string{"spec.rollout.maxUnavailable"}},
 		{"failureBudget -1", v1alpha1.Rollout{FailureBudget: ptrInt32(-1)}, []string{"spec.rollout.failureBudget", "greater than or equal to 0"}},
+		{"soakSeconds a day and more", v1alpha1.Rollout{SoakSeconds: 86401}, []string{"spec.rollout.soakSeconds", "less than or equal to 86400"}},
 	}
 	for _, tc := range bad {
 		_, err := admin.CreateOperation(ctx, mk("roapi-bad", tc.r))
@@ -494,6 +496,7 @@ func TestRolloutAPI(t *testing.T) {
 	}{
 		{"maxUnavailable", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout.MaxUnavailable = intOr(intstr.FromInt32(2)) }, "spec.rollout.maxUnavailable"},
 		{"orderByLabel", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout.OrderByLabel = "rack" }, "spec.rollout.orderByLabel"},
+		{"soakSeconds", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout.SoakSeconds = 30 }, "spec.rollout.soakSeconds"},
 		{"type", func(o *v1alpha1.MachineOperation) { o.Spec.Type = v1alpha1.OperationNodeRestart }, "spec.type is immutable"},
 		{"selector", func(o *v1alpha1.MachineOperation) { o.Spec.MachineSelector.MatchLabels["pool"] = "other" }, "spec.machineSelector is immutable"},
 		{"rollout removed", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout = nil }, "spec is immutable once created"},
@@ -559,9 +562,12 @@ func adminDeleteLease(admin *machineapi.Client, name string) {
 	_ = admin.REST().Delete().Resource(v1alpha1.RolloutLeasesResource).Name(name).Do(context.Background()).Error()
 }
 
-// TestRolloutPaused: a paused rollout starts nobody and says so in each entry; unpaused, it runs to the end.
+// TestRolloutPaused: a paused rollout starts nobody and says so in each entry. Unpaused while an admin's
+// RolloutStop (the emergency stop) exists, it still starts nobody and takes no slot, each entry naming the stop, and
+// no node can create or delete a RolloutStop; once the stop is deleted, it runs to the end.
 func TestRolloutPaused(t *testing.T) {
 	h := newRolloutFleet(t, "ro4", 3)
+	ctx := context.Background()
 	h.pacedOperation("ro4-repave", "ro4", v1alpha1.Rollout{Paused: true, MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
 	op := h.waitOp("ro4-repave", time.Minute, "3 waiting", func(op *v1alpha1.MachineOperation) bool { return op.Status.Waiting == 3 })
 	time.Sleep(5 * roPoll)
@@ -570,7 +576,7 @@ func TestRolloutPaused(t *testing.T) {
 			t.Errorf("%s ran %d requests while the rollout is paused", a.name, n)
 		}
 	}
-	op, err := h.admin.GetOperation(context.Background(), op.Name)
+	op, err := h.admin.GetOperation(ctx, op.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,9 +585,54 @@ func TestRolloutPaused(t *testing.T) {
 			t.Errorf("entry %s: %s %q, want Waiting, paused", e.Name, e.Phase, e.Message)
 		}
 	}
+
+	stop := &v1alpha1.RolloutStop{Spec: v1alpha1.RolloutStopSpec{Reason: "ro4 incident"}}
+	stop.Name = "ro4-stop"
+	stops := func(c interface{ REST() rest.Interface }) *rest.Request {
+		return c.REST().Post().Resource(v1alpha1.RolloutStopsResource)
+	}
+	if err := stops(h.admin).Body(stop).Do(ctx).Error(); err != nil {
+		t.Fatalf("create the RolloutStop: %v", err)
+	}
+	deleteStop := func() error {
+		return h.admin.REST().Delete().Resource(v1alpha1.RolloutStopsResource).Name(stop.Name).Do(ctx).Error()
+	}
+	t.Cleanup(func() { _ = deleteStop() })
 	op.Spec.Rollout.Paused = false
-	if _, err := h.admin.UpdateOperation(context.Background(), op); err != nil {
+	if _, err := h.admin.UpdateOperation(ctx, op); err != nil {
 		t.Fatalf("unpause: %v", err)
+	}
+	h.waitOp("ro4-repave", time.Minute, "every entry stopped", func(op *v1alpha1.MachineOperation) bool {
+		n := 0
+		for _, e := range op.Status.Machines {
+			if e.Phase == v1alpha1.OperationWaiting && strings.Contains(e.Message, "RolloutStop ro4-stop exists (ro4 incident)") {
+				n++
+			}
+		}
+		return n == 3
+	})
+	time.Sleep(5 * roPoll)
+	for _, a := range h.agents {
+		if n := a.ran.Load(); n != 0 {
+			t.Errorf("%s ran %d requests while a RolloutStop exists", a.name, n)
+		}
+	}
+	if ls := h.leases("ro4-repave"); len(ls) > 0 {
+		t.Errorf("slots taken while a RolloutStop exists: %v", rollout.Names(ls))
+	}
+	node, err := machineapi.New(h.cfgs[h.agents[0].name].opts.REST)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := stop.DeepCopy()
+	forged.Name = "ro4-node-stop"
+	err = stops(node).Body(forged).Do(ctx).Error()
+	rig.WantRejected(t, "an enrolled node creates a RolloutStop", err, apierrors.IsForbidden, `cannot create resource "rolloutstops"`)
+	err = node.REST().Delete().Resource(v1alpha1.RolloutStopsResource).Name(stop.Name).Do(ctx).Error()
+	rig.WantRejected(t, "an enrolled node deletes the RolloutStop", err, apierrors.IsForbidden, `cannot delete resource "rolloutstops"`)
+
+	if err := deleteStop(); err != nil {
+		t.Fatalf("delete the RolloutStop: %v", err)
 	}
 	h.waitOp("ro4-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
 		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
@@ -591,15 +642,38 @@ func TestRolloutPaused(t *testing.T) {
 	}
 }
 
-// TestRolloutCanaryFirst: canary 1 in label order, then maxUnavailable 2: the first Machine runs alone and succeeds
-// before the other two start, together.
+// TestRolloutCanaryFirst: canary 1 in label order, then maxUnavailable 2, with a soak of 2 s: the first Machine runs
+// alone and succeeds, and the other two start together at least the soak after it finished (its entry's
+// completionTime against their startTime).
 func TestRolloutCanaryFirst(t *testing.T) {
 	h := newRolloutFleet(t, "ro5", 3)
+	const soak = 2
 	h.pacedOperation("ro5-repave", "ro5", v1alpha1.Rollout{Canary: 1, OrderByLabel: "order",
-		MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
-	h.waitOp("ro5-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
+		MaxUnavailable: &intstr.IntOrString{IntVal: 2}, SoakSeconds: soak})
+	op := h.waitOp("ro5-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
 		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
 	})
+	canary := op.Status.Target(h.agents[0].name, h.agents[0].name)
+	if canary == nil || canary.CompletionTime == nil {
+		t.Fatalf("no finished entry of the canary: %s", rig.DescribeOp(op))
+	}
+	soaked := canary.CompletionTime.Add(soak * time.Second)
+	for _, a := range h.agents[1:] {
+		e := op.Status.Target(a.name, a.name)
+		if e == nil || e.StartTime == nil || e.StartTime.Time.Before(soaked) {
+			t.Errorf("%s's entry %+v: started before the canary's soak ended at %v", a.name, e, soaked)
+		} else {
+			t.Logf("%s started %v after the canary finished (soak %d s)", a.name, e.StartTime.Sub(canary.CompletionTime.Time), soak)
+		}
+	}
+	// The soak after the last Machines holds their slots too, then every slot goes back.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(h.leases("ro5-repave")) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if ls := h.leases("ro5-repave"); len(ls) > 0 {
+		t.Errorf("slots not given back after the soak: %v", rollout.Names(ls))
+	}
 	at := func(a *roAgent) (time.Time, time.Time) {
 		a.mu.Lock()
 		defer a.mu.Unlock()

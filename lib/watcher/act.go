@@ -48,6 +48,7 @@ func (l *loop) inputs() (Inputs, error) {
 	for _, obj := range l.ops.List() {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
+	in.Stop = l.stopMessage()
 	in.Now = time.Now()
 	in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{}
 	in.Targets = map[string]int{}
@@ -221,6 +222,8 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		return nil
 	case ReleaseSlot:
 		return l.slots.Release(ctx, slotOwner(a.Operation))
+	case SoakSlot:
+		return l.soakSlot(ctx, a)
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {

@@ -72,6 +72,9 @@ type Inputs struct {
 	Targets map[string]int
 	// Slots are the rollout operations this agent holds a slot of.
 	Slots map[string]bool
+	// Stop says why every rollout is stopped (v1alpha1.StopMessage of the
+	// RolloutStops, which only admins write); "" when none is.
+	Stop string
 	// Now is when the inputs were read (an ordered rollout's join window).
 	Now time.Time
 	// DeviceStat looks at the host's device nodes a spec names (nil:
@@ -118,9 +121,10 @@ type Action struct {
 	Conditions []metav1.Condition
 	Probation  *requests.Probation
 	Advance    bool
-	// Operation and Gate: the slot actions (rollout.go).
+	// Operation, Gate and Until: the slot actions (rollout.go).
 	Operation *v1alpha1.MachineOperation
 	Gate      *slotGate
+	Until     time.Time
 }
 
 func (a Action) String() string {
@@ -150,6 +154,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("AwaitSlot %s try=%v %s", a.Operation.Name, a.Gate.Try, a.Gate.Message)
 	case KeepSlot, ReleaseSlot:
 		return string(a.Type) + " " + a.Operation.Name
+	case SoakSlot:
+		return fmt.Sprintf("SoakSlot %s until %s", a.Operation.Name, a.Until.UTC().Format(time.RFC3339))
 	}
 	return string(a.Type)
 }

@@ -37,9 +37,10 @@
 //     identity, rebuilt when the kubelet rotates it; then serve until
 //     SIGTERM. READY (Type=notify) after the first sync, or after
 //     --ready-after (60 s) when the cluster cannot be reached.
-//   - Watches: its Machine and its Node by field selector; operations are the
-//     one cluster-wide watch (a selector-targeted operation cannot be filtered
-//     by the server). No polling (but for a rollout slot, above): idle, it makes no request besides its open
+//   - Watches: its Machine and its Node by field selector; operations (a
+//     selector-targeted operation cannot be filtered by the server) and
+//     RolloutStops (the emergency stop, a few objects only admins write)
+//     cluster-wide. No polling (but for a rollout slot, above): idle, it makes no request besides its open
 //     watches, each kept for the server-side timeout client-go asks; single
 //     requests are bounded (lib/nodeidentity), watches are not. Each event
 //     makes it decide again; a decision whose Machine status is already

@@ -100,7 +100,7 @@ type MachineOperationSpec struct {
 // controller: each target's agent takes one of maxUnavailable slots (a
 // RolloutLease) before it acts, and holds it until its result is published.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel)",message="spec.rollout.maxUnavailable, spec.rollout.canary and spec.rollout.orderByLabel are immutable; only spec.rollout.paused and spec.rollout.failureBudget may change"
+// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel) && has(self.soakSeconds) == has(oldSelf.soakSeconds) && (!has(self.soakSeconds) || self.soakSeconds == oldSelf.soakSeconds)",message="spec.rollout.maxUnavailable, spec.rollout.canary, spec.rollout.orderByLabel and spec.rollout.soakSeconds are immutable; only spec.rollout.paused and spec.rollout.failureBudget may change"
 type Rollout struct {
 	// MaxUnavailable is how many targets may be acting at once: a number
 	// (at least 1) or a percentage of the targets ("25%", more than 0%
@@ -136,6 +136,14 @@ type Rollout struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=317
 	OrderByLabel string `json:"orderByLabel,omitempty"`
+
+	// SoakSeconds is how long a target keeps its slot after it succeeded,
+	// so that the next target starts only that long after it (and the
+	// canaries count as done only then). Default 0: no soak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	SoakSeconds int32 `json:"soakSeconds,omitempty"`
 
 	// Paused stops targets from starting; those in progress finish.
 	// +optional
