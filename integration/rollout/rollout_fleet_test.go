@@ -470,6 +470,14 @@ func TestRolloutAPI(t *testing.T) {
 		{"maxUnavailable words", v1alpha1.Rollout{MaxUnavailable: intOr(intstr.FromString("half"))}, []string{"spec.rollout.maxUnavailable"}},
 		{"failureBudget -1", v1alpha1.Rollout{FailureBudget: ptrInt32(-1)}, []string{"spec.rollout.failureBudget", "greater than or equal to 0"}},
 		{"soakSeconds a day and more", v1alpha1.Rollout{SoakSeconds: 86401}, []string{"spec.rollout.soakSeconds", "less than or equal to 86400"}},
+		{"window start 25:00", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Start: "25:00", Duration: "1h"}}},
+			[]string{"spec.rollout.windows[0].start", "25:00"}},
+		{"window duration in words", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Start: "02:00", Duration: "4 hours"}}},
+			[]string{"spec.rollout.windows[0].duration", "from 1m to 168h"}},
+		{"window of 8 days", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Start: "02:00", Duration: "192h"}}},
+			[]string{"spec.rollout.windows[0].duration", "from 1m to 168h"}},
+		{"window day Monday", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Monday"}, Start: "02:00", Duration: "1h"}}},
+			[]string{"spec.rollout.windows[0].days[0]", "Monday"}},
 	}
 	for _, tc := range bad {
 		_, err := admin.CreateOperation(ctx, mk("roapi-bad", tc.r))
@@ -564,7 +572,8 @@ func adminDeleteLease(admin *machineapi.Client, name string) {
 
 // TestRolloutPaused: a paused rollout starts nobody and says so in each entry. Unpaused while an admin's
 // RolloutStop (the emergency stop) exists, it still starts nobody and takes no slot, each entry naming the stop, and
-// no node can create or delete a RolloutStop; once the stop is deleted, it runs to the end.
+// no node can create or delete a RolloutStop. With the stop deleted but outside the rollout's maintenance window,
+// still nobody starts, each entry saying when the window opens; in a window, it runs to the end.
 func TestRolloutPaused(t *testing.T) {
 	h := newRolloutFleet(t, "ro4", 3)
 	ctx := context.Background()
@@ -631,9 +640,49 @@ func TestRolloutPaused(t *testing.T) {
 	err = node.REST().Delete().Resource(v1alpha1.RolloutStopsResource).Name(stop.Name).Do(ctx).Error()
 	rig.WantRejected(t, "an enrolled node deletes the RolloutStop", err, apierrors.IsForbidden, `cannot delete resource "rolloutstops"`)
 
+	// Outside the rollout's maintenance window (every day, six hours from now): with the stop gone, still nobody
+	// starts, and each entry says when the window opens.
+	daily := func(from time.Time, d string) []v1alpha1.MaintenanceWindow {
+		return []v1alpha1.MaintenanceWindow{{Start: from.UTC().Format("15:04"), Duration: d, TimeZone: "UTC"}}
+	}
+	setWindows := func(ws []v1alpha1.MaintenanceWindow) {
+		t.Helper()
+		cur, err := h.admin.GetOperation(ctx, "ro4-repave")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Rollout.Windows = ws
+		if _, err := h.admin.UpdateOperation(ctx, cur); err != nil {
+			t.Fatalf("set spec.rollout.windows: %v", err)
+		}
+	}
+	later := time.Now().Add(6 * time.Hour)
+	setWindows(daily(later, "1h"))
 	if err := deleteStop(); err != nil {
 		t.Fatalf("delete the RolloutStop: %v", err)
 	}
+	opens := later.UTC().Format("2006-01-02 15:04")
+	h.waitOp("ro4-repave", time.Minute, "every entry outside the window", func(op *v1alpha1.MachineOperation) bool {
+		n := 0
+		for _, e := range op.Status.Machines {
+			if e.Phase == v1alpha1.OperationWaiting && strings.Contains(e.Message, "outside the maintenance windows") &&
+				strings.Contains(e.Message, opens) {
+				n++
+			}
+		}
+		return n == 3
+	})
+	time.Sleep(5 * roPoll)
+	for _, a := range h.agents {
+		if n := a.ran.Load(); n != 0 {
+			t.Errorf("%s ran %d requests outside the maintenance window", a.name, n)
+		}
+	}
+	if ls := h.leases("ro4-repave"); len(ls) > 0 {
+		t.Errorf("slots taken outside the maintenance window: %v", rollout.Names(ls))
+	}
+	// A window open now (from an hour ago, for three hours): the rollout runs.
+	setWindows(daily(time.Now().Add(-time.Hour), "3h"))
 	h.waitOp("ro4-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
 		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
 	})

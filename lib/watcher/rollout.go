@@ -77,7 +77,8 @@ func paced(op *v1alpha1.MachineOperation) bool {
 
 // rolloutGate decides whether the agent of Machine m on node may try for a
 // slot: not while stop says the rollouts are stopped (a RolloutStop
-// exists), when the failure budget is spent, when paused, or (with an
+// exists), when the failure budget is spent, when paused, outside the
+// maintenance windows of op or m (windows.go), or (with an
 // order or a canary) when other waiting targets come first. It counts only
 // the entries check passes (targets.go), and takes the number of targets
 // from this agent's own List (targets, 0 when not Listed yet), never from
@@ -131,6 +132,20 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	case r.Paused:
 		g.Stop = true
 		g.Message = "paused: spec.rollout.paused is true"
+		return g
+	}
+	// A window open now counts for a target that takes its slot before it
+	// closes; one that closes first goes back (Recheck decides again).
+	closed, recheck, bad := windowGate(op, m, now)
+	switch {
+	case bad != nil:
+		g.Stop = true
+		g.Message = "refused: " + bad.Error()
+		return g
+	case closed != "":
+		g.Stop = true
+		g.Message = closed
+		g.Recheck = recheck
 		return g
 	case (r.Percent() || ordered) && targets == 0:
 		g.CountTargets = true
@@ -246,11 +261,11 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	if err := l.reportWaiting(ctx, op, &g); err != nil {
 		return err
 	}
-	if held && g.Stop {
-		return l.slots.Release(ctx, slotOwner(op))
-	}
 	if g.Recheck > 0 {
 		l.nudgeIn(g.Recheck)
+	}
+	if held && g.Stop {
+		return l.slots.Release(ctx, slotOwner(op))
 	}
 	if !g.Try || held {
 		return nil

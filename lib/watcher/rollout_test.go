@@ -303,3 +303,37 @@ func TestTargetBook(t *testing.T) {
 		t.Errorf("a new operation of the same name: counted %v, want the own entry only", got)
 	}
 }
+
+// Outside the operation's or the Machine's windows nobody takes a slot,
+// and the gate decides again when the next window opens; a window that
+// cannot be read refuses, naming it.
+func TestRolloutGateWindows(t *testing.T) {
+	in := base(t)
+	in.Machine.Labels = map[string]string{"pool": "p", v1alpha1.LabelEnrolled: "true"}
+	now := time.Date(2026, 12, 4, 21, 0, 0, 0, time.UTC) // a Friday
+	friday := []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Fri"}, Start: "22:00", Duration: "4h"}}
+	o := pacedOp(v1alpha1.Rollout{Windows: friday})
+	g := rolloutGate(&o, in.Machine, node, now, v1alpha1.CountAll, 3, "")
+	if !g.Stop || g.Recheck != time.Hour || !strings.Contains(g.Message, "spec.rollout.windows") ||
+		!strings.Contains(g.Message, "Fri 2026-12-04 22:00 UTC") {
+		t.Errorf("before the window: %+v, want a stop until Friday 22:00, an hour from now", g)
+	}
+	if g = rolloutGate(&o, in.Machine, node, now.Add(2*time.Hour), v1alpha1.CountAll, 3, ""); g.Stop || !g.Try {
+		t.Errorf("in the window, past midnight: %+v, want a try", g)
+	}
+	m := in.Machine.DeepCopy()
+	m.Spec.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "03:00", Duration: "1h", TimeZone: "Europe/Berlin"}}
+	g = rolloutGate(&o, m, node, now.Add(2*time.Hour), v1alpha1.CountAll, 3, "")
+	if !g.Stop || !strings.Contains(g.Message, "Machine m1 spec.maintenanceWindows") || g.Recheck != 3*time.Hour {
+		t.Errorf("the operation's window open, the Machine's not (opens at 02:00 UTC, 3 h on): %+v", g)
+	}
+	m.Spec.MaintenanceWindows[0].TimeZone = "Mars/Olympus"
+	g = rolloutGate(&o, m, node, now.Add(2*time.Hour), v1alpha1.CountAll, 3, "")
+	if !g.Stop || !strings.Contains(g.Message, `refused: Machine m1 spec.maintenanceWindows[0].timeZone "Mars/Olympus"`) {
+		t.Errorf("an unknown zone: %+v, want a refusal naming the field and value", g)
+	}
+	g = rolloutGate(&o, in.Machine, node, now, v1alpha1.CountAll, 3, "stopped")
+	if g.Message != "stopped" {
+		t.Errorf("the emergency stop is said before the window: %+v", g)
+	}
+}
