@@ -224,6 +224,8 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		return l.slots.Release(ctx, slotOwner(a.Operation))
 	case SoakSlot:
 		return l.soakSlot(ctx, a)
+	case HealthGate:
+		return l.healthGate(ctx, in, a)
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {

@@ -154,6 +154,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("AwaitSlot %s try=%v %s", a.Operation.Name, a.Gate.Try, a.Gate.Message)
 	case KeepSlot, ReleaseSlot:
 		return string(a.Type) + " " + a.Operation.Name
+	case HealthGate:
+		return fmt.Sprintf("HealthGate %s %s", a.Operation.Name, a.Status.RequestID)
 	case SoakSlot:
 		return fmt.Sprintf("SoakSlot %s until %s", a.Operation.Name, a.Until.UTC().Format(time.RFC3339))
 	}
@@ -264,9 +266,15 @@ func publications(in Inputs) []Action {
 		publish = append(publish, a)
 	}
 	for _, s := range in.Statuses {
-		if in.Published[s.RequestID] != s.Phase {
-			publish = append(publish, Action{Type: PublishStatus, Status: s})
+		if in.Published[s.RequestID] == s.Phase {
+			continue
 		}
+		// A rollout's health gate holds a success back (health.go).
+		if op := gated(s, in.Operations); op != nil {
+			publish = append(publish, Action{Type: HealthGate, Status: s, Operation: op})
+			continue
+		}
+		publish = append(publish, Action{Type: PublishStatus, Status: s})
 	}
 	return publish
 }

@@ -106,6 +106,9 @@ type loop struct {
 	rolloutPoll time.Duration
 	targets     *targetBook
 	waitWrites  map[types.UID]*waitWrite
+	// healthAt is when each gated request's last health round ran
+	// (health.go).
+	healthAt map[string]time.Time
 }
 
 // statusRetention is how long published results stay in status/ (the newest
@@ -141,7 +144,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1),
 		slots:       rollout.NewKeeper(rollout.REST{Client: mc.REST()}, o.NodeName, o.RolloutLease, poll, o.Log),
-		rolloutPoll: poll, targets: newTargetBook(poll), waitWrites: map[types.UID]*waitWrite{}}
+		rolloutPoll: poll, targets: newTargetBook(poll), waitWrites: map[types.UID]*waitWrite{},
+		healthAt: map[string]time.Time{}}
 	l.slots.OnLost = l.slotLost
 	if o.BetweenReads != nil {
 		l.store.SetBetweenReads(o.BetweenReads)

@@ -100,7 +100,7 @@ type MachineOperationSpec struct {
 // controller: each target's agent takes one of maxUnavailable slots (a
 // RolloutLease) before it acts, and holds it until its result is published.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel) && has(self.soakSeconds) == has(oldSelf.soakSeconds) && (!has(self.soakSeconds) || self.soakSeconds == oldSelf.soakSeconds)",message="spec.rollout.maxUnavailable, spec.rollout.canary, spec.rollout.orderByLabel and spec.rollout.soakSeconds are immutable; only spec.rollout.paused, spec.rollout.failureBudget and spec.rollout.windows may change"
+// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel) && has(self.soakSeconds) == has(oldSelf.soakSeconds) && (!has(self.soakSeconds) || self.soakSeconds == oldSelf.soakSeconds) && has(self.health) == has(oldSelf.health) && (!has(self.health) || self.health == oldSelf.health)",message="spec.rollout.maxUnavailable, spec.rollout.canary, spec.rollout.orderByLabel, spec.rollout.soakSeconds and spec.rollout.health are immutable; only spec.rollout.paused, spec.rollout.failureBudget and spec.rollout.windows may change"
 type Rollout struct {
 	// MaxUnavailable is how many targets may be acting at once: a number
 	// (at least 1) or a percentage of the targets ("25%", more than 0%
@@ -155,9 +155,45 @@ type Rollout struct {
 	// +kubebuilder:validation:MaxItems=16
 	Windows []MaintenanceWindow `json:"windows,omitempty"`
 
+	// Health, when set, is a gate each target passes after its update and
+	// before its result counts (and its slot, after any soak, goes back):
+	// every pod on its Node Ready, and every check answering. A target
+	// that does not pass within the timeout fails, with the reason, and
+	// counts against the failure budget. Only NodeRestart and Repave are
+	// gated.
+	// +optional
+	Health *RolloutHealth `json:"health,omitempty"`
+
 	// Paused stops targets from starting; those in progress finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+}
+
+// RolloutHealth is the gate a target passes after its update.
+type RolloutHealth struct {
+	// TimeoutSeconds bounds the wait for the gate to pass. Default 300.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// HTTPChecks are URLs the target's host must get a 200 from (each
+	// request bounded to 10 s), e.g. a Prometheus query through a URL
+	// that answers 200 only when no alert fires.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	HTTPChecks []HTTPCheck `json:"httpChecks,omitempty"`
+}
+
+// DefaultHealthTimeout is spec.rollout.health.timeoutSeconds when unset.
+const DefaultHealthTimeout = 300
+
+// HTTPCheck is one URL a health gate gets.
+type HTTPCheck struct {
+	// URL is an http or https URL with a host.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0",message="must be an http or https URL with a host, e.g. http://prometheus.example:9090/-/healthy"
+	URL URL `json:"url"`
 }
 
 // MaintenanceWindow is a recurring span of local time in which disruptive
