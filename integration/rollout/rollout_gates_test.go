@@ -12,13 +12,18 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kubeslot/kubeslot/integration/machineapi"
 	"github.com/kubeslot/kubeslot/integration/rig"
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	"github.com/kubeslot/kubeslot/lib/drain"
+	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/rollout"
 )
 
@@ -196,7 +201,8 @@ func TestRolloutCanaryFirst(t *testing.T) {
 
 // TestRolloutHealthGate: canary 1, with a health gate whose HTTP check answers 503: the canary's repave succeeds but
 // its gate does not pass within 2 s, so its entry fails naming the check's answer and the rollout halts before the
-// second Machine starts. With the check answering 200, a new rollout passes every gate (its pods: none, in-process).
+// second Machine starts; the canary's Node, left cordoned by that run, is uncordoned by its agent. With the check
+// answering 200, a new rollout passes every gate (its pods: none, in-process).
 func TestRolloutHealthGate(t *testing.T) {
 	h := newRolloutFleet(t, "ro6", 2)
 	var healthy atomic.Bool
@@ -222,6 +228,7 @@ func TestRolloutHealthGate(t *testing.T) {
 	if n := h.agents[1].ran.Load(); n != 0 {
 		t.Errorf("%s ran %d requests after the canary failed its health gate", h.agents[1].name, n)
 	}
+	uncordonLeftover(t, h, h.agents[0])
 	healthy.Store(true)
 	h.pacedOperation("ro6-good", "ro6", v1alpha1.Rollout{MaxUnavailable: &intstr.IntOrString{IntVal: 2}, Health: health})
 	op = h.waitOp("ro6-good", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
@@ -231,5 +238,39 @@ func TestRolloutHealthGate(t *testing.T) {
 		if !strings.Contains(e.Message, "health gate passed") {
 			t.Errorf("entry %s: %q, want the gate passed", e.Name, e.Message)
 		}
+	}
+}
+
+// uncordonLeftover: a's Node (created here as an admin: in-process agents run no kubelet) is left cordoned by
+// kubeslot for a's last request, which has finished: a's watcher uncordons it, as the node itself, and removes the
+// annotation.
+func uncordonLeftover(t *testing.T, h *roHarness, a *roAgent) {
+	t.Helper()
+	ctx := context.Background()
+	st, _, err := requests.New(a.root).ListStatus()
+	if err != nil || len(st) == 0 {
+		t.Fatalf("%s: no status on disk (%v)", a.name, err)
+	}
+	cs, err := kubernetes.NewForConfig(h.cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.name, Annotations: map[string]string{drain.Annotation: st[0].RequestID}},
+		Spec: corev1.NodeSpec{Unschedulable: true}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Node %s cordoned by %s: %v", a.name, st[0].RequestID, err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), a.name, metav1.DeleteOptions{}) })
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := cs.CoreV1().Nodes().Get(ctx, a.name, metav1.GetOptions{})
+		if err == nil && !got.Spec.Unschedulable && got.Annotations[drain.Annotation] == "" {
+			t.Logf("node %s, left cordoned by the finished %s, uncordoned by its agent", a.name, st[0].RequestID)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s still cordoned a minute after its cordoning request %s finished: %+v, %v", a.name, st[0].RequestID, got, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

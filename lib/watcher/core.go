@@ -22,13 +22,19 @@ import (
 // coreGroupVersion is the core API's group version, "v1".
 var coreGroupVersion = schema.GroupVersion{Version: "v1"}
 
-// coreNode is what the watcher needs of a Node: that it exists, and the
-// kubelet version its kubelet posts. The decoder drops everything else the
+// coreNode is what the watcher needs of a Node: that it exists, the
+// kubelet version its kubelet posts, and a cordon kubeslot left. The decoder drops everything else the
 // apiserver sends.
 type coreNode struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              coreNodeSpec   `json:"spec,omitempty"`
 	Status            coreNodeStatus `json:"status,omitempty"`
+}
+
+// coreNodeSpec: whether the Node is cordoned (a cordon kubeslot left).
+type coreNodeSpec struct {
+	Unschedulable bool `json:"unschedulable,omitempty"`
 }
 
 type coreNodeStatus struct {
@@ -48,7 +54,7 @@ type coreNodeInfo struct {
 
 // DeepCopyObject makes coreNode a runtime.Object.
 func (n *coreNode) DeepCopyObject() runtime.Object {
-	out := &coreNode{TypeMeta: n.TypeMeta, Status: n.Status}
+	out := &coreNode{TypeMeta: n.TypeMeta, Spec: n.Spec, Status: n.Status}
 	out.Status.Addresses = append([]coreNodeAddress(nil), n.Status.Addresses...)
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out

@@ -30,6 +30,9 @@ type Inputs struct {
 	// NodeKubeletVersion is the kubelet version the Node reports
 	// (status.nodeInfo.kubeletVersion), "" when unknown.
 	NodeKubeletVersion string
+	// NodeCordonedBy is the request that cordoned the Node, when it is
+	// unschedulable with kubeslot's annotation (lib/drain); "" otherwise.
+	NodeCordonedBy string
 	// Applied is the active slot's applied configuration (checksum
 	// verified); AppliedErr is why it could not be read.
 	Applied    *state.Applied
@@ -156,6 +159,8 @@ func (a Action) String() string {
 		return string(a.Type) + " " + a.Operation.Name
 	case HealthGate:
 		return fmt.Sprintf("HealthGate %s %s", a.Operation.Name, a.Status.RequestID)
+	case Uncordon:
+		return "Uncordon (cordoned by " + a.Status.RequestID + ")"
 	case SoakSlot:
 		return fmt.Sprintf("SoakSlot %s until %s", a.Operation.Name, a.Until.UTC().Format(time.RFC3339))
 	}
@@ -249,6 +254,9 @@ func Decide(in Inputs) []Action {
 		out = append(out, Action{Type: WriteRequest, Request: r})
 	}
 	out = append(out, publish...)
+	if a, ok := leftCordoned(in, d); ok {
+		out = append(out, a)
+	}
 	out = append(out, slotActs...)
 	return append(out, Action{Type: ReportMachine, Phase: machinePhase(specErr, d.busy, hooksBad), Conditions: conds})
 }
