@@ -134,8 +134,8 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		g.Message = "paused: spec.rollout.paused is true"
 		return g
 	}
-	// A window open now counts for a target that takes its slot before it
-	// closes; one that closes first goes back (Recheck decides again).
+	// Outside the windows a slot taken but not acted on goes back; work
+	// started inside one finishes after it closes.
 	closed, recheck, bad := windowGate(op, m, now)
 	switch {
 	case bad != nil:

@@ -33,8 +33,8 @@ func parseWindows(field string, in []v1alpha1.MaintenanceWindow) ([]window.Windo
 
 // windowGate says whether op's and Machine m's windows let a target start
 // at now: closed is "" when they do, else why not, with when the next
-// window opens; recheck is when that may change (0: never by time alone).
-// bad is a window that cannot be read.
+// window opens; recheck is when that is (0: never). bad is a window that
+// cannot be read.
 func windowGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, now time.Time) (closed string, recheck time.Duration, bad error) {
 	sets := []struct {
 		field string
@@ -50,9 +50,6 @@ func windowGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, now time.Tim
 		}
 		open, change := window.State(ws, now)
 		if open {
-			if d := change.Sub(now); recheck == 0 || d < recheck {
-				recheck = d
-			}
 			continue
 		}
 		// The opening in the first window's zone, as the admin wrote it;
@@ -60,5 +57,5 @@ func windowGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, now time.Tim
 		return fmt.Sprintf("outside the maintenance windows (%s): the next opens %s", s.field,
 			change.In(ws[0].Loc).Format("Mon 2006-01-02 15:04 MST")), max(change.Sub(now), time.Second), nil
 	}
-	return "", recheck, nil
+	return "", 0, nil
 }
