@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"time"
+	// The maintenance windows name IANA time zones (lib/window), and a
+	// host may have no zone database: the binary carries its own.
+	_ "time/tzdata"
 
 	"github.com/alecthomas/kong"
 

@@ -468,6 +468,15 @@ func TestRolloutAPI(t *testing.T) {
 		{"maxUnavailable 101%", v1alpha1.Rollout{MaxUnavailable: intOr(intstr.FromString("101%"))}, []string{"spec.rollout.maxUnavailable", "1% to 100%"}},
 		{"maxUnavailable words", v1alpha1.Rollout{MaxUnavailable: intOr(intstr.FromString("half"))}, []string{"spec.rollout.maxUnavailable"}},
 		{"failureBudget -1", v1alpha1.Rollout{FailureBudget: ptrInt32(-1)}, []string{"spec.rollout.failureBudget", "greater than or equal to 0"}},
+		{"soakSeconds a day and more", v1alpha1.Rollout{SoakSeconds: 86401}, []string{"spec.rollout.soakSeconds", "less than or equal to 86400"}},
+		{"window start 25:00", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Start: "25:00", Duration: "1h"}}},
+			[]string{"spec.rollout.windows[0].start", "25:00"}},
+		{"window duration in words", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Start: "02:00", Duration: "4 hours"}}},
+			[]string{"spec.rollout.windows[0].duration", "from 1m to 168h"}},
+		{"window of 8 days", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Start: "02:00", Duration: "192h"}}},
+			[]string{"spec.rollout.windows[0].duration", "from 1m to 168h"}},
+		{"window day Monday", v1alpha1.Rollout{Windows: []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Monday"}, Start: "02:00", Duration: "1h"}}},
+			[]string{"spec.rollout.windows[0].days[0]", "Monday"}},
 	}
 	for _, tc := range bad {
 		_, err := admin.CreateOperation(ctx, mk("roapi-bad", tc.r))
@@ -494,6 +503,7 @@ func TestRolloutAPI(t *testing.T) {
 	}{
 		{"maxUnavailable", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout.MaxUnavailable = intOr(intstr.FromInt32(2)) }, "spec.rollout.maxUnavailable"},
 		{"orderByLabel", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout.OrderByLabel = "rack" }, "spec.rollout.orderByLabel"},
+		{"soakSeconds", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout.SoakSeconds = 30 }, "spec.rollout.soakSeconds"},
 		{"type", func(o *v1alpha1.MachineOperation) { o.Spec.Type = v1alpha1.OperationNodeRestart }, "spec.type is immutable"},
 		{"selector", func(o *v1alpha1.MachineOperation) { o.Spec.MachineSelector.MatchLabels["pool"] = "other" }, "spec.machineSelector is immutable"},
 		{"rollout removed", func(o *v1alpha1.MachineOperation) { o.Spec.Rollout = nil }, "spec is immutable once created"},
@@ -557,64 +567,4 @@ func TestRolloutAPI(t *testing.T) {
 
 func adminDeleteLease(admin *machineapi.Client, name string) {
 	_ = admin.REST().Delete().Resource(v1alpha1.RolloutLeasesResource).Name(name).Do(context.Background()).Error()
-}
-
-// TestRolloutPaused: a paused rollout starts nobody and says so in each entry; unpaused, it runs to the end.
-func TestRolloutPaused(t *testing.T) {
-	h := newRolloutFleet(t, "ro4", 3)
-	h.pacedOperation("ro4-repave", "ro4", v1alpha1.Rollout{Paused: true, MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
-	op := h.waitOp("ro4-repave", time.Minute, "3 waiting", func(op *v1alpha1.MachineOperation) bool { return op.Status.Waiting == 3 })
-	time.Sleep(5 * roPoll)
-	for _, a := range h.agents {
-		if n := a.ran.Load(); n != 0 {
-			t.Errorf("%s ran %d requests while the rollout is paused", a.name, n)
-		}
-	}
-	op, err := h.admin.GetOperation(context.Background(), op.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range op.Status.Machines {
-		if e.Phase != v1alpha1.OperationWaiting || !strings.Contains(e.Message, "paused") {
-			t.Errorf("entry %s: %s %q, want Waiting, paused", e.Name, e.Phase, e.Message)
-		}
-	}
-	op.Spec.Rollout.Paused = false
-	if _, err := h.admin.UpdateOperation(context.Background(), op); err != nil {
-		t.Fatalf("unpause: %v", err)
-	}
-	h.waitOp("ro4-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
-		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
-	})
-	if p := h.peak.Load(); p > 2 {
-		t.Errorf("%d requests ran at once, want at most 2", p)
-	}
-}
-
-// TestRolloutCanaryFirst: canary 1 in label order, then maxUnavailable 2: the first Machine runs alone and succeeds
-// before the other two start, together.
-func TestRolloutCanaryFirst(t *testing.T) {
-	h := newRolloutFleet(t, "ro5", 3)
-	h.pacedOperation("ro5-repave", "ro5", v1alpha1.Rollout{Canary: 1, OrderByLabel: "order",
-		MaxUnavailable: &intstr.IntOrString{IntVal: 2}})
-	h.waitOp("ro5-repave", 2*time.Minute, "Succeeded", func(op *v1alpha1.MachineOperation) bool {
-		return op.Status.Phase == v1alpha1.OperationSucceeded && op.Status.Done == 3
-	})
-	at := func(a *roAgent) (time.Time, time.Time) {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.started, a.ended
-	}
-	_, canaryEnd := at(h.agents[0])
-	for _, a := range h.agents[1:] {
-		if start, _ := at(a); !start.After(canaryEnd) {
-			t.Errorf("%s started at %v, before the canary %s finished at %v", a.name, start, h.agents[0].name, canaryEnd)
-		}
-	}
-	// 2 expected (both take a slot within a poll, each runs 1.2 s); 1 only on a starved machine, never more.
-	if p := h.peak.Load(); p > 2 {
-		t.Errorf("%d requests ran at once after the canary, want at most 2 (maxUnavailable 2)", p)
-	} else {
-		t.Logf("%d requests ran at once after the canary (maxUnavailable 2)", p)
-	}
 }

@@ -88,8 +88,9 @@ func TestRolloutOnRig(t *testing.T) {
 	rig.Figures.Add("rollout of 3 rig hosts, maxUnavailable 1: operation created -> Succeeded (real repaves, drain)", took)
 	rig.Figures.Add("rollout of 3 rig hosts: sum of its 3 repaves (each request's first phase -> final status)", sum)
 
-	// 2. Ordered by label, the second host's repave fails (its Machine names a kubelet that exits at once), failure
-	// budget 1: the rollout halts naming it and the third host is never touched.
+	// 2. Ordered by label, with a health gate, the second host's repave fails (its Machine names a kubelet that
+	// exits at once), failure budget 1: the rollout halts naming it and the third host is never touched; the first
+	// host's success passed its gate.
 	broken := rr.hosts[1]
 	bad := filepath.Join(t.TempDir(), "kubelet-exits")
 	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho 'rig: this kubelet exits at once' >&2\nexit 1\n"), 0o755); err != nil {
@@ -109,7 +110,7 @@ func TestRolloutOnRig(t *testing.T) {
 	op2 := rr.opName("halt")
 	s = rr.sample(op2)
 	one := int32(1)
-	rr.create(op2, v1alpha1.Rollout{OrderByLabel: "order", FailureBudget: &one})
+	rr.create(op2, v1alpha1.Rollout{OrderByLabel: "order", FailureBudget: &one, Health: &v1alpha1.RolloutHealth{TimeoutSeconds: 120}})
 	op = rr.waitOp(ctx, op2, 8*time.Minute, "Halted", func(o *v1alpha1.MachineOperation) bool {
 		return o.Status.Phase == v1alpha1.OperationHalted
 	})
@@ -125,6 +126,11 @@ func TestRolloutOnRig(t *testing.T) {
 	for _, e := range op.Status.Machines {
 		if e.Name == third.Node && e.Phase != v1alpha1.OperationWaiting {
 			t.Errorf("the third Machine's entry is %s %q, want Waiting", e.Phase, e.Message)
+		}
+		// The first host's success waited for its health gate: every pod on its real Node Ready, listed by its
+		// agent as the node itself.
+		if e.Name == rr.hosts[0].Node && (e.Phase != v1alpha1.OperationSucceeded || !strings.Contains(e.Message, "health gate passed")) {
+			t.Errorf("the first Machine's entry is %s %q, want Succeeded past its health gate", e.Phase, e.Message)
 		}
 	}
 	if slot, _ := third.Active(); slot != thirdSlot {

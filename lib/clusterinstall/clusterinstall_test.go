@@ -23,8 +23,8 @@ func TestEveryManifestKindIsKnown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 3 || len(access) != 9 {
-		t.Errorf("%d CRDs and %d access-control objects, want 3 and 9", len(crds), len(access))
+	if len(crds) != 4 || len(access) != 9 {
+		t.Errorf("%d CRDs and %d access-control objects, want 4 and 9", len(crds), len(access))
 	}
 	dc, err := dynamic.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {

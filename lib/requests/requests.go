@@ -159,9 +159,18 @@ type Status struct {
 	Downtime time.Duration `json:"downtime,omitempty"`
 	// Drain is the progress of the node's drain (repave, restart), the
 	// watcher's Draining condition.
-	Drain     *drain.Progress `json:"drain,omitempty"`
-	UpdatedAt time.Time       `json:"updatedAt"`
+	Drain *drain.Progress `json:"drain,omitempty"`
+	// Health is the watcher's verdict on a rollout's health gate after a
+	// Succeeded (HealthPassed, HealthFailed); "" before or without one.
+	Health    string    `json:"health,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
+
+// Health gate verdicts (Status.Health).
+const (
+	HealthPassed = "passed"
+	HealthFailed = "failed"
+)
 
 // idRE keeps IDs usable as file names: operation names are DNS subdomains.
 var idRE = regexp.MustCompile(`^[a-z]+-[0-9]+-[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)

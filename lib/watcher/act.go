@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
+	nodedrain "github.com/kubeslot/kubeslot/lib/drain"
 	"github.com/kubeslot/kubeslot/lib/machineclient"
 	"github.com/kubeslot/kubeslot/lib/release"
 	"github.com/kubeslot/kubeslot/lib/requests"
@@ -44,10 +45,14 @@ func (l *loop) inputs() (Inputs, error) {
 	node, in.NodeExists, _ = l.node.GetByKey(l.NodeName)
 	if n, ok := node.(*coreNode); ok {
 		in.NodeKubeletVersion = n.Status.NodeInfo.KubeletVersion
+		if n.Spec.Unschedulable {
+			in.NodeCordonedBy = n.Annotations[nodedrain.Annotation]
+		}
 	}
 	for _, obj := range l.ops.List() {
 		in.Operations = append(in.Operations, *obj.(*v1alpha1.MachineOperation).DeepCopy())
 	}
+	in.Stop = l.stopMessage()
 	in.Now = time.Now()
 	in.Checks = map[string]func(v1alpha1.MachineOperationTarget) bool{}
 	in.Targets = map[string]int{}
@@ -221,6 +226,12 @@ func (l *loop) do(ctx context.Context, in Inputs, a Action) error {
 		return nil
 	case ReleaseSlot:
 		return l.slots.Release(ctx, slotOwner(a.Operation))
+	case SoakSlot:
+		return l.soakSlot(ctx, a)
+	case Uncordon:
+		return l.uncordon(ctx, in, a)
+	case HealthGate:
+		return l.healthGate(ctx, in, a)
 	case RegisterMachine:
 		_, err := l.mc.CreateMachine(ctx, a.Machine)
 		if apierrors.IsAlreadyExists(err) {

@@ -22,13 +22,19 @@ import (
 // coreGroupVersion is the core API's group version, "v1".
 var coreGroupVersion = schema.GroupVersion{Version: "v1"}
 
-// coreNode is what the watcher needs of a Node: that it exists, and the
-// kubelet version its kubelet posts. The decoder drops everything else the
+// coreNode is what the watcher needs of a Node: that it exists, the
+// kubelet version its kubelet posts, and a cordon kubeslot left. The decoder drops everything else the
 // apiserver sends.
 type coreNode struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              coreNodeSpec   `json:"spec,omitempty"`
 	Status            coreNodeStatus `json:"status,omitempty"`
+}
+
+// coreNodeSpec: whether the Node is cordoned (a cordon kubeslot left).
+type coreNodeSpec struct {
+	Unschedulable bool `json:"unschedulable,omitempty"`
 }
 
 type coreNodeStatus struct {
@@ -48,7 +54,7 @@ type coreNodeInfo struct {
 
 // DeepCopyObject makes coreNode a runtime.Object.
 func (n *coreNode) DeepCopyObject() runtime.Object {
-	out := &coreNode{TypeMeta: n.TypeMeta, Status: n.Status}
+	out := &coreNode{TypeMeta: n.TypeMeta, Spec: n.Spec, Status: n.Status}
 	out.Status.Addresses = append([]coreNodeAddress(nil), n.Status.Addresses...)
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out
@@ -124,19 +130,64 @@ func (e *coreEvent) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// coreScheme knows the three core kinds above and metav1's options, status
+// corePod is what a rollout's health gate needs of a pod on this node:
+// its phase and whether it is Ready.
+type corePod struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Status            corePodStatus `json:"status,omitempty"`
+}
+
+type corePodStatus struct {
+	Phase      string             `json:"phase,omitempty"`
+	Conditions []corePodCondition `json:"conditions,omitempty"`
+}
+
+type corePodCondition struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+}
+
+// DeepCopyObject makes corePod a runtime.Object.
+func (p *corePod) DeepCopyObject() runtime.Object {
+	out := &corePod{TypeMeta: p.TypeMeta, Status: p.Status}
+	out.Status.Conditions = append([]corePodCondition(nil), p.Status.Conditions...)
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
+// corePodList is the list the health gate decodes.
+type corePodList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []corePod `json:"items"`
+}
+
+// DeepCopyObject makes corePodList a runtime.Object.
+func (l *corePodList) DeepCopyObject() runtime.Object {
+	out := &corePodList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	for i := range l.Items {
+		out.Items = append(out.Items, *l.Items[i].DeepCopyObject().(*corePod))
+	}
+	return out
+}
+
+// coreScheme knows the core kinds above and metav1's options, status
 // and watch events.
 func coreScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	s.AddKnownTypeWithName(coreGroupVersion.WithKind("Node"), &coreNode{})
 	s.AddKnownTypeWithName(coreGroupVersion.WithKind("NodeList"), &coreNodeList{})
 	s.AddKnownTypeWithName(coreGroupVersion.WithKind("Event"), &coreEvent{})
+	s.AddKnownTypeWithName(coreGroupVersion.WithKind("Pod"), &corePod{})
+	s.AddKnownTypeWithName(coreGroupVersion.WithKind("PodList"), &corePodList{})
 	metav1.AddToGroupVersion(s, coreGroupVersion)
 	return s
 }
 
-// newCoreClient is a REST client for the two core kinds the watcher uses
-// (Nodes, Events). The typed clientset would register every API group of
+// newCoreClient is a REST client for the core kinds the watcher uses
+// (Nodes, Events, and Pods for a health gate). The typed clientset would register every API group of
 // Kubernetes in the process, some 10 MB of resident memory for nothing.
 func newCoreClient(cfg *rest.Config) (rest.Interface, error) {
 	c := rest.CopyConfig(cfg)

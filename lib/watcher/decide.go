@@ -30,6 +30,9 @@ type Inputs struct {
 	// NodeKubeletVersion is the kubelet version the Node reports
 	// (status.nodeInfo.kubeletVersion), "" when unknown.
 	NodeKubeletVersion string
+	// NodeCordonedBy is the request that cordoned the Node, when it is
+	// unschedulable with kubeslot's annotation (lib/drain); "" otherwise.
+	NodeCordonedBy string
 	// Applied is the active slot's applied configuration (checksum
 	// verified); AppliedErr is why it could not be read.
 	Applied    *state.Applied
@@ -72,6 +75,9 @@ type Inputs struct {
 	Targets map[string]int
 	// Slots are the rollout operations this agent holds a slot of.
 	Slots map[string]bool
+	// Stop says why every rollout is stopped (v1alpha1.StopMessage of the
+	// RolloutStops, which only admins write); "" when none is.
+	Stop string
 	// Now is when the inputs were read (an ordered rollout's join window).
 	Now time.Time
 	// DeviceStat looks at the host's device nodes a spec names (nil:
@@ -118,9 +124,10 @@ type Action struct {
 	Conditions []metav1.Condition
 	Probation  *requests.Probation
 	Advance    bool
-	// Operation and Gate: the slot actions (rollout.go).
+	// Operation, Gate and Until: the slot actions (rollout.go).
 	Operation *v1alpha1.MachineOperation
 	Gate      *slotGate
+	Until     time.Time
 }
 
 func (a Action) String() string {
@@ -150,6 +157,12 @@ func (a Action) String() string {
 		return fmt.Sprintf("AwaitSlot %s try=%v %s", a.Operation.Name, a.Gate.Try, a.Gate.Message)
 	case KeepSlot, ReleaseSlot:
 		return string(a.Type) + " " + a.Operation.Name
+	case HealthGate:
+		return fmt.Sprintf("HealthGate %s %s", a.Operation.Name, a.Status.RequestID)
+	case Uncordon:
+		return "Uncordon (cordoned by " + a.Status.RequestID + ")"
+	case SoakSlot:
+		return fmt.Sprintf("SoakSlot %s until %s", a.Operation.Name, a.Until.UTC().Format(time.RFC3339))
 	}
 	return string(a.Type)
 }
@@ -241,6 +254,9 @@ func Decide(in Inputs) []Action {
 		out = append(out, Action{Type: WriteRequest, Request: r})
 	}
 	out = append(out, publish...)
+	if a, ok := leftCordoned(in, d); ok {
+		out = append(out, a)
+	}
 	out = append(out, slotActs...)
 	return append(out, Action{Type: ReportMachine, Phase: machinePhase(specErr, d.busy, hooksBad), Conditions: conds})
 }
@@ -258,9 +274,15 @@ func publications(in Inputs) []Action {
 		publish = append(publish, a)
 	}
 	for _, s := range in.Statuses {
-		if in.Published[s.RequestID] != s.Phase {
-			publish = append(publish, Action{Type: PublishStatus, Status: s})
+		if in.Published[s.RequestID] == s.Phase {
+			continue
 		}
+		// A rollout's health gate holds a success back (health.go).
+		if op := gated(s, in.Operations); op != nil {
+			publish = append(publish, Action{Type: HealthGate, Status: s, Operation: op})
+			continue
+		}
+		publish = append(publish, Action{Type: PublishStatus, Status: s})
 	}
 	return publish
 }

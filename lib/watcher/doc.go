@@ -22,7 +22,10 @@
 // operation's RolloutLeases per poll interval while the gate lets it try.
 // It counts only the status entries of real targets (targets.go): it Lists
 // the Machines the operation selects when an entry appears that its last
-// List did not account for, at most once per poll interval.
+// List did not account for, at most once per poll interval. Its other
+// gates: the emergency stop (RolloutStops, watched), the maintenance
+// windows (windows.go), the health gate that holds a success back
+// (health.go) and the soak that keeps the slot after it (rollout.go).
 //
 // The watcher, in more detail (moved here from DESIGN.md):
 //
@@ -37,9 +40,10 @@
 //     identity, rebuilt when the kubelet rotates it; then serve until
 //     SIGTERM. READY (Type=notify) after the first sync, or after
 //     --ready-after (60 s) when the cluster cannot be reached.
-//   - Watches: its Machine and its Node by field selector; operations are the
-//     one cluster-wide watch (a selector-targeted operation cannot be filtered
-//     by the server). No polling (but for a rollout slot, above): idle, it makes no request besides its open
+//   - Watches: its Machine and its Node by field selector; operations (a
+//     selector-targeted operation cannot be filtered by the server) and
+//     RolloutStops (the emergency stop, a few objects only admins write)
+//     cluster-wide. No polling (but for a rollout slot, above): idle, it makes no request besides its open
 //     watches, each kept for the server-side timeout client-go asks; single
 //     requests are bounded (lib/nodeidentity), watches are not. Each event
 //     makes it decide again; a decision whose Machine status is already
@@ -56,6 +60,9 @@
 //     spec.disruption (the drain policy, not part of the desired
 //     configuration); the drain's progress in a status becomes the Draining
 //     condition, and an Event each time that condition changes (drain.go).
+//     A cordon kubeslot left on the Node (its annotation names a request
+//     whose final status is on disk, and no repave or restart is pending
+//     or running) is undone, with a Warning Event (drain.go).
 //   - Releases (serve.go): started as <base>/current/kubeslot-watcher, it
 //     follows that link: when an upgrade flips it, it stops its loop (every
 //     result is on disk) and re-executes the new binary in the same process.

@@ -78,3 +78,51 @@ func TestDrainingCondition(t *testing.T) {
 		t.Errorf("forced: %+v", c)
 	}
 }
+
+// TestLeftCordonedIsUncordoned: a Node kubeslot cordoned for a request that
+// has finished, with no repave or restart pending or running, is
+// uncordoned; a cordon of a request still running, or not kubeslot's, is
+// left.
+func TestLeftCordonedIsUncordoned(t *testing.T) {
+	const id = "repave-3-roll"
+	uncordons := func(in Inputs) bool {
+		for _, a := range Decide(in) {
+			if a.Type == Uncordon {
+				return a.Status.RequestID == id
+			}
+		}
+		return false
+	}
+	finished := func() Inputs {
+		in := base(t)
+		in.NodeCordonedBy = id
+		in.Statuses = []*requests.Status{{RequestID: id, Kind: requests.Repave, Operation: "roll", Phase: requests.Failed,
+			Message: "drain failed; rolled back"}}
+		in.Published = requests.Published{id: requests.Failed}
+		return in
+	}
+	if !uncordons(finished()) {
+		t.Error("cordoned by a failed repave, nothing running: want an uncordon")
+	}
+	in := finished()
+	in.Statuses[0].Phase = requests.InProgress
+	in.Published = requests.Published{id: requests.InProgress}
+	if uncordons(in) {
+		t.Error("cordoned by a repave still in progress: uncordoned")
+	}
+	in = finished()
+	in.Claimed[requests.Restart] = &requests.Request{ID: "restart-4-other", Kind: requests.Restart, Operation: "other"}
+	if uncordons(in) {
+		t.Error("a restart claimed (its drain may resume the cordon): uncordoned")
+	}
+	in = finished()
+	in.NodeCordonedBy = ""
+	if uncordons(in) {
+		t.Error("a cordon that is not kubeslot's: uncordoned")
+	}
+	in = finished()
+	in.Statuses = nil
+	if uncordons(in) {
+		t.Error("the cordoning request has no final status on this host: uncordoned")
+	}
+}

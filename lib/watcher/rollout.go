@@ -38,6 +38,10 @@ const (
 	KeepSlot ActionType = "KeepSlot"
 	// ReleaseSlot gives the slot back once the result is published.
 	ReleaseSlot ActionType = "ReleaseSlot"
+	// SoakSlot keeps the slot of a target that succeeded until
+	// Action.Until (spec.rollout.soakSeconds), then decides again: the
+	// next target starts only after the soak.
+	SoakSlot ActionType = "SoakSlot"
 )
 
 // slotGate is what a rollout lets this agent do now.
@@ -54,9 +58,10 @@ type slotGate struct {
 	CountTargets bool
 	// OrderKey is this Machine's value of spec.rollout.orderByLabel.
 	OrderKey string
-	// JoinWait is how long an ordered rollout still waits for targets that
-	// have not reported yet (decide again then).
-	JoinWait time.Duration
+	// Recheck is when the gate may change with time alone: an ordered
+	// rollout's wait for targets that have not reported yet, or a
+	// canary's soak (decide again then).
+	Recheck time.Duration
 }
 
 // joinWindow bounds how long an ordered rollout waits, from the
@@ -71,13 +76,15 @@ func paced(op *v1alpha1.MachineOperation) bool {
 }
 
 // rolloutGate decides whether the agent of Machine m on node may try for a
-// slot: not when the failure budget is spent, when paused, or (with an
+// slot: not while stop says the rollouts are stopped (a RolloutStop
+// exists), when the failure budget is spent, when paused, outside the
+// maintenance windows of op or m (windows.go), or (with an
 // order or a canary) when other waiting targets come first. It counts only
 // the entries check passes (targets.go), and takes the number of targets
 // from this agent's own List (targets, 0 when not Listed yet), never from
 // status.targets: an entry or a summary any node can write must not halt,
 // order, size or pass a rollout.
-func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time, check func(v1alpha1.MachineOperationTarget) bool, targets int) slotGate {
+func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, now time.Time, check func(v1alpha1.MachineOperationTarget) bool, targets int, stop string) slotGate {
 	r := op.Spec.Rollout
 	g := slotGate{}
 	ordered := r.OrderByLabel != "" || r.Canary > 0
@@ -85,6 +92,7 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		g.OrderKey = m.Labels[r.OrderByLabel]
 	}
 	var failed, succeeded []string
+	var soaking time.Duration
 	type waiter struct{ key, name string }
 	var waiting []waiter
 	me := false
@@ -94,6 +102,12 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		case v1alpha1.OperationFailed:
 			failed = append(failed, e.Name)
 		case v1alpha1.OperationSucceeded:
+			// A canary counts once its soak is over (it holds its
+			// slot until then): the others start after the soak.
+			if left := r.SoakEnd(e).Sub(now); left > 0 {
+				soaking = min(cmp.Or(soaking, left), left)
+				continue
+			}
 			succeeded = append(succeeded, e.Name)
 		case v1alpha1.OperationWaiting:
 			if e.Name == m.Name && e.NodeName == node {
@@ -107,6 +121,10 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 		waiting = append(waiting, waiter{g.OrderKey, m.Name})
 	}
 	switch {
+	case stop != "":
+		g.Stop = true
+		g.Message = stop
+		return g
 	case r.BudgetSpent(len(failed)):
 		g.Stop = true
 		g.Message = fmt.Sprintf("halted: %d failed (%v), spec.rollout.failureBudget is %d", len(failed), failed, r.Budget())
@@ -114,6 +132,20 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	case r.Paused:
 		g.Stop = true
 		g.Message = "paused: spec.rollout.paused is true"
+		return g
+	}
+	// Outside the windows a slot taken but not acted on goes back; work
+	// started inside one finishes after it closes.
+	closed, recheck, bad := windowGate(op, m, now)
+	switch {
+	case bad != nil:
+		g.Stop = true
+		g.Message = "refused: " + bad.Error()
+		return g
+	case closed != "":
+		g.Stop = true
+		g.Message = closed
+		g.Recheck = recheck
 		return g
 	case (r.Percent() || ordered) && targets == 0:
 		g.CountTargets = true
@@ -129,6 +161,7 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	canary := len(succeeded) < int(r.Canary)
 	if canary {
 		slots = 1
+		g.Recheck = soaking
 	}
 	g.Slots = slots
 	if !ordered {
@@ -139,7 +172,7 @@ func rolloutGate(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string
 	// The line is known once every target has reported (or the window
 	// is over): before, a target late to report could be passed over.
 	if left := op.CreationTimestamp.Add(joinWindow).Sub(now); len(counted) < targets && left > 0 {
-		g.JoinWait = left
+		g.Recheck = min(cmp.Or(g.Recheck, left), left)
 		g.Message = fmt.Sprintf("waiting for all %d targets to report before the ordered rollout starts", targets)
 		return g
 	}
@@ -164,6 +197,11 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 	e := op.Status.Target(m.Name, in.NodeName)
 	switch {
 	case e != nil && e.Phase.Finished():
+		// The soak counts from this agent's own entry, timed by its own
+		// worker: nothing another node wrote.
+		if until := op.Spec.Rollout.SoakEnd(*e); in.Now.Before(until) {
+			return Action{Type: SoakSlot, Operation: op, Until: until}, true, false
+		}
 		return Action{Type: ReleaseSlot, Operation: op}, true, false
 	case dispatched:
 		return Action{Type: KeepSlot, Operation: op, Request: unpublished(in, op, e)}, true, false
@@ -172,7 +210,7 @@ func slotAction(in Inputs, op *v1alpha1.MachineOperation, m *v1alpha1.Machine, d
 		// for; a slot taken for it goes back.
 		return Action{Type: ReleaseSlot, Operation: op}, held, false
 	}
-	g := rolloutGate(op, m, in.NodeName, in.Now, in.Checks[op.Name], in.Targets[op.Name])
+	g := rolloutGate(op, m, in.NodeName, in.Now, in.Checks[op.Name], in.Targets[op.Name], in.Stop)
 	if held && !g.Stop {
 		return Action{}, false, true
 	}
@@ -219,15 +257,15 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 	}
 	m := l.machineOrEmpty()
 	n, _ := l.targets.count(op)
-	g := rolloutGate(op, m, l.NodeName, now, l.targets.check(op, m, l.NodeName), n)
+	g := rolloutGate(op, m, l.NodeName, now, l.targets.check(op, m, l.NodeName), n, l.stopMessage())
 	if err := l.reportWaiting(ctx, op, &g); err != nil {
 		return err
 	}
+	if g.Recheck > 0 {
+		l.nudgeIn(g.Recheck)
+	}
 	if held && g.Stop {
 		return l.slots.Release(ctx, slotOwner(op))
-	}
-	if g.JoinWait > 0 {
-		l.nudgeIn(g.JoinWait)
 	}
 	if !g.Try || held {
 		return nil
@@ -259,11 +297,26 @@ func (l *loop) awaitSlot(ctx context.Context, a Action) error {
 		return err
 	}
 	n, _ = l.targets.count(fresh)
-	if g2 := rolloutGate(fresh, m, l.NodeName, time.Now(), l.targets.check(fresh, m, l.NodeName), n); g2.Stop {
+	// The stop is read again from the server too: the watch may lag.
+	stop, err := l.freshStop(ctx)
+	if err != nil {
+		return err
+	}
+	if g2 := rolloutGate(fresh, m, l.NodeName, time.Now(), l.targets.check(fresh, m, l.NodeName), n, stop); g2.Stop {
 		l.Log.Info("gave the rollout slot back: the operation says wait", "operation", op.Name, "why", g2.Message)
 		return l.slots.Release(ctx, slotOwner(op))
 	}
 	l.nudge()
+	return nil
+}
+
+// soakSlot carries out SoakSlot: the slot stays held (found again after a
+// restart, renewed by the keeper) until a.Until.
+func (l *loop) soakSlot(ctx context.Context, a Action) error {
+	if _, err := l.slots.Recover(ctx, slotOwner(a.Operation)); err != nil {
+		return err
+	}
+	l.nudgeIn(max(time.Until(a.Until), time.Millisecond))
 	return nil
 }
 
@@ -291,6 +344,32 @@ func (l *loop) slotLost(op, reason string) {
 // operation of the same name are not taken for this one's.
 func slotOwner(op *v1alpha1.MachineOperation) rollout.Owner {
 	return rollout.Owner{Name: op.Name, UID: op.UID}
+}
+
+// stopMessage is v1alpha1.StopMessage of the RolloutStops the watch holds,
+// or, before it has listed them, a stop of its own: no slot is taken on a
+// list not read.
+func (l *loop) stopMessage() string {
+	if l.stops == nil {
+		return ""
+	}
+	if !l.stopsSynced() {
+		return "stopped: the RolloutStops (the emergency stop) are not listed yet; `kubeslot cluster install` installs them"
+	}
+	var stops []v1alpha1.RolloutStop
+	for _, obj := range l.stops.List() {
+		stops = append(stops, *obj.(*v1alpha1.RolloutStop))
+	}
+	return v1alpha1.StopMessage(stops)
+}
+
+// freshStop is v1alpha1.StopMessage of the RolloutStops on the server.
+func (l *loop) freshStop(ctx context.Context) (string, error) {
+	var list v1alpha1.RolloutStopList
+	if err := l.mc.REST().Get().Resource(v1alpha1.RolloutStopsResource).Do(ctx).Into(&list); err != nil {
+		return "", fmt.Errorf("list RolloutStops: %w", err)
+	}
+	return v1alpha1.StopMessage(list.Items), nil
 }
 
 func (l *loop) machineOrEmpty() *v1alpha1.Machine {

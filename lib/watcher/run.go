@@ -74,8 +74,11 @@ type loop struct {
 	machine cache.Store
 	node    cache.Store
 	ops     cache.Store
-	synced  []cache.InformerSynced
-	kick    chan struct{}
+	stops   cache.Store
+	// stopsSynced is the RolloutStop watch's; it is not in synced (below).
+	stopsSynced cache.InformerSynced
+	synced      []cache.InformerSynced
+	kick        chan struct{}
 	// published caches the marker between decisions.
 	published requests.Published
 	lastPrune time.Time
@@ -103,6 +106,9 @@ type loop struct {
 	rolloutPoll time.Duration
 	targets     *targetBook
 	waitWrites  map[types.UID]*waitWrite
+	// healthAt is when each gated request's last health round ran
+	// (health.go).
+	healthAt map[string]time.Time
 }
 
 // statusRetention is how long published results stay in status/ (the newest
@@ -138,7 +144,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	l := &loop{Options: o, mc: mc, core: core, dir: requests.New(o.Root), store: state.NewStore(o.Root), kick: make(chan struct{}, 1),
 		slots:       rollout.NewKeeper(rollout.REST{Client: mc.REST()}, o.NodeName, o.RolloutLease, poll, o.Log),
-		rolloutPoll: poll, targets: newTargetBook(poll), waitWrites: map[types.UID]*waitWrite{}}
+		rolloutPoll: poll, targets: newTargetBook(poll), waitWrites: map[types.UID]*waitWrite{},
+		healthAt: map[string]time.Time{}}
 	l.slots.OnLost = l.slotLost
 	if o.BetweenReads != nil {
 		l.store.SetBetweenReads(o.BetweenReads)
@@ -181,9 +188,18 @@ func Run(ctx context.Context, o Options) error {
 	l.machine = add(informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.MachinesResource, "", byName(o.MachineName)), &v1alpha1.Machine{}))
 	l.node = add(informer(cache.NewListWatchFromClient(core, "nodes", "", byName(o.NodeName)), &coreNode{}))
 	// Operations target a Machine by reference or by label selector, which
-	// the server cannot filter: this is the one cluster-wide watch, and
-	// Decide keeps only the operations that target this Machine.
+	// the server cannot filter: they are watched cluster-wide, and Decide
+	// keeps only the operations that target this Machine.
 	l.ops = add(informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.MachineOperationsResource, "", fields.Everything()), &v1alpha1.MachineOperation{}))
+	// The emergency stop: a handful of objects at most, written by admins
+	// alone, so a watch costs nothing while the fleet is idle. Not waited
+	// for: a cluster installed before RolloutStops existed must not keep
+	// the watcher from everything else; until it has listed, every rollout
+	// counts as stopped (stopMessage).
+	var stopsCtrl cache.Controller
+	l.stops, stopsCtrl = informer(cache.NewListWatchFromClient(mc.REST(), v1alpha1.RolloutStopsResource, "", fields.Everything()), &v1alpha1.RolloutStop{})
+	ctrls = append(ctrls, stopsCtrl)
+	l.stopsSynced = stopsCtrl.HasSynced
 	for _, c := range ctrls {
 		go c.Run(ctx.Done())
 	}
@@ -191,6 +207,12 @@ func Run(ctx context.Context, o Options) error {
 		return ctx.Err()
 	}
 	o.Log.Info("watches synced", "machine", o.MachineName, "node", o.NodeName)
+	go func() {
+		// An empty list brings no event: decide again once it is read.
+		if cache.WaitForCacheSync(ctx.Done(), l.stopsSynced) {
+			l.nudge()
+		}
+	}()
 	if o.Synced != nil {
 		o.Synced()
 	}

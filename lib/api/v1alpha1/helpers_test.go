@@ -157,3 +157,43 @@ func TestAgentUsername(t *testing.T) {
 	}
 }
 func utf8Valid(s string) bool { return utf8.ValidString(s) }
+
+func TestStopMessage(t *testing.T) {
+	if got := StopMessage(nil); got != "" {
+		t.Errorf("no stop: %q, want none", got)
+	}
+	mk := func(name, reason string) RolloutStop {
+		s := RolloutStop{Spec: RolloutStopSpec{Reason: reason}}
+		s.Name = name
+		return s
+	}
+	got := StopMessage([]RolloutStop{mk("zeta", ""), mk("alpha", "incident 7")})
+	want := "stopped: RolloutStop alpha exists (incident 7) and 1 more; delete every RolloutStop to resume"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := StopMessage([]RolloutStop{mk("all", "")}); got != "stopped: RolloutStop all exists; delete every RolloutStop to resume" {
+		t.Errorf("one stop without a reason: %q", got)
+	}
+}
+
+func TestSoakEnd(t *testing.T) {
+	done := metav1.NewTime(time.Date(2026, 3, 29, 1, 59, 0, 0, time.UTC))
+	ok := MachineOperationTarget{Phase: OperationSucceeded, CompletionTime: &done}
+	r := &Rollout{SoakSeconds: 90}
+	if got, want := r.SoakEnd(ok), done.Add(90*time.Second); !got.Equal(want) {
+		t.Errorf("soak of a success: %v, want %v", got, want)
+	}
+	failed := ok
+	failed.Phase = OperationFailed
+	untimed := ok
+	untimed.CompletionTime = nil
+	for what, c := range map[string]struct {
+		r *Rollout
+		e MachineOperationTarget
+	}{"failed": {r, failed}, "no completion time": {r, untimed}, "no soak": {&Rollout{}, ok}, "no rollout": {nil, ok}} {
+		if got := c.r.SoakEnd(c.e); !got.IsZero() {
+			t.Errorf("%s: soak until %v, want none", what, got)
+		}
+	}
+}

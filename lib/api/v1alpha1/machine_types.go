@@ -99,6 +99,15 @@ type MachineSpec struct {
 	//
 	// +optional
 	Disruption *Disruption `json:"disruption,omitempty"`
+
+	// MaintenanceWindows, when set, are the only times this Machine takes
+	// a rollout slot (see MachineOperation spec.rollout.windows, which
+	// this narrows); a rollout waits for both. Empty: any time.
+	//
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
 }
 
 // Disruption is a Machine's drain policy.

@@ -33,7 +33,7 @@ func TestAccessControlManifests(t *testing.T) {
 
 	// Every node: read only (and list budgets, for the drain's preflight). An enrolled node (kubeslot:fleet-member, bound per node by kubeslot cluster enroll):
 	// create its Machine, write status, delete operations (ttlSecondsAfterFinished, narrowed by the policies below),
-	// take rollout slots; never change the objects themselves, never delete a Machine.
+	// take rollout slots; never change the objects themselves, never delete a Machine, never write a RolloutStop.
 	grants := func(role string) map[string][]string {
 		rules, _, _ := unstructured.NestedSlice(byName["ClusterRole/"+role].Object, "rules")
 		granted := map[string][]string{}
@@ -62,6 +62,7 @@ func TestAccessControlManifests(t *testing.T) {
 			"machineoperations/status": {"get"},
 			"rolloutleases":            {"get", "list"},
 			"poddisruptionbudgets":     {"list"},
+			"rolloutstops":             {"get", "list", "watch"},
 		},
 		"kubeslot:fleet-member": {
 			"machines":                 {"create"},

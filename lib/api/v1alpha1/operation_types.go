@@ -32,7 +32,7 @@ type MachineOperation struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// Spec says what to do, and where. It is immutable but for
-	// spec.rollout.paused and spec.rollout.failureBudget.
+	// spec.rollout.paused, spec.rollout.failureBudget and spec.rollout.windows.
 	// +required
 	Spec MachineOperationSpec `json:"spec"`
 	// Status is the progress reported by the targeted Machines' agents.
@@ -55,7 +55,7 @@ type MachineOperationList struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'AgentUpgrade' || (has(self.parameters) && has(self.parameters.bundleURL) && has(self.parameters.bundleSHA256))",message="spec.parameters.bundleURL and spec.parameters.bundleSHA256 are required when spec.type is AgentUpgrade"
 // +kubebuilder:validation:XValidation:rule="self.type == 'AgentUpgrade' || !has(self.parameters)",message="spec.parameters is only for spec.type AgentUpgrade"
 // +kubebuilder:validation:XValidation:rule="!has(self.rollout) || has(self.machineSelector)",message="spec.rollout is only for an operation with spec.machineSelector: a spec.machineRef operation has one target"
-// +kubebuilder:validation:XValidation:rule="has(self.machineRef) == has(oldSelf.machineRef) && has(self.machineSelector) == has(oldSelf.machineSelector) && has(self.parameters) == has(oldSelf.parameters) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.rollout) == has(oldSelf.rollout)",message="spec is immutable once created but for spec.rollout.paused and spec.rollout.failureBudget: delete this MachineOperation and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.machineRef) == has(oldSelf.machineRef) && has(self.machineSelector) == has(oldSelf.machineSelector) && has(self.parameters) == has(oldSelf.parameters) && has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && has(self.rollout) == has(oldSelf.rollout)",message="spec is immutable once created but for spec.rollout.paused, spec.rollout.failureBudget and spec.rollout.windows: delete this MachineOperation and create a new one"
 type MachineOperationSpec struct {
 	// MachineRef names the one Machine to act on. Exactly one of
 	// MachineRef and MachineSelector is set.
@@ -100,7 +100,7 @@ type MachineOperationSpec struct {
 // controller: each target's agent takes one of maxUnavailable slots (a
 // RolloutLease) before it acts, and holds it until its result is published.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel)",message="spec.rollout.maxUnavailable, spec.rollout.canary and spec.rollout.orderByLabel are immutable; only spec.rollout.paused and spec.rollout.failureBudget may change"
+// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable) && has(self.canary) == has(oldSelf.canary) && (!has(self.canary) || self.canary == oldSelf.canary) && has(self.orderByLabel) == has(oldSelf.orderByLabel) && (!has(self.orderByLabel) || self.orderByLabel == oldSelf.orderByLabel) && has(self.soakSeconds) == has(oldSelf.soakSeconds) && (!has(self.soakSeconds) || self.soakSeconds == oldSelf.soakSeconds) && has(self.health) == has(oldSelf.health) && (!has(self.health) || self.health == oldSelf.health)",message="spec.rollout.maxUnavailable, spec.rollout.canary, spec.rollout.orderByLabel, spec.rollout.soakSeconds and spec.rollout.health are immutable; only spec.rollout.paused, spec.rollout.failureBudget and spec.rollout.windows may change"
 type Rollout struct {
 	// MaxUnavailable is how many targets may be acting at once: a number
 	// (at least 1) or a percentage of the targets ("25%", more than 0%
@@ -137,10 +137,98 @@ type Rollout struct {
 	// +kubebuilder:validation:MaxLength=317
 	OrderByLabel string `json:"orderByLabel,omitempty"`
 
+	// SoakSeconds is how long a target keeps its slot after it succeeded,
+	// so that the next target starts only that long after it (and the
+	// canaries count as done only then). Default 0: no soak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	SoakSeconds int32 `json:"soakSeconds,omitempty"`
+
+	// Windows, when set, are the only times a target may start: outside
+	// all of them no target takes a slot (one taken goes back); those in
+	// progress finish. A target's Machine may narrow this with its own
+	// spec.maintenanceWindows. The waiting entries say when the next
+	// window opens.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
+
+	// Health, when set, is a gate each target passes after its update and
+	// before its result counts (and its slot, after any soak, goes back):
+	// every pod on its Node Ready, and every check answering. A target
+	// that does not pass within the timeout fails, with the reason, and
+	// counts against the failure budget. Only NodeRestart and Repave are
+	// gated.
+	// +optional
+	Health *RolloutHealth `json:"health,omitempty"`
+
 	// Paused stops targets from starting; those in progress finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 }
+
+// RolloutHealth is the gate a target passes after its update.
+type RolloutHealth struct {
+	// TimeoutSeconds bounds the wait for the gate to pass. Default 300.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// HTTPChecks are URLs the target's host must get a 200 from (each
+	// request bounded to 10 s), e.g. a Prometheus query through a URL
+	// that answers 200 only when no alert fires.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	HTTPChecks []HTTPCheck `json:"httpChecks,omitempty"`
+}
+
+// DefaultHealthTimeout is spec.rollout.health.timeoutSeconds when unset.
+const DefaultHealthTimeout = 300
+
+// HTTPCheck is one URL a health gate gets.
+type HTTPCheck struct {
+	// URL is an http or https URL with a host.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0",message="must be an http or https URL with a host, e.g. http://prometheus.example:9090/-/healthy"
+	URL URL `json:"url"`
+}
+
+// MaintenanceWindow is a recurring span of local time in which disruptive
+// work may start: on Days (every day when empty), from Start for Duration,
+// in TimeZone.
+type MaintenanceWindow struct {
+	// Days are the days of the week the window opens on; empty: every day.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=7
+	Days []Weekday `json:"days,omitempty"`
+	// Start is the local time the window opens at, HH:MM (24-hour). A
+	// time a daylight-saving change skips opens it an hour later.
+	// +required
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// Duration is how long the window stays open, in elapsed time: a Go
+	// duration from 1m to 168h, e.g. "4h" or "90m". A window may cross
+	// midnight.
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="must be a duration from 1m to 168h, e.g. 4h or 90m"
+	Duration string `json:"duration"`
+	// TimeZone is the IANA time zone of Start, e.g. "Europe/Berlin".
+	// Default UTC. A name the agent's zone database does not know makes
+	// the agent refuse the window, naming it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// Weekday is a day of the week, in three letters.
+//
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
 
 // MachineReference names a Machine.
 type MachineReference struct {

@@ -17,6 +17,7 @@ const (
 	MachinesResource          = "machines"
 	MachineOperationsResource = "machineoperations"
 	RolloutLeasesResource     = "rolloutleases"
+	RolloutStopsResource      = "rolloutstops"
 )
 
 // Resource returns a GroupResource of this group.
@@ -26,7 +27,7 @@ func Resource(resource string) schema.GroupResource {
 
 var (
 	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme registers Machine, MachineOperation and RolloutLease (and their lists)
+	// AddToScheme registers Machine, MachineOperation, RolloutLease and RolloutStop (and their lists)
 	// with a scheme, for REST clients and serializers.
 	AddToScheme = schemeBuilder.AddToScheme
 )
@@ -36,6 +37,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Machine{}, &MachineList{},
 		&MachineOperation{}, &MachineOperationList{},
 		&RolloutLease{}, &RolloutLeaseList{},
+		&RolloutStop{}, &RolloutStopList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -52,4 +53,14 @@ func (r *Rollout) Slots(targets int) (int, error) {
 		return 0, fmt.Errorf("spec.rollout.maxUnavailable %q: must be a number or a percentage from 1%% to 100%%", mu.StrVal)
 	}
 	return max(1, targets*p/100), nil
+}
+
+// SoakEnd is when target entry e of a rollout has soaked: spec.rollout.soakSeconds
+// after its completion when it succeeded; zero when it has no soak (not
+// succeeded, no completion time, or no soak asked).
+func (r *Rollout) SoakEnd(e MachineOperationTarget) time.Time {
+	if r == nil || r.SoakSeconds <= 0 || e.Phase != OperationSucceeded || e.CompletionTime == nil {
+		return time.Time{}
+	}
+	return e.CompletionTime.Add(time.Duration(r.SoakSeconds) * time.Second)
 }
