@@ -11,7 +11,6 @@ import (
 
 	"github.com/kubeslot/kubeslot/lib/api/v1alpha1"
 	"github.com/kubeslot/kubeslot/lib/config"
-	"github.com/kubeslot/kubeslot/lib/kuberelease"
 	"github.com/kubeslot/kubeslot/lib/requests"
 	"github.com/kubeslot/kubeslot/lib/state"
 )
@@ -415,62 +414,6 @@ func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node s
 		r.Upgrade = &requests.UpgradeParams{URL: string(p.BundleURL), SHA256: string(p.BundleSHA256)}
 	}
 	return r
-}
-
-// repaveCondition compares the spec with the applied configuration: the
-// condition to report and, when the update policy lets it go now, the
-// spec-driven repave request to write.
-func repaveCondition(in Inputs, m *v1alpha1.Machine, desired *config.Config, specErr error) (metav1.Condition, *requests.Request) {
-	switch {
-	case specErr != nil:
-		return cond(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonInvalidSpec,
-			"Machine spec refused, nothing dispatched: "+specErr.Error(), m.Generation), nil
-	case desired.Fingerprint() == in.Applied.Config.Fingerprint():
-		return cond(v1alpha1.ConditionRepavePending, false, v1alpha1.ReasonUpToDate, "the node runs the desired configuration", m.Generation), nil
-	case m.Spec.Paused:
-		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonPaused, "the spec changed; clear spec.paused to repave", m.Generation), nil
-	case m.Spec.UpdatePolicy != v1alpha1.UpdateImmediate && (!in.NodeSynced || in.NodeExists):
-		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonWaitingForNodeDel,
-			"the spec changed; cordon, drain and delete Node "+in.NodeName+" to repave", m.Generation), nil
-	}
-	reason := fmt.Sprintf("Machine %s generation %d asks for configuration %s, slot %s runs %s", m.Name, m.Generation,
-		short(desired.Fingerprint()), in.Applied.Slot, short(in.Applied.Config.Fingerprint()))
-	method := m.Spec.UpdateMethod
-	if method == "" {
-		method = v1alpha1.UpdateAuto
-	}
-	inPlace, why := kuberelease.InPlace(in.Applied.Config, desired)
-	switch {
-	case inPlace && method != v1alpha1.UpdateRepave:
-		// The kubelet replaced in the running node: no drain, the
-		// containers keep running (the repaver's in-place path).
-		r := &requests.Request{
-			Kind: requests.Restart, ID: requests.NewID(requests.Restart, m.Generation, ""), MachineGeneration: m.Generation,
-			Reason: reason + ": in place, " + why, Desired: desired,
-		}
-		return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatchedInPlace,
-			fmt.Sprintf("in place (spec.updateMethod %s): %s, so the kubelet is replaced in the running node, no drain, containers keep running", method, why),
-			m.Generation), r
-	case method == v1alpha1.UpdateInPlace:
-		return cond(v1alpha1.ConditionRepavePending, true, v1alpha1.ReasonInPlaceNotPossible,
-			"spec.updateMethod InPlace, but "+why+": only a Kubernetes patch release with nothing else changed goes in place; nothing applied (set Auto or Repave to repave)",
-			m.Generation), nil
-	}
-	r := &requests.Request{
-		Kind: requests.Repave, ID: requests.NewID(requests.Repave, m.Generation, ""), MachineGeneration: m.Generation,
-		Reason: reason, Desired: desired, Disruption: disruptionOf(m),
-	}
-	return cond(v1alpha1.ConditionRepavePending, true, ReasonDispatched,
-		fmt.Sprintf("repave requested (spec.updateMethod %s): %s", method, repaveWhy(method, why)), m.Generation), r
-}
-
-// repaveWhy says why a change repaves: forced, or what keeps it from going
-// in place.
-func repaveWhy(method v1alpha1.UpdateMethod, inPlaceWhy string) string {
-	if method == v1alpha1.UpdateRepave {
-		return "every change repaves"
-	}
-	return inPlaceWhy
 }
 
 // healthCondition is the Degraded condition beside a valid spec: failed
