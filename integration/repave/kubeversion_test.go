@@ -111,6 +111,30 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 	rig.Timing(t, "kubernetes upgrade by repave: workload downtime (hostPort probe from the host)", probe.Outage(t, t1, 2*time.Minute))
 	r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.UpdateMethod = v1alpha1.UpdateAuto })
 
+	// 1c. A fleet's way: the spec change held by updatePolicy OnNodeDelete (the Node stays, so nothing happens), then
+	// an Update operation applies it the least disruptive way: this patch release in place, on slot b.
+	gen = r.UpdateMachine(ctx, func(m *v1alpha1.Machine) {
+		m.Spec.UpdatePolicy = v1alpha1.UpdateOnNodeDelete
+		m.Spec.Node.KubernetesVersion = cur
+	})
+	r.EventuallyMachine(ctx, "RepavePending WaitingForNodeDeletion", func(m *v1alpha1.Machine) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRepavePending)
+		return c != nil && c.Reason == v1alpha1.ReasonWaitingForNodeDel && c.ObservedGeneration == gen
+	})
+	upd := &v1alpha1.MachineOperation{Spec: v1alpha1.MachineOperationSpec{Type: v1alpha1.OperationUpdate,
+		MachineRef: &v1alpha1.MachineReference{Name: r.Node}}}
+	upd.Name = r.Node + "-update"
+	if _, err := r.MC.CreateOperation(ctx, upd); err != nil {
+		t.Fatal(err)
+	}
+	s = r.WaitStatus(ctx, requests.NewID(requests.Restart, gen, upd.Name), 6*time.Minute)
+	r.LogStatus("Update operation: kubernetes "+prev+" -> "+cur, s)
+	if s.Phase != requests.Succeeded || s.ActiveSlot != "b" || !strings.Contains(s.Message, "patched in place") {
+		t.Fatalf("Update operation: %+v", s)
+	}
+	r.CheckVersions(ctx, cur)
+	r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.UpdatePolicy = v1alpha1.UpdateImmediate })
+
 	// 2. Past the skew policy: refused before anything is fetched; the node is left alone.
 	const tooOld = "1.33.0"
 	gen = r.UpdateMachine(ctx, func(m *v1alpha1.Machine) { m.Spec.Node.KubernetesVersion = tooOld })
@@ -125,7 +149,7 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRepaved)
 		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "skew policy")
 	})
-	r.CheckVersions(ctx, prev)
+	r.CheckVersions(ctx, cur)
 
 	// 3. The mirror serves the current release's binary as v<wrong>, a patch release of the running one: the patch in
 	// place checks the binary in the node before it restarts anything, and puts the running one back: no downtime,
@@ -144,7 +168,7 @@ func TestKubernetesUpgradeOnRig(t *testing.T) {
 		// (The binary itself may come from the artifact cache: it is the current release's file, by digest.)
 		t.Error("the mirror was never asked for the wrong version's checksum: the check proved nothing")
 	}
-	r.CheckVersions(ctx, prev)
+	r.CheckVersions(ctx, cur)
 	p.WaitPods(ctx, ns, time.Time{}, 4*time.Minute)
 }
 

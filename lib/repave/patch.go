@@ -119,6 +119,9 @@ func Patch(ctx context.Context, d *Deps, req *requests.Request, active *state.Ap
 		return nil, err // stopped before a phase (the test hook, a save)
 	}
 	switch {
+	case err == nil && committed:
+		return done(requests.Succeeded, fmt.Sprintf("slot %s runs this configuration already (kubernetes %s): nothing to change", name,
+			desired.Kubernetes.Version), nil)
 	case err == nil:
 		if !t0.IsZero() {
 			st.Downtime = d.now().Sub(t0)

@@ -181,7 +181,7 @@ func kindOf(t v1alpha1.OperationType) (requests.Kind, bool) {
 	switch t {
 	case v1alpha1.OperationNodeRestart:
 		return requests.Restart, true
-	case v1alpha1.OperationRepave:
+	case v1alpha1.OperationRepave, v1alpha1.OperationUpdate: // Update: updateKind decides per target
 		return requests.Repave, true
 	case v1alpha1.OperationAgentUpgrade:
 		return requests.Upgrade, true
@@ -218,7 +218,7 @@ func Decide(in Inputs) []Action {
 	var slotActs []Action
 	for i := range in.Operations {
 		op := &in.Operations[i]
-		r := operationRequest(op, m, in.NodeName, desired, specErr)
+		r := operationRequest(op, m, in.NodeName, in.Applied.Config, desired, specErr)
 		if paced(op) {
 			// A rollout's request waits for a slot (rollout.go).
 			a, ok, write := slotAction(in, op, m, d.knownOps[op.Name], r != nil)
@@ -380,7 +380,7 @@ func (d *dispatch) write(r *requests.Request) {
 // asks nothing now: another machine's, finished here, of no known type,
 // paused (all but a reset), or not dispatchable while the spec is invalid or
 // its parameters are incomplete.
-func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, desired *config.Config, specErr error) *requests.Request {
+func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node string, applied, desired *config.Config, specErr error) *requests.Request {
 	if ok, _ := op.Targets(m); !ok {
 		return nil // another machine's
 	}
@@ -397,6 +397,9 @@ func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node s
 	if specErr != nil && kind != requests.Reset {
 		return nil // reported by repaveCondition; nothing dispatched
 	}
+	if op.Spec.Type == v1alpha1.OperationUpdate {
+		kind = updateKind(m, applied, desired)
+	}
 	r := &requests.Request{
 		Kind: kind, ID: requests.NewID(kind, m.Generation, op.Name), MachineGeneration: m.Generation,
 		Operation: op.Name, Reason: fmt.Sprintf("MachineOperation %s (%s)", op.Name, op.Spec.Type),
@@ -406,6 +409,9 @@ func operationRequest(op *v1alpha1.MachineOperation, m *v1alpha1.Machine, node s
 		r.Desired, r.Disruption = desired, disruptionOf(m)
 	case requests.Restart:
 		r.Disruption = disruptionOf(m)
+		if op.Spec.Type == v1alpha1.OperationUpdate {
+			r.Desired = desired // the in-place path (lib/repave, Patch)
+		}
 	case requests.Upgrade:
 		p := op.Spec.Parameters
 		if p == nil || p.BundleURL == "" || p.BundleSHA256 == "" {

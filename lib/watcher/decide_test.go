@@ -179,6 +179,24 @@ func TestDecide(t *testing.T) {
 		{"restart operation", func(in *Inputs) {
 			in.Operations = []v1alpha1.MachineOperation{op("r1", v1alpha1.OperationNodeRestart, "m1")}
 		}, []string{"write restart-4-r1", "report Ready"}},
+		{"update operation: a patch release held by OnNodeDelete goes in place", func(in *Inputs) {
+			newPatch(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateOnNodeDelete
+			in.Operations = []v1alpha1.MachineOperation{op("up", v1alpha1.OperationUpdate, "m1")}
+		}, []string{"write restart-5-up", "report Ready RepavePending/WaitingForNodeDeletion"}},
+		{"update operation: a minor release repaves", func(in *Inputs) {
+			newVersion(in)
+			in.Operations = []v1alpha1.MachineOperation{op("up", v1alpha1.OperationUpdate, "m1")}
+		}, []string{"write repave-5-up", "report Repaving RepavePending/WaitingForNodeDeletion"}},
+		{"update operation: updateMethod Repave repaves a patch", func(in *Inputs) {
+			newPatch(in)
+			in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateOnNodeDelete
+			in.Machine.Spec.UpdateMethod = v1alpha1.UpdateRepave
+			in.Operations = []v1alpha1.MachineOperation{op("up", v1alpha1.OperationUpdate, "m1")}
+		}, []string{"write repave-5-up", "report Repaving RepavePending/WaitingForNodeDeletion"}},
+		{"update operation: nothing to change only waits for the node", func(in *Inputs) {
+			in.Operations = []v1alpha1.MachineOperation{op("up", v1alpha1.OperationUpdate, "m1")}
+		}, []string{"write restart-4-up", "report Ready"}},
 		{"upgrade operation", func(in *Inputs) {
 			in.Operations = []v1alpha1.MachineOperation{op("u1", v1alpha1.OperationAgentUpgrade, "m1")}
 		}, []string{"write upgrade-4-u1", "report Upgrading"}},
@@ -681,5 +699,25 @@ func TestDesiredDevices(t *testing.T) {
 	if _, err := Desired(a.Config, &m.Spec.Node, nil); err == nil || !strings.Contains(err.Error(), "spec.node.devices.paths[0]") ||
 		!strings.Contains(err.Error(), "/dev/../etc/shadow") {
 		t.Errorf("bad device path: %v", err)
+	}
+}
+
+// An Update operation's in-place request carries the desired configuration
+// (the repaver's patch path) and no drain policy matters to it; its repave
+// request carries it too.
+func TestUpdateOperationCarriesTheSpec(t *testing.T) {
+	in := base(t)
+	newPatch(&in)
+	in.Machine.Spec.UpdatePolicy = v1alpha1.UpdateOnNodeDelete
+	in.Operations = []v1alpha1.MachineOperation{op("up", v1alpha1.OperationUpdate, "m1")}
+	var req *requests.Request
+	for _, a := range Decide(in) {
+		if a.Type == WriteRequest {
+			req = a.Request
+		}
+	}
+	if req == nil || req.Kind != requests.Restart || req.Desired == nil || req.Desired.Kubernetes.Version != in.Machine.Spec.Node.KubernetesVersion ||
+		req.Operation != "up" {
+		t.Fatalf("request %+v", req)
 	}
 }

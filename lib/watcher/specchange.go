@@ -69,3 +69,25 @@ func repaveWhy(method v1alpha1.UpdateMethod, inPlaceWhy string) string {
 	}
 	return inPlaceWhy
 }
+
+// updateKind is how an Update operation applies m's spec to this host: in
+// place (a restart request that carries the desired configuration: the
+// repaver's patch path, which only waits for the node when the host runs
+// it already, and refuses, naming why, what cannot go in place under
+// spec.updateMethod InPlace), or by a repave.
+func updateKind(m *v1alpha1.Machine, applied, desired *config.Config) requests.Kind {
+	if desired.Fingerprint() == applied.Fingerprint() {
+		return requests.Restart
+	}
+	inPlace, _ := kuberelease.InPlace(applied, desired)
+	switch m.Spec.UpdateMethod {
+	case v1alpha1.UpdateRepave:
+		return requests.Repave
+	case v1alpha1.UpdateInPlace:
+		return requests.Restart
+	}
+	if inPlace {
+		return requests.Restart
+	}
+	return requests.Repave
+}

@@ -291,7 +291,7 @@ const (
 
 // OperationType is what a MachineOperation does.
 //
-// +kubebuilder:validation:Enum=NodeRestart;Repave;AgentUpgrade;AgentReset
+// +kubebuilder:validation:Enum=NodeRestart;Repave;Update;AgentUpgrade;AgentReset
 type OperationType string
 
 const (
@@ -300,6 +300,12 @@ const (
 	// OperationRepave reinstalls the node onto the other slot from the
 	// current spec, even if nothing changed.
 	OperationRepave OperationType = "Repave"
+	// OperationUpdate applies each target's spec the way its
+	// spec.updateMethod says (a Kubernetes patch release in place, anything
+	// else by a repave; nothing to do is done at once), so a fleet-wide spec
+	// change held by updatePolicy OnNodeDelete goes through one paced
+	// rollout.
+	OperationUpdate OperationType = "Update"
 	// OperationAgentUpgrade replaces the agent with the bundle named in
 	// the parameters.
 	OperationAgentUpgrade OperationType = "AgentUpgrade"
