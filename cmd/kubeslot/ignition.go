@@ -162,8 +162,12 @@ func (c ignitionCmd) report(w io.Writer, cfg *config.Config, base string, bins [
 	if c.Embed {
 		how = fmt.Sprintf("embedded (%.1f MiB before compression)", float64(embedded)/(1<<20))
 	}
+	machine := cfg.Machine.Name
+	if machine == "" {
+		machine = "<each host's own name>"
+	}
 	fmt.Fprintf(w, "Ignition config (spec %s) for machine %s: %s (0600); %s into %s/%s/%s, %s; %s/%s -> %s/%s; %s, enabled.\n",
-		ignition.SpecVersion, cfg.Machine.Name, units.ConfigPath, strings.Join(names, ", "), base, hostroot.ReleasesDir, firstRelease, how,
+		ignition.SpecVersion, machine, units.ConfigPath, strings.Join(names, ", "), base, hostroot.ReleasesDir, firstRelease, how,
 		base, hostroot.CurrentLink, hostroot.ReleasesDir, firstRelease, units.Bootstrap)
 	if cfg.Cluster.BootstrapToken != "" {
 		fmt.Fprintln(w, "note: the config holds the cluster join token: keep this output as private as the config file.")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/kubeslot/kubeslot/lib/hostroot"
@@ -211,17 +213,48 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// NameFromHost gives a configuration without [machine] name the host's: the
+// first label of hostname, lower-cased, which must be a DNS-1123 label, and
+// node_name the same. So one file (one Ignition config, one cloud-init
+// file) serves a fleet. A name set in the file is kept.
+func (c *Config) NameFromHost(hostname string) error {
+	if c.Machine.Name != "" {
+		return nil
+	}
+	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(hostname)), ".")
+	if !isDNSLabel(name) {
+		return &Error{Key: "machine.name", Msg: fmt.Sprintf("not set, and the host's name %q gives no machine name (%s): set machine.name", hostname, dnsLabelHelp)}
+	}
+	c.Machine.Name, c.Machine.NodeName = name, name
+	return nil
+}
+
 // LoadForStage is Load for a stage binary that reads a configuration before
 // it changes anything (the bootstrap, the repaver's --config): an invalid
 // one is an error saying that nothing was changed on the host (exit 1),
-// naming the field.
+// naming the field. A file without [machine] name gets this host's
+// (NameFromHost, the kernel's hostname).
 func LoadForStage(path string) (*Config, error) {
 	cfg, err := Load(path)
+	if err == nil {
+		err = cfg.NameFromHost(hostname())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("invalid configuration, nothing was changed on the host: %w", err)
 	}
 	return cfg, nil
 }
+
+// hostname is the kernel's hostname ("" when it cannot be read); tests
+// replace it.
+var hostname = func() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// Hostname is the name NameFromHost is given on this host: what the
+// stages and `kubeslot verify` use for a file without [machine] name.
+func Hostname() string { return hostname() }
 
 // Parse decodes data (the contents of file, which is only used in messages)
 // strictly, applies defaults and validates. On failure it returns nil and an
@@ -272,13 +305,19 @@ func explicitZeros(c *Config, idx index) Errors {
 			errs = append(errs, newError(t.path, quote(t.d.String()), "must be greater than 0; omit the key for the default (%s)", t.def))
 		}
 	}
+	if _, ok := idx.lookup(pathMachineName); ok && c.Machine.Name == "" {
+		errs = append(errs, newError(pathMachineName, `""`, "must not be empty; omit the key for the host's own name"))
+	}
 	if _, ok := idx.lookup(pathSlots); ok && len(c.Isolation.Slots) == 0 {
 		errs = append(errs, newError(pathSlots, "[]", "must list exactly two slot names; omit the key for the default [\"a\", \"b\"]"))
 	}
 	return errs
 }
 
-var pathSlots = []string{"isolation", "slots"}
+var (
+	pathSlots       = []string{"isolation", "slots"}
+	pathMachineName = []string{"machine", "name"}
+)
 
 type timeoutField struct {
 	path []string

@@ -92,10 +92,10 @@ func TestUnknownKeys(t *testing.T) {
 			}},
 		{"unknown nested table", minimal + "\n[artifacts.crio]\nurl = \"/x\"\n",
 			[]want{{"artifacts.crio", "", "unknown table; [artifacts] accepts: kubelet, containerd, runc, cni_plugins", "[artifacts.crio]"}}},
-		{"typo shows next to the missing key", with(without(minimal, "machine", "name"), "machine", `nmae = "worker-1"`),
+		{"typo shows next to the missing key", with(without(minimal, "kubernetes", "version"), "kubernetes", `verison = "1.37.2"`),
 			[]want{
-				{"machine.nmae", "", "unknown key", `nmae = "worker-1"`},
-				{"machine.name", "", "missing (required)", ""},
+				{"kubernetes.verison", "", "unknown key", `verison = "1.37.2"`},
+				{"kubernetes.version", "", "missing (required)", ""},
 			}},
 	})
 }
@@ -128,7 +128,6 @@ func TestWrongTypes(t *testing.T) {
 func TestMissingRequired(t *testing.T) {
 	type key struct{ table, key, want, msg string }
 	for _, k := range []key{
-		{"machine", "name", "machine.name", "missing (required)"},
 		{"cluster", "server", "cluster.server", "missing (required)"},
 		{"cluster", "ca_file", "cluster.ca_file", "missing: set ca_file (a path) or ca_pem (inline PEM), exactly one"},
 		{"kubernetes", "version", "kubernetes.version", "missing (required)"},
@@ -144,8 +143,7 @@ func TestMissingRequired(t *testing.T) {
 		})
 	}
 	runErrorCases(t, []errorCase{
-		{"empty file", "", []want{
-			{"machine.name", "", "missing", ""},
+		{"empty file", "", []want{ // machine.name may be missing: the host's name
 			{"cluster.server", "", "missing", ""},
 			{"cluster.ca_file", "", "missing", ""},
 			{"kubernetes.version", "", "missing", ""},
@@ -290,11 +288,11 @@ func fakePEM(typ string) string {
 
 // The one-line forms operators read, exactly.
 func TestErrorStrings(t *testing.T) {
-	doc := with(without(minimal, "machine", "name"), "cluster", `server = "ftp://x"`)
+	doc := with(without(minimal, "kubernetes", "version"), "cluster", `server = "ftp://x"`)
 	_, err := Parse("config.toml", []byte(doc))
 	// In file order, missing keys last.
-	want := `config.toml:4: cluster.server = "ftp://x": must be an https URL with a host, e.g. "https://203.0.113.10:6443"` +
-		"\nconfig.toml: machine.name: missing (required)"
+	want := `config.toml:5: cluster.server = "ftp://x": must be an https URL with a host, e.g. "https://203.0.113.10:6443"` +
+		"\nconfig.toml: kubernetes.version: missing (required)"
 	if err == nil || err.Error() != want {
 		t.Errorf("got:\n%v\nwant:\n%s", err, want)
 	}

@@ -11,7 +11,9 @@ const example = `# kubeslot bootstrap configuration (TOML).
 
 [machine]
 # Name of the node's systemd-nspawn machine on this host: a DNS-1123 label
-# (lowercase letters, digits, '-'; at most 63 characters).
+# (lowercase letters, digits, '-'; at most 63 characters). Leave it out and
+# each host takes its own name (the first label of its hostname, lowercased),
+# so one file serves a fleet; set it where hostnames change.
 name = "worker-1"
 # Kubernetes node name; defaults to name. May be dotted (an FQDN).
 # node_name = "worker-1.example.internal"

@@ -99,6 +99,11 @@ func isDNSSubdomain(s string) bool {
 }
 
 func (v *validator) machine(m *Machine) {
+	if m.Name == "" && m.NodeName == "" {
+		// The host's name, at the stage (NameFromHost): one file for a
+		// fleet.
+		return
+	}
 	v.required([]string{"machine", "name"}, m.Name, func(p []string, s string) {
 		if !isDNSLabel(s) {
 			v.fail(p, quote(s), "%s", dnsLabelHelp)

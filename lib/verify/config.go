@@ -166,6 +166,9 @@ func checkConfig(root *hostroot.Root, file string, rec *ownership.Record, active
 		return result(CheckConfig, []Finding{{File: file, Field: "content", Value: errText(err)}}, "")
 	}
 	cfg, err := config.Parse(file, data)
+	if err == nil {
+		err = cfg.NameFromHost(config.Hostname())
+	}
 	if err != nil {
 		return result(CheckConfig, []Finding{{File: file, Field: "content", Value: err.Error(), Want: "a valid configuration (kubeslot config check)"}}, "")
 	}
