@@ -36,6 +36,8 @@ type ignitionCmd struct {
 	ReleaseURL string   `name:"release-url" placeholder:"URL" xor:"binaries" help:"Base URL serving the same files (URL/kubeslot-bootstrap, ...): Ignition fetches each and refuses it unless its sha256 matches the file in --release."`
 	Embed      bool     `xor:"binaries" help:"Put the binaries into the config itself (gzipped; tens of MiB) instead of --release-url."`
 	File       []string `name:"file" sep:"none" placeholder:"HOSTPATH=FILE" help:"Also lay down a local FILE at HOSTPATH on the host (0600), e.g. the CA the config's cluster.ca_file names. Repeatable."`
+	Merge      []string `name:"merge" sep:"none" type:"existingfile" placeholder:"FILE" help:"Your own Ignition config (spec 3.3.0) for the host, merged by Ignition under this one (ignition.config.merge). Repeatable."`
+	Butane     string   `name:"butane" enum:",fcos,flatcar" default:"" placeholder:"VARIANT" help:"Print a Butane document of this variant (fcos, flatcar) to merge into your own Butane file, instead of Ignition JSON."`
 }
 
 // firstRelease is the release directory a fresh host starts with; the
@@ -140,7 +142,21 @@ func (c ignitionCmd) Run(e *env) error {
 			return fmt.Errorf("--file %s=%s: %w", x.host, x.local, err)
 		}
 	}
-	out, err := b.JSON()
+	for _, f := range c.Merge {
+		user, err := readBounded(f, maxConfigSize)
+		if err != nil {
+			return fmt.Errorf("--merge %s: %w", f, err)
+		}
+		if err := b.Merge(user); err != nil {
+			return exitcode.UsageError(fmt.Errorf("--merge %s: %w", f, err))
+		}
+	}
+	var out []byte
+	if c.Butane != "" {
+		out, err = b.Butane(c.Butane)
+	} else {
+		out, err = b.JSON()
+	}
 	if err != nil {
 		return err
 	}

@@ -236,3 +236,32 @@ func TestIgnitionRefuses(t *testing.T) {
 		})
 	}
 }
+
+// --merge puts the operator's own config into ignition.config.merge (a broken one is refused, exit 2); --butane
+// prints the same as a Butane document of the variant.
+func TestIgnitionMergeAndButane(t *testing.T) {
+	cfgFile := writeConfig(t, config.Example())
+	release, _ := fakeRelease(t, allBinaries...)
+	dir := t.TempDir()
+	user := filepath.Join(dir, "user.ign")
+	if err := os.WriteFile(user, []byte(`{"ignition":{"version":"3.3.0"},"passwd":{"users":[{"name":"core","sshAuthorizedKeys":["ssh-ed25519 AAAA x"]}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"ignition", "--config", cfgFile, "--release", release, "--release-url", "https://mirror.example/kubeslot/v0.1.0"}
+	code, out, errs := clitest.Call(run, "", append(args, "--merge", user)...)
+	if code != exitcode.OK || !strings.Contains(out, `"merge"`) || !strings.Contains(out, "data:") {
+		t.Fatalf("--merge: exit %d\n%s\n%s", code, out, errs)
+	}
+	broken := filepath.Join(dir, "broken.ign")
+	if err := os.WriteFile(broken, []byte(`{"ignition":{"version":"2.2.0"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := clitest.Call(run, "", append(args, "--merge", broken)...); code != exitcode.Usage || !strings.Contains(errs, "broken.ign") {
+		t.Errorf("--merge of a 2.x config: exit %d\n%s", code, errs)
+	}
+	code, out, errs = clitest.Call(run, "", append(args, "--butane", "fcos")...)
+	if code != exitcode.OK || !strings.Contains(out, "variant: fcos") || !strings.Contains(out, "/opt/kubeslot/releases/blue/kubeslot-bootstrap") ||
+		!strings.Contains(out, "kubeslot-bootstrap.service") {
+		t.Errorf("--butane fcos: exit %d\n%s\n%s", code, out, errs)
+	}
+}

@@ -27,6 +27,8 @@ import (
 	"net/url"
 	"path"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // SpecVersion is the Ignition config spec this package writes.
@@ -39,9 +41,16 @@ type Config struct {
 	Systemd  Systemd  `json:"systemd,omitzero"`
 }
 
-// Ignition is the config's metadata.
+// Ignition is the config's metadata, and the configs Ignition merges this
+// one over (ignition.config.merge: each of them first, then this config).
 type Ignition struct {
-	Version string `json:"version"`
+	Version string      `json:"version"`
+	Config  *ConfigRefs `json:"config,omitempty"`
+}
+
+// ConfigRefs are the other configs a config names.
+type ConfigRefs struct {
+	Merge []Resource `json:"merge,omitempty"`
 }
 
 // Storage lists what Ignition writes into the host's filesystem.
@@ -269,4 +278,54 @@ func (b *Builder) JSON() ([]byte, error) {
 		return nil, errors.Join(errors.New("ignition: built config does not pass the check (a bug)"), err)
 	}
 	return buf.Bytes(), nil
+}
+
+// Merge has Ignition merge the operator's own config (spec 3.3.0, checked
+// with Check first) with this one: it goes into ignition.config.merge as an
+// inline resource, so Ignition's own merge rules apply (a file or unit both
+// name is this config's). One host config carries both, no second fetch.
+func (b *Builder) Merge(config []byte) error {
+	if err := Check(config); err != nil {
+		return fmt.Errorf("the config to merge: %w", err)
+	}
+	if b.cfg.Ignition.Config == nil {
+		b.cfg.Ignition.Config = &ConfigRefs{}
+	}
+	b.cfg.Ignition.Config.Merge = append(b.cfg.Ignition.Config.Merge, Inline(config).res)
+	return nil
+}
+
+// ButaneVariants are the Butane variants Butane can write from this
+// package's configs, with the Butane spec version that gives Ignition
+// SpecVersion.
+var ButaneVariants = map[string]string{"fcos": "1.4.0", "flatcar": "1.0.0"}
+
+// Butane returns the config as a Butane document of variant (fcos or
+// flatcar): the same storage and systemd sections (Butane's schema is
+// Ignition's there), to merge into the operator's own Butane file and
+// translate with the rest of it. The config is checked first, as by JSON.
+func (b *Builder) Butane(variant string) ([]byte, error) {
+	version, ok := ButaneVariants[variant]
+	if !ok {
+		return nil, fmt.Errorf("butane variant %q: want fcos or flatcar", variant)
+	}
+	data, err := b.JSON()
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	ign, _ := doc["ignition"].(map[string]any)
+	delete(ign, "version")
+	if len(ign) == 0 {
+		delete(doc, "ignition")
+	}
+	doc["variant"], doc["version"] = variant, version
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("# Butane ("+variant+" "+version+") from kubeslot ignition\n"), out...), nil
 }

@@ -303,3 +303,50 @@ func TestBuilderRulesBeyondCheck(t *testing.T) {
 		})
 	}
 }
+
+// The operator's own config is merged by Ignition itself: it goes into
+// ignition.config.merge (inline, checked first), and the result passes
+// Check; a config that does not is refused. Butane output is the same
+// sections under variant and version, for fcos and flatcar only.
+func TestMergeAndButane(t *testing.T) {
+	b := NewBuilder()
+	if err := b.File("/etc/kubeslot/config.toml", 0o600, Inline([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	user := []byte(`{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`)
+	if err := b.Merge(user); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Merge([]byte(`{"ignition":{"version":"3.3.0"},"storage":{"nope":1}}`)); err == nil {
+		t.Error("a config Ignition warns about was merged")
+	}
+	out, err := b.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Ignition struct {
+			Config struct {
+				Merge []struct{ Source string } `json:"merge"`
+			} `json:"config"`
+		} `json:"ignition"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil || len(doc.Ignition.Config.Merge) != 1 || !strings.HasPrefix(doc.Ignition.Config.Merge[0].Source, "data:") {
+		t.Fatalf("merge: %+v, %v\n%s", doc, err, out)
+	}
+	y, err := b.Butane("flatcar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"variant: flatcar", "version: 1.0.0", "path: /etc/kubeslot/config.toml", "merge:"} {
+		if !strings.Contains(string(y), want) {
+			t.Errorf("butane lacks %q:\n%s", want, y)
+		}
+	}
+	if strings.Contains(string(y), "3.3.0") {
+		t.Errorf("butane keeps the Ignition spec version:\n%s", y)
+	}
+	if _, err := b.Butane("rhcos"); err == nil {
+		t.Error("an unknown variant was written")
+	}
+}
