@@ -48,5 +48,6 @@ func run(args []string, stdio cli.IO) int {
 		fmt.Fprintf(stdio.Stderr, "%s: %v\n", name, err)
 		return exitcode.Usage
 	}
-	return cli.Exit(log, ctx.Run(&env{globals: &f.Globals, io: stdio, log: log}))
+	// Errors for the person at the terminal: one plain line, not a log record.
+	return cli.ExitPlain(stdio.Stderr, name, ctx.Run(&env{globals: &f.Globals, io: stdio, log: log}))
 }

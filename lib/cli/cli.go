@@ -164,6 +164,20 @@ func Exit(log *slog.Logger, err error) int {
 	return code
 }
 
+// ExitPlain is Exit for a CLI people run (kubeslot): err, if any, is one
+// plain line on w, "<name>: <err>", not a log record; a deferral says so.
+func ExitPlain(w io.Writer, name string, err error) int {
+	code := exitcode.Of(err)
+	switch {
+	case err == nil, errors.Is(err, ErrReported):
+	case code == exitcode.Deferred:
+		fmt.Fprintf(w, "%s: deferred (try again later): %v\n", name, err)
+	default:
+		fmt.Fprintf(w, "%s: %v\n", name, err)
+	}
+	return code
+}
+
 // ErrReported means the command already told the person what went wrong
 // (on stdout or stderr, in its own words); Exit only sets the exit code.
 var ErrReported = exitcode.ErrReported

@@ -74,3 +74,23 @@ func TestRootErrorIsUsage(t *testing.T) {
 		}
 	}
 }
+
+// A CLI for people says an error in one plain line, a deferral as such, and
+// nothing for success or an error already reported.
+func TestExitPlain(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+		out  string
+	}{
+		{nil, exitcode.OK, ""},
+		{errors.New("cluster.server: missing"), exitcode.Failure, "kubeslot: cluster.server: missing\n"},
+		{exitcode.Defer(errors.New("lock busy")), exitcode.Deferred, "kubeslot: deferred (try again later): lock busy\n"},
+		{ErrReported, exitcode.Failure, ""},
+	} {
+		var b strings.Builder
+		if code := ExitPlain(&b, "kubeslot", tc.err); code != tc.code || b.String() != tc.out {
+			t.Errorf("%v: exit %d, %q; want %d, %q", tc.err, code, b.String(), tc.code, tc.out)
+		}
+	}
+}
