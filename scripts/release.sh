@@ -2,6 +2,7 @@
 # release.sh: `make release`. The artifacts of one release, for linux/amd64 and linux/arm64, in dist/release/<version>/:
 #
 #   kubeslot-<version>-linux-<arch>/<binary>   the six binaries (static, -trimpath, no build ID, version stamped)
+#   kubeslot-<version>-linux-<arch>.tar.gz     the same directory as one download, for installing a host
 #   kubeslot-<version>-<arch>.tar.gz           the agent bundle (`kubeslot bundle create`), what AgentUpgrade installs
 #   kubeslot-<version>-cluster.yaml            the cluster side (`kubeslot cluster manifests`), when the CLI has it
 #   kubeslot-<version>-<arch>.tar.gz.minisig   with KUBESLOT_SIGNING_KEY: the bundles' minisign signatures
@@ -36,6 +37,11 @@ CGO_ENABLED=0 $GO build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$host/
 for arch in amd64 arm64; do
 	"$host/kubeslot" bundle create --bins "$out/kubeslot-$version-linux-$arch" --units units --release-version "$version" \
 		--arch "$arch" --out "$out/kubeslot-$version-$arch.tar.gz" >/dev/null
+done
+for arch in amd64 arm64; do
+	name=kubeslot-$version-linux-$arch
+	tar -C "$out" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -cf - "$name" |
+		gzip -n >"$out/$name.tar.gz"
 done
 if "$host/kubeslot" cluster manifests --help >/dev/null 2>&1; then
 	"$host/kubeslot" cluster manifests >"$out/kubeslot-$version-cluster.yaml"

@@ -105,6 +105,9 @@ type Options struct {
 	// Bare stops at the pieces (control plane clients, mirror, host, token, ports): no release is laid down and the
 	// cluster API is not installed, for tests that drive the node themselves.
 	Bare bool
+	// NoLayDown leaves the host as a fresh one, the binaries bound at BinsPath: the test installs it the way an
+	// operator would (TestPlainInstallOnRig).
+	NoLayDown bool
 	// Driver binds this test binary into the host at NspawnDriverPath (the nspawn backend's driver: integration/node's init).
 	Driver bool
 	// CgroupMode is the host's cgroup layout (sdhost.Options.CgroupMode).
@@ -245,7 +248,7 @@ func NewWith(t *testing.T, ctx context.Context, base string, o Options) *Rig {
 	if o.Env != nil {
 		r.Env = o.Env(r.Env)
 	}
-	if !o.Bare {
+	if !o.Bare && !o.NoLayDown {
 		r.LayDown(ctx)
 	}
 	return r
