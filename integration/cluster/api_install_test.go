@@ -104,8 +104,12 @@ func TestClusterInstallIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Changed() || len(rep.Changes) != 12 {
-		t.Errorf("second install: %+v, want 12 objects, all unchanged", rep.Changes)
+	objs, err := clusterinstall.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Changed() || len(rep.Changes) != len(objs) {
+		t.Errorf("second install: %+v, want %d objects, all unchanged", rep.Changes, len(objs))
 	}
 	for _, c := range rep.Changes {
 		if c.Action != clusterinstall.Unchanged {
@@ -144,9 +148,13 @@ func TestClusterUninstall(t *testing.T) {
 		t.Fatalf("the refused uninstall deleted something: %v", err)
 	}
 
+	objs, err := clusterinstall.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, _, code := rig.RunCLI(t, ctx, cp, bin, "cluster", "uninstall", "--delete-objects")
-	if code != 0 || strings.Count(stdout, " deleted\n") != 12 {
-		t.Errorf("uninstall --delete-objects: exit %d, want 0 and 12 objects deleted:\n%s", code, stdout)
+	if code != 0 || strings.Count(stdout, " deleted\n") != len(objs) {
+		t.Errorf("uninstall --delete-objects: exit %d, want 0 and %d objects deleted:\n%s", code, len(objs), stdout)
 	}
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {

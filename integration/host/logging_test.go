@@ -34,21 +34,21 @@ func TestStageLogsReachJournalAsFields(t *testing.T) {
 			t.Errorf("stop host: %v", err)
 		}
 	})
-	// A root prefix that does not exist makes `kubeslot status` fail with
-	// an error naming it: a log record at error level.
+	// A root prefix that does not exist makes a stage (the resetter's dry run) fail with an error naming it: a log
+	// record at error level. (The kubeslot CLI, for people, says its errors as a plain line instead.)
 	out, err := h.Run(ctx, "systemd-run", "--unit=ks-log-probe", "--wait", "--quiet",
-		"/opt/kubeslot-test/kubeslot", "--root-prefix=/no/such/prefix", "status")
+		"/opt/kubeslot-test/kubeslot-resetter", "--root-prefix=/no/such/prefix", "--dry-run")
 	if err == nil {
-		t.Fatalf("kubeslot status with a missing prefix succeeded: %s", out)
+		t.Fatalf("kubeslot-resetter --dry-run with a missing prefix succeeded: %s", out)
 	}
 	var journal string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		b, _ := h.Run(ctx, "journalctl", "--no-pager", "-o", "verbose", "-u", "ks-log-probe", "KUBESLOT_STAGE=kubeslot")
+		b, _ := h.Run(ctx, "journalctl", "--no-pager", "-o", "verbose", "-u", "ks-log-probe", "KUBESLOT_STAGE=kubeslot-resetter")
 		if journal = string(b); strings.Contains(journal, "KUBESLOT_ERR=") {
 			break
 		}
 	}
-	for _, want := range []string{"KUBESLOT_STAGE=kubeslot", "KUBESLOT_ERR=", "/no/such/prefix", "PRIORITY=3", "MESSAGE=failed",
+	for _, want := range []string{"KUBESLOT_STAGE=kubeslot-resetter", "KUBESLOT_ERR=", "/no/such/prefix", "PRIORITY=3", "MESSAGE=failed",
 		"OBJECT_SYSTEMD_UNIT=ks-log-probe.service"} {
 		if !strings.Contains(journal, want) {
 			t.Errorf("journal record lacks %q:\n%s", want, journal)

@@ -74,7 +74,7 @@ func configCases() []hcase {
 			setup: func(e *env) []string { return []string{"--preflight", "--config", e.config(c.from, c.to)} }})
 	}
 	out = append(out,
-		hcase{name: "config check empty file", bin: "kubeslot", code: 1, want: []string{"machine.name"},
+		hcase{name: "config check empty file", bin: "kubeslot", code: 1, want: []string{"cluster.server"},
 			setup: func(e *env) []string { return []string{"config", "check", e.file("c.toml", "", 0o600)} }},
 		hcase{name: "config check binary garbage", bin: "kubeslot", code: 1, want: []string{"c.toml"},
 			setup: func(e *env) []string {

@@ -311,7 +311,7 @@ var corpus = []hcase{
 			return []string{"--dry-run"}
 		}},
 	{name: "resetter dry run of a configuration that is not TOML", bin: "kubeslot-resetter", code: 0,
-		want: []string{"BLOCKED: /etc/kubeslot/config.toml", "line 24"},
+		want: []string{"BLOCKED: /etc/kubeslot/config.toml", fmt.Sprintf("line %d", exampleLine(exampleToken))},
 		setup: func(e *env) []string {
 			e.installed()
 			e.etcConfig(strings.Replace(string(config.Example()), exampleToken, `bootstrap_token = "`+token, 1))
@@ -462,4 +462,10 @@ var corpus = []hcase{
 			e.installed()
 			return []string{"--yes", "--lock-wait", "2s", "--systemd-bus", "unix:path=" + e.scratch + "/no-such-bus"}
 		}},
+}
+
+// exampleLine is the 1-based line of config.Example() that holds s.
+func exampleLine(s string) int {
+	before, _, _ := strings.Cut(string(config.Example()), s)
+	return strings.Count(before, "\n") + 1
 }
