@@ -56,14 +56,12 @@ func Patch(ctx context.Context, d *Deps, req *requests.Request, active *state.Ap
 	if err != nil {
 		return nil, err
 	}
-	b, o, err := d.Isolation(mode, desired)
+	b, o, kp, err := d.patcher(mode, desired)
+	if errors.Is(err, errNoPatcher) {
+		return done(requests.Failed, "patch request refused, nothing changed: "+err.Error()+" (spec.updateMethod Repave repaves instead)", err)
+	}
 	if err != nil {
 		return nil, err
-	}
-	kp, ok := b.(isolation.KubeletPatcher)
-	if !ok {
-		err := fmt.Errorf("isolation mode %s cannot replace a kubelet in place", mode)
-		return done(requests.Failed, "patch request refused, nothing changed: "+err.Error()+" (spec.updateMethod Repave repaves instead)", err)
 	}
 	if err := d.Requests.WriteStatus(st); err != nil {
 		d.Log.Warn("could not write progress", "err", err)
@@ -155,13 +153,9 @@ func (d *Deps) verifyRelease(ctx context.Context, b isolation.Backend, cfg *conf
 // slot's node and, when the node was restarted onto the new one, restarts
 // it again and waits for it.
 func (d *Deps) unpatch(ctx context.Context, mode isolation.Mode, from *config.Config, name string, restarted bool) error {
-	b, o, err := d.Isolation(mode, from)
+	b, o, kp, err := d.patcher(mode, from)
 	if err != nil {
 		return err
-	}
-	kp, ok := b.(isolation.KubeletPatcher)
-	if !ok {
-		return fmt.Errorf("isolation mode %s cannot replace a kubelet in place", mode)
 	}
 	d.Log.Warn("patch failed: putting the committed kubelet back", "slot", name, "version", from.Kubernetes.Version)
 	if err := kp.PatchKubelet(ctx, name); err != nil {
@@ -174,4 +168,21 @@ func (d *Deps) unpatch(ctx context.Context, mode isolation.Mode, from *config.Co
 		return err
 	}
 	return d.verifyRelease(ctx, b, from, name)
+}
+
+// errNoPatcher is a mode whose backend cannot replace a kubelet in place.
+var errNoPatcher = errors.New("cannot replace a kubelet in place")
+
+// patcher is the backend and operator of mode for cfg, and the backend's
+// in-place kubelet replacement (errNoPatcher, wrapped, when it has none).
+func (d *Deps) patcher(mode isolation.Mode, cfg *config.Config) (isolation.Backend, isolation.Operator, isolation.KubeletPatcher, error) {
+	b, o, err := d.Isolation(mode, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kp, ok := b.(isolation.KubeletPatcher)
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("isolation mode %s %w", mode, errNoPatcher)
+	}
+	return b, o, kp, nil
 }

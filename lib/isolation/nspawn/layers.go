@@ -86,14 +86,8 @@ func (b *Backend) artifactLayer(ctx context.Context, treeDir, tree string, src f
 	if err := atomicfile.WriteFile(l.local("/"+stampPath), append(data, '\n'), 0o644); err != nil {
 		return "", "", err
 	}
-	fd, err := unix.Open(partial, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	if err := syncfs(partial); err != nil {
 		return "", "", err
-	}
-	err = unix.Syncfs(fd)
-	unix.Close(fd)
-	if err != nil {
-		return "", "", fmt.Errorf("syncfs %s: %w", partial, err)
 	}
 	if err := atomicfile.Rename(partial, final); err != nil {
 		return "", "", err

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kubeslot/kubeslot/lib/artifact"
 	"github.com/kubeslot/kubeslot/lib/atomicfile"
 	"github.com/kubeslot/kubeslot/lib/nodeconfig"
@@ -111,17 +109,4 @@ func (b *Backend) installKubelet(ctx context.Context, slot string, have Stamp, s
 		return err
 	}
 	return atomicfile.WriteJSON(filepath.Join(layers, layerRecordName), rec, 0o600)
-}
-
-// syncfs flushes the filesystem that holds dir.
-func syncfs(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.Syncfs(fd); err != nil {
-		return fmt.Errorf("syncfs %s: %w", dir, err)
-	}
-	return nil
 }

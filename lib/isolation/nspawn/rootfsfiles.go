@@ -12,6 +12,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // copyInto copies the local file src to the absolute node path dst inside
@@ -76,4 +78,17 @@ func realDir(root *os.Root, local, p string) (string, error) {
 		}
 	}
 	return filepath.Join(local, filepath.FromSlash(cur)), nil
+}
+
+// syncfs flushes the filesystem that holds dir.
+func syncfs(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("syncfs %s: %w", dir, err)
+	}
+	return nil
 }

@@ -289,15 +289,7 @@ func (c *copier) run(ctx context.Context) error {
 			return fmt.Errorf("copy %s: %w", d.path, err)
 		}
 	}
-	fd, err := unix.Open(c.dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", c.dst, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Syncfs(fd); err != nil {
-		return fmt.Errorf("syncfs %s: %w", c.dst, err)
-	}
-	return nil
+	return syncfs(c.dst)
 }
 
 // entry copies one entry; a regular file's copy is handed to the workers.
